@@ -1,0 +1,82 @@
+"""The thin CLI: one subcommand calls one library function; the one place that maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from kvbake import __version__
+from kvbake.errors import EXIT_CODES, KvbakeError
+
+log = logging.getLogger("kvbake")
+
+
+def exit_code_table() -> str:
+    rows = ["  0  success", "  2  usage error (bad command-line arguments)"]
+    rows += [f"  {cls.exit_code:<2} {cls.title}: {(cls.__doc__ or '').strip()}" for cls in EXIT_CODES]
+    return "exit codes:\n" + "\n".join(sorted(rows, key=lambda r: int(r.split()[0])))
+
+
+COMMANDS_HELP = """commands:
+  build (default)   bake the image of --manifest and its lock; print reference, ID and a summary
+  plan              print everything a build would do; change nothing
+  lock              pin the local base and the patches; write the lock and overlay/
+  verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
+  dockerfile        render Dockerfile.overlay next to the manifest
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--manifest", default="manifest.yaml", type=Path, help="manifest path (default: ./manifest.yaml)")
+    common.add_argument("--host", default=None, help="docker host (default: the local engine / DOCKER_HOST)")
+    common.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    common.add_argument("--debug", action="store_true", help="log every step and show tracebacks")
+    top = argparse.ArgumentParser(prog="build.py", description="kvbake: bake a pinned patch chain into a verified derived image.",
+                                  epilog=COMMANDS_HELP + "\n" + exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  parents=[common])
+    top.add_argument("--version", action="version", version=f"kvbake {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    build = sub.add_parser("build", parents=[common], help="bake the image")
+    build.add_argument("--builder", choices=("kvbake", "docker"), default="kvbake", help="kvbake (reproducible thin archive) or docker (docker build)")
+    sub.add_parser("plan", parents=[common], help="print the plan; change nothing")
+    lock = sub.add_parser("lock", parents=[common], help="create or refresh the lock and overlay/")
+    lock.add_argument("--donor", type=Path, default=None, help="import the selected patches from a clean donor checkout")
+    verify = sub.add_parser("verify", parents=[common], help="verify a local image")
+    verify.add_argument("image", nargs="?", default=None, help="image reference (default: the manifest's output tag)")
+    verify.add_argument("--deep", action="store_true", help="read files back and prove the patched code runs")
+    verify.add_argument("--builder", choices=("kvbake", "docker"), default="kvbake", help="which builder made the image")
+    sub.add_parser("dockerfile", parents=[common], help="render Dockerfile.overlay")
+    return top
+
+
+def configure_logging(debug: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def emit(args: argparse.Namespace, data: dict, text: str) -> None:
+    print(json.dumps(data, indent=1, sort_keys=True) if args.json else text)
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    args.command = args.command or "build"
+    if not hasattr(args, "builder"):
+        args.builder = "kvbake"
+    configure_logging(args.debug)
+    from kvbake import commands
+
+    handler: Callable[[argparse.Namespace], tuple[dict, str]] = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+    try:
+        data, text = handler(args)
+    except KvbakeError as err:
+        if args.debug:
+            log.exception("failed")
+        print(f"error ({err.title}): {err.one_line()}", file=sys.stderr)
+        return err.exit_code
+    emit(args, data, text)
+    return 0

@@ -1,0 +1,58 @@
+"""Adapter: import the manifest's selected patches from a clean donor git checkout at the pinned revision."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path, PurePosixPath
+
+from kvbake.errors import DonorError
+from kvbake.manifest import Manifest
+
+
+def _git(donor: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
+    done = subprocess.run(["git", "-C", str(donor), *args], env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DonorError(f"{donor.name} is not a readable git checkout ({done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'git failed'})",
+                         "pass --donor the folder of a clean clone of the donor repository")
+    return done.stdout
+
+
+def check_donor(manifest: Manifest, donor: Path) -> None:
+    if not donor.is_dir():
+        raise DonorError(f"donor folder {donor} does not exist", "clone the donor repository and pass its folder")
+    head = _git(donor, "rev-parse", "HEAD").strip()
+    if head != manifest.donor.revision:
+        raise DonorError(f"donor checkout is at {head[:12]}, the manifest pins {manifest.donor.revision[:12]}",
+                         f"run: git -C {donor.name} checkout {manifest.donor.revision}")
+    dirty = _git(donor, "status", "--porcelain", "--untracked-files=normal").strip()
+    if dirty:
+        first = dirty.splitlines()[0]
+        raise DonorError(f"donor checkout is dirty ({len(dirty.splitlines())} changes, e.g. {first.strip()})",
+                         "commit, stash or discard the changes (git stash -u), or use a fresh clone")
+
+
+def find_in_donor(tracked: list[str], patch_file: str, patch_id: str) -> str:
+    name = PurePosixPath(patch_file).name
+    matches = [path for path in tracked if PurePosixPath(path).name == name]
+    if len(matches) != 1:
+        what = "no file" if not matches else f"{len(matches)} files"
+        raise DonorError(f"patch {patch_id}: {what} named {name} in the donor checkout", "fix chain[].file to the donor's patch file name")
+    return matches[0]
+
+
+def import_patches(manifest: Manifest, donor: Path) -> list[str]:
+    """Copy exactly the selected patches (tracked files at the pinned revision) into the manifest's patch paths."""
+    donor = Path(donor)
+    check_donor(manifest, donor)
+    tracked = _git(donor, "ls-files").splitlines()
+    imported = []
+    for patch in manifest.chain:
+        source = donor / find_in_donor(tracked, patch.file, patch.id)
+        patch.path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, patch.path)
+        imported.append(patch.id)
+    return imported

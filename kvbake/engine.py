@@ -1,0 +1,212 @@
+"""Adapter: the only module that talks to a Docker engine, through python-on-whales, with typed errors."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import tarfile
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
+from python_on_whales.utils import run as run_cli
+
+from kvbake.errors import BaseImageError, EngineError
+
+log = logging.getLogger(__name__)
+
+
+def _stderr(err: DockerException) -> str:
+    text = (err.stderr or err.stdout or "").strip().splitlines()
+    return text[-1] if text else f"exit code {err.return_code}"
+
+
+class Engine:
+    """One engine (local socket, unix:// or ssh://), with just the calls kvbake uses."""
+
+    def __init__(self, host: str | None = None, config_dir: str | None = None) -> None:
+        self.host = host
+        self.client = DockerClient(host=host, config=config_dir)
+        self.label = host or "the local docker engine"
+
+    def ping(self) -> dict[str, Any]:
+        """Engine facts; an unreachable engine is an EngineError with the fix."""
+        try:
+            info = self.client.system.info()
+        except DockerException as err:
+            raise EngineError(f"{self.label} is unreachable ({_stderr(err)})",
+                              "start dockerd (see README: Set-up) or pass the right --host") from None
+        return {"server_version": info.server_version, "driver": info.driver, "architecture": info.architecture, "os_type": info.os_type}
+
+    def inspect_image(self, reference: str) -> dict[str, Any] | None:
+        """Plain inspect data for the pure checks, or None when the image is absent."""
+        try:
+            image = self.client.image.inspect(reference)
+        except NoSuchImage:
+            return None
+        except DockerException as err:
+            raise EngineError(f"{self.label}: inspect {reference} failed ({_stderr(err)})", "check the engine") from None
+        config = image.config
+        return {
+            "Id": image.id, "RepoTags": list(image.repo_tags or []), "RepoDigests": list(image.repo_digests or []),
+            "Architecture": image.architecture, "Os": image.os, "Variant": getattr(image, "variant", None),
+            "RootFS": {"Layers": list(image.root_fs.layers or [])},
+            "Config": {"Labels": dict(config.labels or {}), "Env": list(config.env or []),
+                       "Entrypoint": config.entrypoint, "Cmd": config.cmd, "WorkingDir": config.working_dir, "User": config.user},
+        }
+
+    def require_image(self, reference: str) -> dict[str, Any]:
+        found = self.inspect_image(reference)
+        if found is None:
+            raise BaseImageError(f"image {reference} is not present on {self.label} (kvbake never pulls)",
+                                 f"load or pull it yourself (docker pull {reference}), then retry")
+        return found
+
+    @contextlib.contextmanager
+    def created_container(self, image: str) -> Iterator[str]:
+        """A container that is created but never started; removed on exit, even on failure."""
+        self.require_image(image)
+        name = f"kvbake-extract-{secrets.token_hex(6)}"
+        try:
+            self.client.container.create(image, ["true"], name=name, networks=["none"], pull="never")
+        except DockerException as err:
+            raise EngineError(f"{self.label}: cannot create a container from {image} ({_stderr(err)})", "check the engine and the image") from None
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(DockerException, NoSuchContainer):
+                self.client.container.remove(name, force=True)
+
+    def copy_out(self, container: str, path: str, destination: Path) -> bool:
+        """Copy one path out with its owner (cp --archive); False when the path does not exist."""
+        cmd = self.client.client_config.docker_cmd + ["container", "cp", "--archive", f"{container}:{path}", str(destination)]
+        try:
+            run_cli(cmd)
+        except DockerException as err:
+            message = _stderr(err)
+            if "Could not find the file" in message or "No such container:path" in message:
+                return False
+            raise EngineError(f"{self.label}: copying {path} out failed ({message})", "check the engine") from None
+        return True
+
+    def save_stream(self, reference: str) -> Iterator[bytes]:
+        """`docker save` as a byte stream (used once, at lock time, for the raw base config)."""
+        try:
+            return self.client.image.save(reference)
+        except DockerException as err:
+            raise EngineError(f"{self.label}: save {reference} failed ({_stderr(err)})", "check the engine") from None
+
+    def load(self, archive: Path) -> None:
+        try:
+            self.client.image.load(archive, quiet=True)
+        except DockerException as err:
+            raise EngineError(f"{self.label}: load of the thin archive failed ({_stderr(err)})",
+                              "check that the base image is present and unchanged, then rebuild") from None
+
+    def tag(self, image_id: str, reference: str) -> None:
+        try:
+            self.client.image.tag(image_id, reference)
+        except DockerException as err:
+            raise EngineError(f"{self.label}: tag {reference} failed ({_stderr(err)})", "check the engine") from None
+
+    def remove_image(self, reference: str) -> None:
+        with contextlib.suppress(NoSuchImage, DockerException):
+            self.client.image.remove(reference, force=False, prune=True)
+
+    def untag(self, reference: str) -> None:
+        """Remove one tag without touching other tags of the same image."""
+        self.remove_image(reference)
+
+    def legacy_build(self, context: Path, dockerfile: Path, tag: str) -> str:
+        """`docker build` with the classic builder, no network; returns the image ID."""
+        try:
+            image = self.client.legacy_build(context, file=dockerfile, tags=[tag], network="none", pull=False, cache=False)
+        except DockerException as err:
+            raise EngineError(f"{self.label}: docker build failed ({_stderr(err)})", "read the build output with --debug") from None
+        return image.id
+
+    def run_python(self, image: str, code: str) -> str | None:
+        """Run the image's own python3 on `code` with no network; stdout, or None when the image has no python3."""
+        try:
+            return self.client.run(image, ["-c", code], entrypoint="python3", networks=["none"], remove=True, user="0", pull="never")
+        except DockerException as err:
+            if err.return_code in (126, 127):
+                return None
+            raise EngineError(f"{self.label}: running python3 in {image} failed ({_stderr(err)})", "check that the image has python3") from None
+
+
+@dataclass(frozen=True)
+class DirMeta:
+    """A directory entry's metadata as a layer records it."""
+
+    mode: int
+    uid: int
+    gid: int
+    mtime: int
+
+
+@dataclass(frozen=True)
+class TarScan:
+    """Selected members of a tar stream, the size of every member, and wanted directories per nested layer tar."""
+
+    files: dict[str, bytes]
+    sizes: dict[str, int]
+    dirs: dict[str, dict[str, DirMeta]]
+
+
+def _scan_layer(handle, wanted_dirs: frozenset[str]) -> dict[str, DirMeta]:
+    found: dict[str, DirMeta] = {}
+    with tarfile.open(fileobj=handle, mode="r|") as layer:
+        for entry in layer:
+            name = entry.name.removeprefix("./").rstrip("/")
+            if entry.isdir() and name in wanted_dirs:
+                found[name] = DirMeta(entry.mode & 0o7777, entry.uid, entry.gid, int(entry.mtime))
+    return found
+
+
+def read_tar_members(stream: Iterator[bytes], wanted: Callable[[str], bool], wanted_dirs: frozenset[str] = frozenset()) -> TarScan:
+    """Read selected members out of a tar byte stream without storing the rest; scan nested layer tars for directories."""
+    found: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
+    dirs: dict[str, dict[str, DirMeta]] = {}
+    reader = _IteratorReader(stream)
+    with tarfile.open(fileobj=reader, mode="r|") as tar:
+        for member in tar:
+            sizes[member.name] = member.size
+            if not member.isfile():
+                continue
+            if wanted(member.name):
+                handle = tar.extractfile(member)
+                found[member.name] = handle.read() if handle else b""
+            elif wanted_dirs and member.name.endswith("layer.tar"):
+                dirs[member.name] = _scan_layer(tar.extractfile(member), wanted_dirs)
+    reader.drain()
+    return TarScan(found, sizes, dirs)
+
+
+class _IteratorReader:
+    """A minimal file object over an iterator of byte chunks, for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = bytearray()
+
+    def drain(self) -> None:
+        """Consume the rest so the producing process can exit and close its pipe."""
+        for _ in self._chunks:
+            pass
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._buffer) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        if size < 0:
+            size = len(self._buffer)
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data

@@ -1,0 +1,147 @@
+"""The one error hierarchy of kvbake; each class owns one documented exit code."""
+
+from __future__ import annotations
+
+
+class KvbakeError(Exception):
+    """Base of every expected failure: a one-line message that names the cause and the fix."""
+
+    exit_code = 1
+    title = "error"
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        """Render the cause and, when known, the fix on a single line."""
+        text = " ".join(self.message.split())
+        if self.fix:
+            text = f"{text}; fix: {' '.join(self.fix.split())}"
+        return text
+
+
+class ManifestError(KvbakeError):
+    """The manifest is malformed, violates the schema or breaks a semantic rule."""
+
+    exit_code = 3
+    title = "manifest"
+
+
+class LockError(KvbakeError):
+    """The lock is missing, malformed or drifted from the manifest."""
+
+    exit_code = 4
+    title = "lock"
+
+
+class PatchError(KvbakeError):
+    """A patch is missing, has another hash, or does not apply strictly."""
+
+    exit_code = 5
+    title = "patch"
+
+
+class BaseImageError(KvbakeError):
+    """The base image is absent locally or differs from the lock."""
+
+    exit_code = 6
+    title = "base image"
+
+
+class IntegrityError(KvbakeError):
+    """A hash, label, layer or environment check failed."""
+
+    exit_code = 7
+    title = "integrity"
+
+
+class EngineError(KvbakeError):
+    """The docker engine is unreachable or refused an operation."""
+
+    exit_code = 8
+    title = "engine"
+
+
+class DonorError(KvbakeError):
+    """The donor checkout is dirty, at another revision, or lacks a patch."""
+
+    exit_code = 9
+    title = "donor"
+
+
+class ResourceError(KvbakeError):
+    """The machine ran out of a resource (for example disk space) while writing."""
+
+    exit_code = 10
+    title = "resource"
+
+
+class RegistryError(KvbakeError):
+    """The registry is unreachable, refused credentials, or holds other content."""
+
+    exit_code = 11
+    title = "registry"
+
+
+class RolloutError(KvbakeError):
+    """A deploy or rollback step failed; every node was reverted."""
+
+    exit_code = 12
+    title = "rollout"
+
+
+class DivergedError(KvbakeError):
+    """The nodes no longer agree and could not be reverted; a repair is required."""
+
+    exit_code = 13
+    title = "diverged"
+
+
+class PresetError(KvbakeError):
+    """A preset is unknown or breaks a switch rule."""
+
+    exit_code = 14
+    title = "preset"
+
+
+class ValidationStop(KvbakeError):
+    """A supervised validation run hit a stop condition."""
+
+    exit_code = 15
+    title = "validation stop"
+
+
+class CorpusError(KvbakeError):
+    """A corpus folder is missing or malformed."""
+
+    exit_code = 16
+    title = "corpus"
+
+
+class KvArithError(KvbakeError):
+    """The KV arithmetic got a config or option it cannot use."""
+
+    exit_code = 17
+    title = "kv arithmetic"
+
+
+EXIT_CODES: tuple[type[KvbakeError], ...] = (
+    KvbakeError,
+    ManifestError,
+    LockError,
+    PatchError,
+    BaseImageError,
+    IntegrityError,
+    EngineError,
+    DonorError,
+    ResourceError,
+    RegistryError,
+    RolloutError,
+    DivergedError,
+    PresetError,
+    ValidationStop,
+    CorpusError,
+    KvArithError,
+)

@@ -1,0 +1,88 @@
+"""The derived image config and the thin load archive (Docker manifest.json plus an OCI layout), as bytes."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import tarfile
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kvbake.digests import canonical_json, sha256_digest
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+DROPPED_KEYS = ("container", "container_config", "docker_version", "id", "parent")
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def derived_config(base_config: Mapping[str, Any], diff_id: str, labels: Mapping[str, str], created: str, created_by: str) -> bytes:
+    """Base config + labels + one layer + one history entry; Env, Entrypoint, Cmd, WorkingDir and User stay the base's."""
+    config = copy.deepcopy(dict(base_config))
+    for key in DROPPED_KEYS:
+        config.pop(key, None)
+    runtime = config.setdefault("config", {}) or {}
+    config["config"] = runtime
+    runtime["Labels"] = {**(runtime.get("Labels") or {}), **labels}
+    config["created"] = created
+    config["rootfs"] = {"type": "layers", "diff_ids": [*config["rootfs"]["diff_ids"], diff_id]}
+    history = list(config.get("history") or [])
+    history.append({"created": created, "created_by": created_by, "comment": "kvbake thin layer"})
+    config["history"] = history
+    return canonical_json(config)
+
+
+def image_id(config_bytes: bytes) -> str:
+    """On the classic store the image ID is the config digest."""
+    return sha256_digest(config_bytes)
+
+
+def oci_manifest(config_bytes: bytes, layer_descriptors: list[dict[str, Any]]) -> bytes:
+    document = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config_bytes), "size": len(config_bytes)},
+        "layers": layer_descriptors,
+    }
+    return canonical_json(document)
+
+
+def layer_descriptors(base_diff_ids: list[str], base_sizes: list[int], thin: bytes) -> list[dict[str, Any]]:
+    """Uncompressed layer descriptors: the base's (by diff_id, not carried) and the thin one (carried)."""
+    base = [{"mediaType": OCI_LAYER_TAR, "digest": d, "size": s} for d, s in zip(base_diff_ids, base_sizes)]
+    return [*base, {"mediaType": OCI_LAYER_TAR, "digest": sha256_digest(thin), "size": len(thin)}]
+
+
+def archive_members(config_bytes: bytes, base_diff_ids: list[str], base_sizes: list[int], thin: bytes, oci: bool) -> list[tuple[str, bytes]]:
+    """Files of a load archive that carries only the thin layer; the base layers are listed but absent."""
+    config_hex = sha256_digest(config_bytes).split(":")[1]
+    thin_hex = sha256_digest(thin).split(":")[1]
+    layer_paths = [f"blobs/sha256/{d.split(':')[1]}" for d in base_diff_ids] + [f"blobs/sha256/{thin_hex}"]
+    docker_manifest = [{"Config": f"blobs/sha256/{config_hex}", "RepoTags": None, "Layers": layer_paths}]
+    members = [
+        (f"blobs/sha256/{config_hex}", config_bytes),
+        (f"blobs/sha256/{thin_hex}", thin),
+        ("manifest.json", json.dumps(docker_manifest, separators=(",", ":")).encode()),
+    ]
+    if oci:
+        manifest = oci_manifest(config_bytes, layer_descriptors(base_diff_ids, base_sizes, thin))
+        index = {"schemaVersion": 2, "manifests": [{"mediaType": OCI_MANIFEST, "digest": sha256_digest(manifest), "size": len(manifest)}]}
+        members += [
+            (f"blobs/sha256/{sha256_digest(manifest).split(':')[1]}", manifest),
+            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+            ("index.json", canonical_json(index)),
+        ]
+    return sorted(members)
+
+
+def write_archive(fileobj: io.RawIOBase, members: list[tuple[str, bytes]], mtime: int) -> None:
+    """A deterministic tar of the archive members."""
+    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            tar.addfile(info, io.BytesIO(data))

@@ -1,0 +1,190 @@
+"""Reads a DeepSeek-V4 / V4.1 config.json into the few fields the KV arithmetic needs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvbake.errors import KvArithError
+
+V4 = "deepseek_v4"
+V41 = "deepseek_v41"
+FAMILY_TITLES = {V4: "DeepSeek-V4-Flash", V41: "DeepSeek-V4.1-Flash"}
+ALLOWED_RATIOS = {V4: (0, 4, 128), V41: (0, 1, 2)}
+# vLLM 0.33.0's DeepSeek-V4 backends hard-code the 512-dim latent with a 64-dim RoPE part.
+SUPPORTED_HEAD_DIM = 512
+SUPPORTED_ROPE_DIM = 64
+KNOWN_MODEL_TYPES = ("deepseek_v4", "deepseek_v41", "deepseek_v4_1", "deepseek_v4.1")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The config fields that decide the KV-cache layout."""
+
+    family: str
+    num_hidden_layers: int
+    head_dim: int
+    qk_rope_head_dim: int
+    sliding_window: int
+    compress_ratios: tuple[int, ...]
+    index_head_dim: int
+    max_position_embeddings: int
+    num_nextn_predict_layers: int = 0
+    kv_source_layer_ids: tuple[int, ...] = ()
+    index_source_layer_ids: tuple[int, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return FAMILY_TITLES[self.family]
+
+    def ratio(self, layer: int) -> int:
+        """The compress ratio of a layer; layers past the list (drafter layers) are sliding-window only."""
+        return self.compress_ratios[layer] if layer < len(self.compress_ratios) else 0
+
+
+def load_config(path: str | Path) -> ModelConfig:
+    """Read and parse a config.json file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as err:
+        raise KvArithError(f"config {file} does not exist", "pass the model's config.json with --config") from err
+    except OSError as err:
+        raise KvArithError(f"config {file} cannot be read: {err.strerror}", "check the path and permissions") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise KvArithError(
+            f"config {file} is not JSON (line {err.lineno}: {err.msg})", "pass the model's config.json"
+        ) from err
+    return parse_config(data)
+
+
+def parse_config(data: Any) -> ModelConfig:
+    """Parse config.json content; a `text_config` wrapper is unwrapped."""
+    if not isinstance(data, Mapping):
+        raise KvArithError("config is not a JSON object", "pass the model's config.json")
+    if isinstance(data.get("text_config"), Mapping):
+        data = data["text_config"]
+    family = detect_family(data)
+    config = ModelConfig(
+        family=family,
+        num_hidden_layers=_positive_int(data, "num_hidden_layers"),
+        head_dim=_positive_int(data, "head_dim"),
+        qk_rope_head_dim=_positive_int(data, "qk_rope_head_dim"),
+        sliding_window=_positive_int(data, "sliding_window"),
+        compress_ratios=_int_list(data, "compress_ratios"),
+        index_head_dim=_positive_int(data, "index_head_dim"),
+        max_position_embeddings=_positive_int(data, "max_position_embeddings"),
+        num_nextn_predict_layers=_optional_int(data, "num_nextn_predict_layers"),
+        kv_source_layer_ids=_int_list(data, "kv_source_layer_ids") if family == V41 else (),
+        index_source_layer_ids=_int_list(data, "index_source_layer_ids") if family == V41 else (),
+    )
+    check_consistency(config)
+    return config
+
+
+def detect_family(data: Mapping[str, Any]) -> str:
+    """V4.1 is recognised by its kv-source list, V4 by its compress ratios."""
+    model_type = data.get("model_type")
+    if model_type is not None and str(model_type) not in KNOWN_MODEL_TYPES:
+        raise KvArithError(
+            f"unknown model type {model_type!r}",
+            "kv_arith covers DeepSeek-V4-Flash and DeepSeek-V4.1-Flash configs only",
+        )
+    if "kv_source_layer_ids" in data or "index_source_layer_ids" in data:
+        return V41
+    if "compress_ratios" in data:
+        ratios = data["compress_ratios"]
+        if isinstance(ratios, list) and any(r in (1, 2) for r in ratios):
+            raise KvArithError(
+                "config has ratio-1/2 compress_ratios but no field 'kv_source_layer_ids'",
+                "add kv_source_layer_ids and index_source_layer_ids from the DeepSeek-V4.1 config",
+            )
+        return V4
+    raise KvArithError(
+        f"unknown model type {model_type!r}: the config has neither 'compress_ratios' nor 'kv_source_layer_ids'",
+        "pass a DeepSeek-V4-Flash or DeepSeek-V4.1-Flash config.json",
+    )
+
+
+def check_consistency(config: ModelConfig) -> None:
+    """Reject layer lists that contradict each other or the supported record format."""
+    if config.head_dim != SUPPORTED_HEAD_DIM:
+        raise KvArithError(f"field 'head_dim' is {config.head_dim}", "vLLM's DeepSeek-V4 cache needs head_dim 512")
+    if config.qk_rope_head_dim != SUPPORTED_ROPE_DIM:
+        raise KvArithError(
+            f"field 'qk_rope_head_dim' is {config.qk_rope_head_dim}", "vLLM's DeepSeek-V4 record needs 64"
+        )
+    if len(config.compress_ratios) < config.num_hidden_layers:
+        raise KvArithError(
+            f"field 'compress_ratios' has {len(config.compress_ratios)} entries "
+            f"but num_hidden_layers is {config.num_hidden_layers}",
+            "give one compress ratio per layer",
+        )
+    allowed = ALLOWED_RATIOS[config.family]
+    for layer, ratio in enumerate(config.compress_ratios):
+        if ratio not in allowed:
+            raise KvArithError(
+                f"field 'compress_ratios' has {ratio} at layer {layer}; {config.title} allows {allowed}",
+                "check that the config belongs to this model",
+            )
+    if config.family == V41:
+        _check_v41_sources(config)
+
+
+def _check_v41_sources(config: ModelConfig) -> None:
+    layers = config.num_hidden_layers
+    for field, ids in (("kv_source_layer_ids", config.kv_source_layer_ids),
+                       ("index_source_layer_ids", config.index_source_layer_ids)):
+        if not ids:
+            raise KvArithError(f"field '{field}' is empty", "copy it from the model's config.json")
+        if len(set(ids)) != len(ids):
+            raise KvArithError(f"field '{field}' lists a layer twice", "list each layer once")
+        for layer in ids:
+            if not 0 <= layer < layers:
+                raise KvArithError(
+                    f"field '{field}' lists layer {layer} outside 0..{layers - 1}", "fix the layer list"
+                )
+            if config.ratio(layer) == 0:
+                raise KvArithError(
+                    f"field '{field}' lists layer {layer}, whose compress_ratios entry is 0",
+                    "a source layer must be a compressed layer",
+                )
+    compressed = [layer for layer in range(layers) if config.ratio(layer) > 0]
+    first_source = min(config.kv_source_layer_ids)
+    if compressed and compressed[0] < first_source:
+        raise KvArithError(
+            f"field 'kv_source_layer_ids' starts at {first_source} but layer {compressed[0]} is compressed",
+            "every compressed layer needs a kv source at or below it",
+        )
+
+
+def _field(data: Mapping[str, Any], name: str) -> Any:
+    if name not in data:
+        raise KvArithError(f"config lacks field '{name}'", "use the model's full config.json")
+    return data[name]
+
+
+def _positive_int(data: Mapping[str, Any], name: str) -> int:
+    value = _field(data, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KvArithError(f"field '{name}' is {value!r}, not a positive integer", "fix the config value")
+    return value
+
+
+def _optional_int(data: Mapping[str, Any], name: str) -> int:
+    value = data.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise KvArithError(f"field '{name}' is {value!r}, not a non-negative integer", "fix the config value")
+    return value
+
+
+def _int_list(data: Mapping[str, Any], name: str) -> tuple[int, ...]:
+    value = _field(data, name)
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise KvArithError(f"field '{name}' is not a list of integers", "fix the config value")
+    return tuple(value)

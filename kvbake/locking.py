@@ -1,0 +1,159 @@
+"""`build.py lock`: pin the local base, apply the chain once, and write the lock and overlay/."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from kvbake import FORMAT_VERSION
+from kvbake.basecapture import capture_base
+from kvbake.chain import ChainStep, apply_chain, first_touches
+from kvbake.diffs import MODIFY
+from kvbake.digests import sha256_hex, tree_sha256
+from kvbake.engine import DirMeta, Engine
+from kvbake.errors import BaseImageError, LockError
+from kvbake.extract import BaseFile, Extractor
+from kvbake.gitapply import GitApplier, patch_id
+from kvbake.layer import in_image, parent_dirs
+from kvbake.lock import Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, lock_from_dict, write_lock
+from kvbake.manifest import Manifest
+from kvbake.plan import make_plan, overlay_root
+from kvbake.verify import platform_of
+
+log = logging.getLogger(__name__)
+PENDING = Derived(layer_diff_id="", image_id="")
+
+
+@dataclass(frozen=True)
+class BaseSnapshot:
+    """What lock reads out of the base: the touched files and the names of their cached bytecode."""
+
+    files: dict[str, BaseFile]
+    stale: dict[str, tuple[str, ...]]
+
+
+def source_date_epoch(manifest: Manifest) -> int:
+    """SOURCE_DATE_EPOCH when set, else the previous lock's value, else now."""
+    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    try:
+        return int(json.loads(manifest.lock_path.read_text())["source_date_epoch"])
+    except (OSError, ValueError, KeyError):
+        return int(time.time())
+
+
+def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> tuple[LockedBase, dict[str, DirMeta]]:
+    inspect = engine.require_image(manifest.base.image)
+    platform = platform_of(inspect)
+    if manifest.base.platform not in ("native", platform):
+        raise BaseImageError(f"{manifest.base.image} is {platform}, the manifest wants {manifest.base.platform}",
+                             "load the image for the right platform")
+    captured = capture_base(engine, manifest.base.image, inspect["Id"], wanted)
+    repo_digest = next((d.split("@", 1)[1] for d in inspect["RepoDigests"] if "@" in d), None)
+    base = LockedBase(manifest.base.image, platform, captured.config_digest, tuple(inspect["RootFS"]["Layers"]),
+                      captured.layer_sizes, repo_digest, captured.config)
+    return base, captured.dirs
+
+
+def snapshot_base(engine: Engine, manifest: Manifest, touches: dict[str, str]) -> BaseSnapshot:
+    files: dict[str, BaseFile] = {}
+    stale: dict[str, tuple[str, ...]] = {}
+    with engine.created_container(manifest.base.image) as container:
+        extractor = Extractor(engine, container, manifest.base.source_root)
+        for path, change in sorted(touches.items()):
+            if change == MODIFY:
+                found = extractor.file(path)
+                if found is None:
+                    raise BaseImageError(f"{path} is not a file in {manifest.base.image} under {manifest.base.source_root}",
+                                         "check base.source_root and the patch paths")
+                files[path] = found
+            stale[path] = tuple(extractor.stale_bytecode(path))
+    return BaseSnapshot(files, stale)
+
+
+def wanted_dirs(source_root: str, touches: dict[str, str], stale: dict[str, tuple[str, ...]]) -> frozenset[str]:
+    """Image paths of every directory above a touched file or a whited-out bytecode file."""
+    paths = [in_image(source_root, p) for p in touches] + [in_image(source_root, pyc) for items in stale.values() for pyc in items]
+    return frozenset(parent_dirs(paths))
+
+
+def split_dirs(source_root: str, wanted: frozenset[str], found: dict[str, DirMeta]) -> tuple[tuple[LockedDir, ...], tuple[str, ...]]:
+    """Existing directories with their metadata, and the ones the chain creates (relative to the source root)."""
+    existing = tuple(LockedDir(p, m.mode, m.uid, m.gid, m.mtime) for p, m in sorted(found.items()))
+    prefix = source_root.strip("/") + "/"
+    created = tuple(sorted(p.removeprefix(prefix) for p in wanted - set(found)))
+    outside = [p for p in created if p.startswith("/") or in_image(source_root, p) not in wanted]
+    if outside:
+        raise BaseImageError(f"directories above the source root are missing in the base: {', '.join(outside)}", "check base.source_root")
+    return existing, created
+
+
+def locked_files(snapshot: BaseSnapshot, tree: dict[str, bytes]) -> tuple[LockedFile, ...]:
+    result = []
+    for path in sorted(tree):
+        base = snapshot.files.get(path)
+        result.append(LockedFile(
+            path=path, base_sha256=base.sha256 if base else None, overlay_sha256=sha256_hex(tree[path]),
+            mode=base.mode if base else 0o644, uid=base.uid if base else 0, gid=base.gid if base else 0,
+            stale_bytecode=snapshot.stale.get(path, ()),
+        ))
+    return tuple(result)
+
+
+def locked_patches(steps: tuple[ChainStep, ...], tree_root: Path) -> tuple[LockedPatch, ...]:
+    return tuple(LockedPatch(s.patch.id, s.patch.file, s.sha256, patch_id(s.patch.path, tree_root), s.files) for s in steps)
+
+
+def create_lock(engine: Engine, manifest: Manifest) -> Lock:
+    """Pin everything and write overlay/ and the lock; nothing is written when any step fails."""
+    engine.ping()
+    touches = first_touches(manifest)
+    snapshot = snapshot_base(engine, manifest, touches)
+    wanted = wanted_dirs(manifest.base.source_root, touches, snapshot.stale)
+    base, found_dirs = locked_base(engine, manifest, wanted)
+    dirs, created_dirs = split_dirs(manifest.base.source_root, wanted, found_dirs)
+    with tempfile.TemporaryDirectory(prefix="kvbake-lock-") as tmp:
+        tree_root = Path(tmp) / "tree"
+        tree_root.mkdir()
+        for path, found in snapshot.files.items():
+            (tree_root / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree_root / path).write_bytes(found.data)
+        steps = apply_chain(manifest, tree_root, GitApplier())
+        tree = {path: (tree_root / path).read_bytes() for path in touches}
+        patches = locked_patches(steps, tree_root)
+    files = locked_files(snapshot, tree)
+    lock = Lock(FORMAT_VERSION, manifest.sha256, manifest.base.source_root, source_date_epoch(manifest),
+                manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,
+                tree_sha256((f.path, f.overlay_sha256) for f in files), PENDING)
+    lock = lock.with_derived(make_plan(manifest, lock, tree).derived())
+    write_overlay(manifest, tree)
+    write_lock(manifest.lock_path, lock)
+    return lock_from_dict(json.loads(manifest.lock_path.read_text()))
+
+
+def write_overlay(manifest: Manifest, tree: dict[str, bytes]) -> None:
+    """Replace overlay/ with exactly the patched files (the README in it is kept)."""
+    root = overlay_root(manifest)
+    staging = root.with_name(root.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    readme = root / "README.md"
+    if readme.exists():
+        shutil.copy2(readme, staging / "README.md")
+    for path, data in tree.items():
+        (staging / path).parent.mkdir(parents=True, exist_ok=True)
+        (staging / path).write_bytes(data)
+    old = root.with_name(root.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if root.exists():
+        root.rename(old)
+    staging.rename(root)
+    shutil.rmtree(old, ignore_errors=True)
+
+

@@ -1,0 +1,278 @@
+"""Load manifest.yaml: YAML, then the JSON Schema (every error with its path), then semantic rules, then frozen values."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from kvbake.errors import ManifestError
+from kvbake.safepath import resolve_inside
+
+TAG_FIELDS = ("base_tag", "short_id", "name")
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """The image the chain is baked onto, and where its Python sources live."""
+
+    image: str
+    platform: str
+    source_root: str
+
+    @property
+    def tag(self) -> str:
+        return self.image.rsplit(":", 1)[1]
+
+
+@dataclass(frozen=True)
+class Donor:
+    """The upstream checkout the patches come from, pinned to one revision."""
+
+    url: str
+    revision: str
+
+
+@dataclass(frozen=True)
+class ChainPatch:
+    """One patch of the ordered chain."""
+
+    id: str
+    file: str
+    path: Path
+    role: str
+    needed_by: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An opt-in runtime switch; unset (off) by default in every image."""
+
+    name: str
+    values: tuple[str, ...]
+    requires: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named runtime configuration for every rank."""
+
+    name: str
+    status: str
+    max_model_len: int
+    switches: Mapping[str, str]
+    note: str
+    prefix_block: int
+    launcher_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the derived image goes and how its tag is formed."""
+
+    repository: str
+    tag: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The validated manifest; paths are already resolved inside its folder."""
+
+    path: Path
+    sha256: str
+    name: str
+    description: str
+    standin: bool
+    licenses: str
+    base: BaseImage
+    donor: Donor
+    chain: tuple[ChainPatch, ...]
+    switches: Mapping[str, Switch]
+    forbidden: Mapping[str, str]
+    drafter_max_positions: int | None
+    presets: Mapping[str, Preset]
+    output: Output
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.stem + ".lock.json")
+
+    def patch(self, patch_id: str) -> ChainPatch:
+        return next(p for p in self.chain if p.id == patch_id)
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read, validate and freeze the manifest at `path`."""
+    path = Path(path).absolute()
+    raw_bytes = _read_bytes(path)
+    document = parse_yaml(raw_bytes, path.name)
+    validate_schema(document, path.name)
+    check_semantics(document, path.name)
+    return freeze(document, path, hashlib.sha256(raw_bytes).hexdigest())
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(f"manifest {path.name} not found", "pass --manifest PATH or run from the project folder") from None
+    except OSError as err:
+        raise ManifestError(f"manifest {path.name} unreadable: {err.strerror}", "check the file's permissions") from err
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def parse_yaml(raw: bytes, name: str) -> Any:
+    """Parse YAML strictly (no duplicate keys); a syntax error names the line."""
+    try:
+        return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ManifestError(f"{name}{line}: malformed YAML: {problem}", "fix the YAML syntax at that line") from None
+
+
+def manifest_schema() -> dict:
+    """The JSON Schema shipped as package data."""
+    text = resources.files("kvbake").joinpath("schema/manifest.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def validate_schema(document: Any, name: str) -> None:
+    """Report every schema violation at once, each with its path and a did-you-mean for unknown keys."""
+    schema = manifest_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        problems = "; ".join(describe_schema_error(err) for err in errors)
+        raise ManifestError(f"{name}: {len(errors)} schema problem(s): {problems}", "edit the manifest to match the schema in kvbake/schema/manifest.schema.json")
+
+
+def describe_schema_error(err: jsonschema.ValidationError) -> str:
+    """One readable phrase: the dotted path, what is wrong, and a suggestion when a key looks misspelt."""
+    location = json_path(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        known = list(err.schema.get("properties", {}))
+        extra = [k for k in err.instance if k not in known]
+        return "; ".join(f"{location}: unknown key {k!r}{did_you_mean(k, known)}" for k in extra)
+    if err.validator == "required":
+        return f"{location}: missing key {err.message.split(' ')[0]}"
+    return f"{location}: {err.message}"
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def json_path(parts: Any) -> str:
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+    return text.lstrip(".") or "(top level)"
+
+
+def check_semantics(document: dict, name: str) -> None:
+    """Rules the schema cannot express: unique ids, needed dependencies, declared requirements, disjoint names."""
+    problems = _chain_problems(document["chain"]) + _switch_problems(document["switches"], document["forbidden"])
+    problems += _tag_problems(document["output"]["tag"])
+    if problems:
+        raise ManifestError(f"{name}: {'; '.join(problems)}", "correct the manifest entries named above")
+
+
+def _chain_problems(chain: list[dict]) -> list[str]:
+    problems: list[str] = []
+    ids = [p["id"] for p in chain]
+    for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        problems.append(f"chain: duplicate patch id {dup!r}")
+    for index, patch in enumerate(chain):
+        later = ids[index + 1:]
+        needed_by = patch.get("needed_by", [])
+        if patch["role"] == "dependency" and not needed_by:
+            problems.append(f"chain[{index}] ({patch['id']}): a dependency patch must name what needs it in needed_by")
+        for user in needed_by:
+            if user not in later:
+                where = "is not in the chain" if user not in ids else "does not come after it"
+                problems.append(f"chain[{index}] ({patch['id']}): needed_by {user!r} {where}")
+    return problems
+
+
+def _switch_problems(switches: dict, forbidden: dict) -> list[str]:
+    problems: list[str] = []
+    for name in sorted(set(switches) & set(forbidden)):
+        problems.append(f"switch {name} is both declared and forbidden")
+    for name, spec in sorted(switches.items()):
+        for needed in spec.get("requires", []):
+            if needed not in switches:
+                problems.append(f"switches.{name}.requires: {needed!r} is not a declared switch{did_you_mean(needed, list(switches))}")
+            elif needed == name:
+                problems.append(f"switches.{name}.requires: a switch cannot require itself")
+    return problems
+
+
+def _tag_problems(template: str) -> list[str]:
+    import string
+
+    fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    return [f"output.tag: unknown field {{{f}}}; use {', '.join('{' + t + '}' for t in TAG_FIELDS)}" for f in fields if f not in TAG_FIELDS]
+
+
+def freeze(document: dict, path: Path, sha256: str) -> Manifest:
+    """Turn the validated document into frozen values, resolving patch paths inside the manifest's folder."""
+    root = path.parent
+    chain = tuple(
+        ChainPatch(
+            id=p["id"], file=p["file"], path=resolve_inside(root, p["file"], f"chain {p['id']} file"),
+            role=p["role"], needed_by=tuple(p.get("needed_by", ())), summary=p.get("summary", ""),
+        )
+        for p in document["chain"]
+    )
+    switches = {
+        name: Switch(name, tuple(s["values"]), tuple(s.get("requires", ())), s.get("summary", ""))
+        for name, s in sorted(document["switches"].items())
+    }
+    presets = {name: _freeze_preset(name, p) for name, p in sorted(document["presets"].items())}
+    drafter = document.get("drafter")
+    return Manifest(
+        path=path, sha256=sha256, name=document["name"], description=document.get("description", ""),
+        standin=document.get("standin", False), licenses=document.get("licenses", "Apache-2.0"),
+        base=BaseImage(**document["base"]), donor=Donor(**document["donor"]), chain=chain,
+        switches=switches, forbidden=dict(sorted(document["forbidden"].items())),
+        drafter_max_positions=drafter["max_positions"] if drafter else None,
+        presets=presets, output=Output(**document["output"]),
+    )
+
+
+def _freeze_preset(name: str, spec: dict) -> Preset:
+    return Preset(
+        name=name, status=spec["status"], max_model_len=spec["max_model_len"],
+        switches=dict(sorted(spec["switches"].items())), note=spec["note"],
+        prefix_block=spec.get("prefix_block", 384), launcher_args=tuple(spec.get("launcher_args", ())),
+    )

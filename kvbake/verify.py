@@ -1,0 +1,99 @@
+"""Pure checks over image inspect data and read-back hashes; each returns every failure, not just the first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from kvbake.errors import IntegrityError
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a derived image must look like; layer_diff_id and image_id are None for the docker builder."""
+
+    base_diff_ids: tuple[str, ...]
+    labels: Mapping[str, str]
+    switch_names: tuple[str, ...]
+    layer_diff_id: str | None
+    image_id: str | None
+    max_new_layers: int = 1
+
+
+def env_names(env: Sequence[str] | None) -> set[str]:
+    return {item.split("=", 1)[0] for item in env or ()}
+
+
+def layer_failures(layers: Sequence[str], expected: Expectation) -> list[str]:
+    failures = []
+    base = list(expected.base_diff_ids)
+    if list(layers[: len(base)]) != base:
+        failures.append("the base layers are not a prefix of the image's layers")
+    new = list(layers[len(base):])
+    if expected.layer_diff_id is not None:
+        if len(new) != 1:
+            failures.append(f"expected exactly one new layer, found {len(new)}")
+        elif new[0] != expected.layer_diff_id:
+            failures.append(f"the new layer {new[0][:19]} is not the thin layer {expected.layer_diff_id[:19]}")
+    elif not 1 <= len(new) <= expected.max_new_layers:
+        failures.append(f"expected 1 to {expected.max_new_layers} new layers, found {len(new)}")
+    return failures
+
+
+def label_failures(labels: Mapping[str, str] | None, expected: Mapping[str, str]) -> list[str]:
+    labels = labels or {}
+    failures = [f"label {k} is {labels.get(k)!r}, expected {v!r}" for k, v in sorted(expected.items()) if labels.get(k) != v]
+    own = [k for k in labels if k.startswith("org.kvbake.") and k not in expected]
+    failures += [f"unexpected label {k}" for k in sorted(own)]
+    return failures
+
+
+def env_failures(env: Sequence[str] | None, switch_names: Sequence[str]) -> list[str]:
+    present = sorted(env_names(env) & set(switch_names))
+    return [f"switch {name} is set in the image Env (every switch must default off)" for name in present]
+
+
+def image_failures(inspect: Mapping[str, Any], expected: Expectation) -> list[str]:
+    """Every way the inspected image differs from the expectation."""
+    config = inspect.get("Config") or {}
+    failures = layer_failures(inspect.get("RootFS", {}).get("Layers", []), expected)
+    failures += label_failures(config.get("Labels"), expected.labels)
+    failures += env_failures(config.get("Env"), expected.switch_names)
+    if expected.image_id is not None and inspect.get("Id") != expected.image_id:
+        failures.append(f"image ID {str(inspect.get('Id'))[:19]} is not the reproducible ID {expected.image_id[:19]}")
+    return failures
+
+
+def file_failures(found: Mapping[str, str | None], expected: Mapping[str, str]) -> list[str]:
+    """Read-back file hashes against the lock's overlay hashes."""
+    failures = []
+    for path, want in sorted(expected.items()):
+        got = found.get(path)
+        if got is None:
+            failures.append(f"{path} is missing from the image")
+        elif got != want:
+            failures.append(f"{path} has sha256 {got[:12]}…, the lock says {want[:12]}…")
+    return failures
+
+
+def raise_if_failed(what: str, failures: Sequence[str]) -> None:
+    if failures:
+        raise IntegrityError(f"{what}: {len(failures)} check(s) failed: {'; '.join(failures)}",
+                             "do not use this image; rebuild it with python build.py")
+
+
+def platform_of(inspect: Mapping[str, Any]) -> str:
+    return f"{inspect.get('Os')}/{inspect.get('Architecture')}"
+
+
+def base_failures(inspect: Mapping[str, Any], config_digest: str, diff_ids: Sequence[str], platform: str) -> list[str]:
+    """The local base against the lock: config digest (the classic store's image ID), diff_ids and platform."""
+    failures = []
+    if inspect.get("Id") != config_digest:
+        failures.append(f"image ID {str(inspect.get('Id'))[:19]} differs from the lock's {config_digest[:19]}")
+    layers = list(inspect.get("RootFS", {}).get("Layers", []))
+    if layers != list(diff_ids):
+        failures.append(f"diff_ids differ from the lock ({len(layers)} layers here, {len(diff_ids)} locked)")
+    if platform_of(inspect) != platform:
+        failures.append(f"platform {platform_of(inspect)} differs from the lock's {platform}")
+    return failures

@@ -1,0 +1,55 @@
+"""Integration fixtures: a locked tiny project on the real engine, and leftover checks."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kvbake.cli import main
+from kvbake.engine import Engine
+
+from tiny import import_base, write_project
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="session")
+def tiny_base(engine: Engine) -> str:
+    return import_base(engine)
+
+
+@pytest.fixture(scope="session")
+def locked_tiny_template(engine: Engine, tiny_base: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-template")
+    manifest = write_project(root)
+    assert main(["lock", "--manifest", str(manifest)]) == 0
+    return root
+
+
+@pytest.fixture()
+def tiny(locked_tiny_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of the locked tiny project; temp files go to a private folder that must end empty."""
+    root = tmp_path / "project"
+    shutil.copytree(locked_tiny_template, root, ignore=shutil.ignore_patterns(".kvbake"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return root / "manifest.yaml"
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tags_of(engine: Engine, repository: str) -> set[str]:
+    images = engine.client.image.list(repository_or_tag=repository)
+    return {tag for image in images for tag in image.repo_tags}
+
+
+def leftover_containers(engine: Engine) -> list[str]:
+    return [c.name for c in engine.client.container.list(all=True) if c.name.startswith("kvbake-extract-")]

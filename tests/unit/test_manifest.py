@@ -1,0 +1,171 @@
+"""Tests of manifest loading: the valid and invalid example folders, frozen values and defaults."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvbake.errors import ManifestError
+from kvbake.manifest import load_manifest, manifest_schema
+from tests.unit.helpers_manifest import MINIMAL, minimal_document, referenced_files, tiny_manifest, write_manifest, write_patch_files
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "manifests"
+VALID = sorted((DATA / "valid").glob("*.yaml"))
+INVALID = sorted((DATA / "invalid").glob("*.yaml"))
+DIRECTIVE = re.compile(r"^# (expect|symlink): (.*)$")
+
+
+def directives(text: str) -> dict[str, list[str]]:
+    """The `# expect:` and `# symlink:` comment lines at the top of a data file."""
+    found: dict[str, list[str]] = {"expect": [], "symlink": []}
+    for line in text.splitlines():
+        match = DIRECTIVE.match(line)
+        if not match:
+            break
+        found[match.group(1)].append(match.group(2))
+    return found
+
+
+def stage(source: Path, tmp_path: Path) -> Path:
+    """Copy a data manifest into its own folder, create its symlinks and (empty) patch files."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (tmp_path / "outside").mkdir()
+    text = source.read_text(encoding="utf-8")
+    for spec in directives(text)["symlink"]:
+        link, target = (part.strip() for part in spec.split("->"))
+        (folder / link).symlink_to(target, target_is_directory=True)
+    target = folder / "manifest.yaml"
+    shutil.copyfile(source, target)
+    write_patch_files(folder, referenced_files(text))
+    return target
+
+
+def test_the_data_folders_are_not_empty() -> None:
+    assert len(VALID) >= 3
+    assert len(INVALID) >= 18
+
+
+@pytest.mark.parametrize("source", VALID, ids=lambda p: p.stem)
+def test_every_valid_manifest_loads(source: Path, tmp_path: Path) -> None:
+    path = stage(source, tmp_path)
+    manifest = load_manifest(path)
+    assert manifest.path == path.absolute()
+    assert [p.file for p in manifest.chain] == referenced_files(source.read_text(encoding="utf-8"))
+    for patch in manifest.chain:
+        assert patch.path == (path.parent / patch.file).resolve()
+        assert patch.path.is_file()
+
+
+@pytest.mark.parametrize("source", INVALID, ids=lambda p: p.stem)
+def test_every_invalid_manifest_is_refused_with_its_expected_message(source: Path, tmp_path: Path) -> None:
+    expected = directives(source.read_text(encoding="utf-8"))["expect"]
+    assert expected, f"{source.name} must start with a '# expect: ...' line"
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(stage(source, tmp_path))
+    err = caught.value
+    assert err.exit_code == 3
+    text = err.one_line()
+    assert "\n" not in text
+    for fragment in expected:
+        assert fragment in text
+    assert err.fix
+
+
+def test_several_errors_are_reported_at_once_in_path_order(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(stage(DATA / "invalid" / "several-errors.yaml", tmp_path))
+    text = caught.value.one_line()
+    problems = text.split(": ", 2)[2].split("; fix:")[0].split("; ")
+    assert [p.split(":")[0] for p in problems] == ["base.platform", "donor.revision", "presets.control.max_model_len", "presets.control.status"]
+
+
+def test_minimal_manifest_freezes_with_defaults(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path)
+    assert manifest.name == "tiny"
+    assert manifest.standin is True
+    assert manifest.licenses == "Apache-2.0"
+    assert manifest.description == ""
+    assert manifest.drafter_max_positions is None
+    assert manifest.base.tag == "1"
+    assert manifest.lock_path.name == "manifest.lock.json"
+    assert manifest.root == tmp_path
+    assert list(manifest.switches) == ["TINY_OTHER", "TINY_SWITCH"]
+    assert manifest.switches["TINY_OTHER"].requires == ("TINY_SWITCH",)
+    assert manifest.presets["control"].prefix_block == 384
+    assert manifest.presets["control"].launcher_args == ()
+    assert manifest.patch("0001").role == "feature"
+    assert manifest.patch("0001").needed_by == ()
+
+
+def test_full_manifest_keeps_every_optional_field(tmp_path: Path) -> None:
+    manifest = load_manifest(stage(DATA / "valid" / "full.yaml", tmp_path))
+    assert manifest.licenses == "MIT"
+    assert manifest.standin is False
+    assert manifest.drafter_max_positions == 4096
+    assert manifest.base.tag == "v5.1"
+    assert manifest.patch("0059").needed_by == ("0060", "0076")
+    assert manifest.patch("0051").summary == "page packing"
+    assert manifest.presets["packing-327680"].prefix_block == 512
+    assert manifest.presets["packing-327680"].launcher_args == ("--enforce-eager",)
+    assert dict(manifest.presets["alias"].switches) == {"FULL_ALIAS": "1", "FULL_TRANSIENT": "1"}
+    assert list(manifest.forbidden) == ["FULL_KV_DISPLAY", "FULL_NVFP4_KV"]
+
+
+def test_manifest_sha256_is_of_the_raw_bytes(tmp_path: Path) -> None:
+    import hashlib
+
+    first = tiny_manifest(tmp_path / "a")
+    second = tiny_manifest(tmp_path / "b", MINIMAL + "# a trailing comment\n")
+    assert first.sha256 == hashlib.sha256(MINIMAL.encode()).hexdigest()
+    assert second.sha256 != first.sha256
+
+
+def test_a_patch_path_inside_a_symlinked_folder_that_stays_inside_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "0001-tiny.patch").write_bytes(b"")
+    (tmp_path / "patches").symlink_to("real", target_is_directory=True)
+    manifest = load_manifest(write_manifest(tmp_path))
+    assert manifest.patch("0001").path == tmp_path.resolve() / "real" / "0001-tiny.patch"
+
+
+def test_a_missing_manifest_is_a_manifest_error(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="manifest absent.yaml not found") as caught:
+        load_manifest(tmp_path / "absent.yaml")
+    assert caught.value.exit_code == 3
+    assert "--manifest" in caught.value.one_line()
+
+
+def test_a_patch_escaping_through_a_symlinked_file_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "patches").mkdir(parents=True)
+    (tmp_path / "elsewhere.patch").write_bytes(b"")
+    (project / "patches" / "0001-tiny.patch").symlink_to(tmp_path / "elsewhere.patch")
+    with pytest.raises(ManifestError, match="escapes the manifest's folder through a symlink"):
+        load_manifest(write_manifest(project))
+
+
+def test_every_tag_field_the_loader_accepts_can_be_formatted(tmp_path: Path) -> None:
+    document = minimal_document()
+    document["output"]["tag"] = "{name}-{base_tag}-{short_id}"
+    manifest = tiny_manifest(tmp_path, document)
+    assert manifest.output.tag.format(name="n", base_tag="b", short_id="s") == "n-b-s"
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: _tag_problems calls string.Formatter().parse without catching ValueError, "
+                   "so an unbalanced brace in output.tag escapes as a bare ValueError instead of a ManifestError")
+@pytest.mark.parametrize("tag", ["{base_tag", "v}-{short_id}"])
+def test_an_unbalanced_brace_in_the_tag_template_is_a_manifest_error(tag: str, tmp_path: Path) -> None:
+    document = minimal_document()
+    document["output"]["tag"] = tag
+    with pytest.raises(ManifestError, match="output.tag"):
+        tiny_manifest(tmp_path, document)
+
+
+def test_the_schema_is_package_data_and_requires_every_top_level_section() -> None:
+    schema = manifest_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"format", "name", "base", "donor", "chain", "switches", "forbidden", "presets", "output"}
