@@ -58,6 +58,9 @@ def apply_chain(manifest: Manifest, tree: Path, applier: Applier, lock: Lock | N
     steps: list[ChainStep] = []
     touched_so_far: dict[str, str] = {}
     total = len(manifest.chain)
+    if lock is not None and [p.id for p in lock.patches] != [p.id for p in manifest.chain]:
+        raise PatchError(f"the lock pins patches {', '.join(p.id for p in lock.patches)} but the chain is {', '.join(p.id for p in manifest.chain)}",
+                         "review the chain and run python build.py lock")
     for index, patch in enumerate(manifest.chain, start=1):
         label = f"patch {patch.id} ({index}/{total})"
         step = apply_one(label, patch, tree, applier, touched_so_far, lock.patches[index - 1] if lock else None)

@@ -38,9 +38,13 @@ def check_donor(manifest: Manifest, donor: Path) -> None:
 def find_in_donor(tracked: list[str], patch_file: str, patch_id: str) -> str:
     name = PurePosixPath(patch_file).name
     matches = [path for path in tracked if PurePosixPath(path).name == name]
+    if not matches:
+        prefix = f"{patch_id}-"
+        matches = [path for path in tracked if PurePosixPath(path).name.startswith(prefix) and path.endswith(".patch")]
     if len(matches) != 1:
         what = "no file" if not matches else f"{len(matches)} files"
-        raise DonorError(f"patch {patch_id}: {what} named {name} in the donor checkout", "fix chain[].file to the donor's patch file name")
+        raise DonorError(f"patch {patch_id}: {what} named {name} or {patch_id}-*.patch in the donor checkout",
+                         "fix chain[].file to the donor's patch file name")
     return matches[0]
 
 

@@ -75,7 +75,7 @@ def apply_strictly(label: str, patch: Path, tree: Path) -> None:
 
 
 def _reason(output: str) -> str:
-    errors = [line.strip() for line in output.splitlines() if line.startswith("error:")]
+    errors = [line.strip() for line in output.splitlines() if line.startswith("error:") and not line.rstrip().endswith("searching for:")]
     return "; ".join(errors[:2]) or output.strip().splitlines()[-1] if output.strip() else "no output"
 
 

@@ -240,8 +240,19 @@ def _switch_problems(switches: dict, forbidden: dict) -> list[str]:
 def _tag_problems(template: str) -> list[str]:
     import string
 
-    fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    return [f"output.tag: unknown field {{{f}}}; use {', '.join('{' + t + '}' for t in TAG_FIELDS)}" for f in fields if f not in TAG_FIELDS]
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as err:
+        return [f"output.tag: {err} in {template!r}"]
+    problems = []
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in TAG_FIELDS:
+            problems.append(f"output.tag: unknown field {{{field}}}; use {', '.join('{' + t + '}' for t in TAG_FIELDS)}")
+        if spec or conversion:
+            problems.append(f"output.tag: {{{field}}} may not carry a conversion or format spec")
+    return problems
 
 
 def freeze(document: dict, path: Path, sha256: str) -> Manifest:

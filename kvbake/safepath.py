@@ -10,8 +10,10 @@ from kvbake.errors import ManifestError
 def resolve_inside(root: Path, relative: str, what: str) -> Path:
     """Return root/relative, resolved, or raise when it is absolute or leaves root."""
     pure = PurePosixPath(relative)
-    if pure.is_absolute() or "\\" in relative:
+    if pure.is_absolute():
         raise ManifestError(f"{what} {relative!r} is absolute", "give a path relative to the manifest's folder")
+    if "\\" in relative:
+        raise ManifestError(f"{what} {relative!r} contains a backslash", "use forward slashes, relative to the manifest's folder")
     if ".." in pure.parts:
         raise ManifestError(f"{what} {relative!r} contains '..'", "give a path inside the manifest's folder")
     real_root = root.resolve()

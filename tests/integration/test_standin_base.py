@@ -8,7 +8,7 @@ import struct
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -64,7 +64,7 @@ def wheel(base_tag: str) -> Iterator[zipfile.ZipFile]:
 
 
 @pytest.fixture()
-def image_file(docker: DockerClient, base_tag: str, tmp_path: Path):
+def image_file(docker: DockerClient, base_tag: str, tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """Copy one file out of a created, never started, container of the base."""
     container = docker.container.create(base_tag, networks=["none"], pull="never")
 
@@ -122,7 +122,7 @@ def test_base_has_os_and_sources_layers(docker: DockerClient, base_tag: str) -> 
     assert any(entry.startswith("PATH=") for entry in image.config.env)
 
 
-def test_kv_cache_interface_is_pinned_and_compiled(image_file) -> None:
+def test_kv_cache_interface_is_pinned_and_compiled(image_file: Callable[[str], Path]) -> None:
     relative = "vllm/v1/kv_cache_interface.py"
     source = image_file(relative)
     assert lib.file_sha256(source) == lib.BASE_FILE_SHA256[relative]

@@ -100,7 +100,7 @@ def locked_file(path: str, data: bytes, base: bytes | None = b"old\n", mode: int
     return LockedFile(path, sha(base) if base is not None else None, sha(data), mode, uid, gid, stale)
 
 
-def make_lock(manifest_sha256: str = "0" * 64, files: tuple[LockedFile, ...] = (), patches: tuple[LockedPatch, ...] = (),
+def make_lock(manifest_sha256: str = "0" * 64, files: tuple[LockedFile, ...] = (), patches: tuple[LockedPatch, ...] | None = None,
               dirs: tuple[LockedDir, ...] = (), new_dirs: tuple[str, ...] = (), overlay_tree_sha256: str = "1" * 64, repo_digest: str | None = None,
               derived: Derived | None = None) -> Lock:
     """A Lock value built by hand; every field has a plausible default."""
@@ -109,7 +109,7 @@ def make_lock(manifest_sha256: str = "0" * 64, files: tuple[LockedFile, ...] = (
         donor_url="https://example.invalid/tiny.git", donor_revision="0123456789abcdef0123456789abcdef01234567",
         base=LockedBase(reference="kvbake-test/tiny:1", platform="linux/amd64", config_digest="sha256:" + "c" * 64,
                         diff_ids=BASE_DIFF_IDS, layer_sizes=BASE_SIZES, repo_digest=repo_digest, config=base_config()),
-        patches=patches or (LockedPatch("0001", "patches/0001-tiny.patch", "2" * 64, "3" * 40,
+        patches=patches if patches is not None else (LockedPatch("0001", "patches/0001-tiny.patch", "2" * 64, "3" * 40,
                                         (PatchFileHashes("pkg/mod.py", "modify", "4" * 64, "5" * 64),)),),
         files=files, dirs=dirs, new_dirs=new_dirs, overlay_tree_sha256=overlay_tree_sha256,
         derived=derived or Derived(layer_diff_id="sha256:" + "6" * 64, image_id="sha256:" + "7" * 64),
