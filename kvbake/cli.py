@@ -27,6 +27,11 @@ COMMANDS_HELP = """commands:
   lock              pin the local base and the patches; write the lock and overlay/
   verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
   dockerfile        render Dockerfile.overlay next to the manifest
+  push              push the built image to the registry and read it back
+  deploy            roll the release out to every node of --deploy (two phases; reverted on failure)
+  rollback          go back to the previous release on every node (tag swap, nothing pulled)
+  verify-running    check every rank: layers, labels, exact switch set, no bind mount over baked files
+  status            a table of nodes, releases, what runs and divergence
 """
 
 
@@ -51,7 +56,28 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("--deep", action="store_true", help="read files back and prove the patched code runs")
     verify.add_argument("--builder", choices=("kvbake", "docker"), default="kvbake", help="which builder made the image")
     sub.add_parser("dockerfile", parents=[common], help="render Dockerfile.overlay")
+    push = sub.add_parser("push", parents=[common], help="push the built image, read it back by digest, record it")
+    push.add_argument("--registry", default=None, metavar="HOST:PORT", help="push to this registry instead of output.repository's host")
+    add_ship_commands(sub, common)
     return top
+
+
+def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    ship = argparse.ArgumentParser(add_help=False)
+    ship.add_argument("--deploy", default="deploy.yaml", type=Path, help="deployment file: nodes, roles, launcher (default: ./deploy.yaml)")
+    ship.add_argument("--break-lock", action="store_true", help="break a stale node lock (recorded in the audit log)")
+    deploy = sub.add_parser("deploy", parents=[common, ship], help="roll the release out to every node (two phases, reverted on failure)")
+    deploy.add_argument("--preset", help="the preset (switch set and max-model-len) to run on every rank")
+    deploy.add_argument("--image", help="pull reference repo@sha256:… (default: from the push record)")
+    deploy.add_argument("--reason", help="why (recorded in the release record and the audit logs)")
+    deploy.add_argument("--allow-held", action="store_true", help="allow a preset whose status is held (needs --reason)")
+    deploy.add_argument("--allow-untested", action="store_true", help="allow a preset whose status is untested (needs --reason)")
+    deploy.add_argument("--resume", action="store_true", help="finish an interrupted deploy from its journal")
+    deploy.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
+    sub.add_parser("rollback", parents=[common, ship], help="swap current and previous on every rank, restart, verify")
+    running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
+    running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
+    sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")
 
 
 def configure_logging(debug: bool) -> None:

@@ -101,3 +101,91 @@ def cmd_dockerfile(args: argparse.Namespace) -> Result:
     target = manifest.root / "Dockerfile.overlay"
     target.write_text(render(plan))
     return {"dockerfile": str(target.name)}, f"wrote {Path(target).relative_to(manifest.root)}"
+
+
+def cmd_push(args: argparse.Namespace) -> Result:
+    from kvbake.pushing import push_image, push_record, upload_summary, write_push_record
+
+    manifest = _manifest(args)
+    lock = read_lock(manifest)
+    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
+    result = push_image(Engine(args.host), plan, args.registry)
+    record = push_record(result)
+    path = write_push_record(manifest.root, record)
+    text = "\n".join([
+        f"pushed:    {result.target.reference}" + ("   (already present: nothing uploaded)" if result.already_present else ""),
+        f"pull:      {result.pinned}   (what nodes pull)",
+        f"uploaded:  {'nothing' if result.already_present else upload_summary(result.upload)}",
+        f"read back: config {result.manifest.config_digest[:19]}… = image ID, diff_ids = base + thin layer, "
+        f"{len(result.manifest.layers)} layers, labels equal",
+        f"record:    {path.relative_to(manifest.root)}",
+    ])
+    return record, text
+
+
+def _ship_context(args: argparse.Namespace):
+    from kvbake.deployfile import load_deployment
+    from kvbake.shipping import make_fleet
+
+    manifest = _manifest(args)
+    lock = read_lock(manifest)
+    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
+    deployment = load_deployment(args.deploy)
+    return manifest, lock, plan, deployment, make_fleet(deployment, manifest, lock)
+
+
+def cmd_deploy(args: argparse.Namespace) -> Result:
+    from kvbake.presets import choose_preset
+    from kvbake.rollout import deploy, recover
+    from kvbake.shipping import make_release, pushed_reference
+
+    manifest, lock, plan, deployment, fleet = _ship_context(args)
+    if args.resume or args.revert:
+        journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock)
+        verb = "resumed" if args.resume else "reverted"
+        return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
+    if not args.preset:
+        raise_usage("deploy needs --preset NAME (or --resume / --revert)")
+    chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+    image = args.image or pushed_reference(manifest, plan)
+    release = make_release(plan, image, chosen, args.reason or "")
+    journal = deploy(fleet, release, manifest.base.image, lock.base.diff_ids, args.break_lock)
+    text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
+            f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
+    return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
+            "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+
+
+def cmd_rollback(args: argparse.Namespace) -> Result:
+    from kvbake.rollout import rollback
+
+    *_, deployment, fleet = _ship_context(args)
+    journal = rollback(fleet, args.break_lock)
+    return {"journal": journal.id, "release": journal.release_id}, (
+        f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed")
+
+
+def cmd_verify_running(args: argparse.Namespace) -> Result:
+    from kvbake.running import parse_expect
+    from kvbake.shipping import verify_running
+
+    *_, fleet = _ship_context(args)
+    expect = None if args.expect is None else parse_expect(args.expect)
+    reports = verify_running(fleet, expect)
+    data = {"ok": True, "ranks": [{"node": r.node, "switches": r.switches} for r in reports]}
+    lines = [f"{r.node}: ok, switches {','.join(f'{k}={v}' for k, v in sorted(r.switches.items())) or '(none)'}" for r in reports]
+    return data, "\n".join(lines + ["all ranks agree"])
+
+
+def cmd_status(args: argparse.Namespace) -> Result:
+    from kvbake.shipping import status, status_table
+
+    *_, fleet = _ship_context(args)
+    data = status(fleet)
+    return data, status_table(data)
+
+
+def raise_usage(message: str) -> None:
+    from kvbake.errors import PresetError
+
+    raise PresetError(message, "see python build.py deploy --help")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 import secrets
 import tarfile
@@ -14,7 +15,8 @@ from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
 from python_on_whales.utils import run as run_cli
 
-from kvbake.errors import BaseImageError, EngineError
+from kvbake.engine_ops import ContainerOps
+from kvbake.errors import BaseImageError, EngineError, RegistryError
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,7 @@ def _stderr(err: DockerException) -> str:
     return text[-1] if text else f"exit code {err.return_code}"
 
 
-class Engine:
+class Engine(ContainerOps):
     """One engine (local socket, unix:// or ssh://), with just the calls kvbake uses."""
 
     def __init__(self, host: str | None = None, config_dir: str | None = None) -> None:
@@ -71,7 +73,8 @@ class Engine:
         self.require_image(image)
         name = f"kvbake-extract-{secrets.token_hex(6)}"
         try:
-            self.client.container.create(image, ["true"], name=name, networks=["none"], pull="never")
+            self.client.container.create(image, ["true"], name=name, networks=["none"], pull="never",
+                                         labels={"org.kvbake.extract.pid": str(os.getpid())})
         except DockerException as err:
             raise EngineError(f"{self.label}: cannot create a container from {image} ({_stderr(err)})", "check the engine and the image") from None
         try:
@@ -119,6 +122,20 @@ class Engine:
     def untag(self, reference: str) -> None:
         """Remove one tag without touching other tags of the same image."""
         self.remove_image(reference)
+
+    def config_dir(self) -> str | None:
+        """The login store folder this client passes as --config (None: DOCKER_CONFIG or ~/.docker)."""
+        config = self.client.client_config.config
+        return str(config) if config is not None else None
+
+    def push(self, reference: str) -> None:
+        """`docker push` of one tag; the engine uses the client's login store and skips blobs the registry has."""
+        try:
+            self.client.image.push(reference, quiet=True)
+        except DockerException as err:
+            raise RegistryError(f"{self.label}: push of {reference} failed ({_stderr(err)})",
+                                "check that the registry is up and that you are logged in (docker login), then push again; "
+                                "blobs already uploaded are skipped") from None
 
     def legacy_build(self, context: Path, dockerfile: Path, tag: str) -> str:
         """`docker build` with the classic builder, no network; returns the image ID."""

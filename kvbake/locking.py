@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from kvbake import FORMAT_VERSION
 from kvbake.basecapture import capture_base
@@ -17,7 +17,7 @@ from kvbake.chain import ChainStep, apply_chain, first_touches
 from kvbake.diffs import MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.engine import DirMeta, Engine
-from kvbake.errors import BaseImageError, LockError
+from kvbake.errors import BaseImageError
 from kvbake.extract import BaseFile, Extractor
 from kvbake.gitapply import GitApplier, patch_id
 from kvbake.layer import in_image, parent_dirs

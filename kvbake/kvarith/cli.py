@@ -10,7 +10,7 @@ from typing import TextIO
 
 from kvbake.errors import KvArithError, KvbakeError
 from kvbake.kvarith.anchors import run_anchors
-from kvbake.kvarith.calculator import analyze
+from kvbake.kvarith.calculator import Analysis, analyze
 from kvbake.kvarith.capacity import ServeSettings, lookahead_extra_retained, parse_bytes
 from kvbake.kvarith.config import load_config
 from kvbake.kvarith.pressure import DEFAULT_MEM_FLOOR, PressureInputs, parse_mix, predict, pressure_dict, render_pressure
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def analysis_packing(analysis) -> dict[str, int]:  # noqa: ANN001 - Analysis, kept import-light
+def analysis_packing(analysis: Analysis) -> dict[str, int]:
     return {d.name: d.pack for d in analysis.capacity.demands if d.pack != 1}
 
 

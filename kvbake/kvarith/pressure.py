@@ -39,7 +39,7 @@ class RequestDemand:
 class PressureVerdict:
     """Whether the mix cannot all stay resident, so vLLM must preempt."""
 
-    test_pool_bytes: int
+    pool_for_test: int
     usable_blocks: int
     requests: tuple[RequestDemand, ...]
 
@@ -121,7 +121,7 @@ def predict(layout: Layout, settings: ServeSettings, inputs: PressureInputs,
         raise KvArithError("--output-tokens is negative", "pass 0 or more")
     if not inputs.mix:
         raise KvArithError("--pressure needs a request mix", "pass --mix LENGTH[xCOUNT],...")
-    pool = test_pool_bytes(inputs.pool_bytes, inputs.mem_available, inputs.mem_floor)
+    pool = pool_for_test(inputs.pool_bytes, inputs.mem_available, inputs.mem_floor)
     usable = pool // layout.stride - 1
     if usable <= 0:
         raise KvArithError(f"a pool of {pool:,} B holds no usable block", "raise the pool or MemAvailable")
@@ -136,7 +136,7 @@ def predict(layout: Layout, settings: ServeSettings, inputs: PressureInputs,
     return PressureVerdict(pool, usable, tuple(requests))
 
 
-def test_pool_bytes(pool: int, mem_available: int | None, floor: int) -> int:
+def pool_for_test(pool: int, mem_available: int | None, floor: int) -> int:
     """The largest per-rank pool that keeps MemAvailable at the floor (unified memory: pool bytes leave it)."""
     if pool <= 0:
         raise KvArithError(f"pool of {pool} bytes is not positive", "pass the per-rank KV bytes")
@@ -148,7 +148,7 @@ def test_pool_bytes(pool: int, mem_available: int | None, floor: int) -> int:
 def render_pressure(verdict: PressureVerdict, inputs: PressureInputs, stride: int) -> str:
     """The text report of a pressure prediction."""
     lines = ["", "Pressure (every request of the mix resident together):",
-             f"  test pool per rank: {verdict.test_pool_bytes:,} B ({verdict.test_pool_bytes / GIB:.2f} GiB), "
+             f"  test pool per rank: {verdict.pool_for_test:,} B ({verdict.pool_for_test / GIB:.2f} GiB), "
              f"{verdict.usable_blocks:,} usable blocks of {stride:,} B"]
     if inputs.mem_available is not None:
         lines.append(f"  (pool grown by MemAvailable {inputs.mem_available / GIB:.2f} GiB "
@@ -166,7 +166,7 @@ def render_pressure(verdict: PressureVerdict, inputs: PressureInputs, stride: in
 
 def pressure_dict(verdict: PressureVerdict) -> dict[str, object]:
     return {
-        "test_pool_bytes": verdict.test_pool_bytes,
+        "pool_for_test": verdict.pool_for_test,
         "usable_blocks": verdict.usable_blocks,
         "requests": [{"prompt_tokens": r.prompt_tokens, "count": r.count, "held_blocks": r.held_blocks,
                       "admission_blocks": r.admission_blocks} for r in verdict.requests],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -52,4 +53,6 @@ def tags_of(engine: Engine, repository: str) -> set[str]:
 
 
 def leftover_containers(engine: Engine) -> list[str]:
-    return [c.name for c in engine.client.container.list(all=True) if c.name.startswith("kvbake-extract-")]
+    """Extraction containers this test process left behind (others may run their own builds meanwhile)."""
+    mine = {"org.kvbake.extract.pid": str(os.getpid())}
+    return [c.name for c in engine.client.container.list(all=True, filters={"label": f"org.kvbake.extract.pid={os.getpid()}"})] if mine else []

@@ -14,7 +14,7 @@ from kvbake.engine import Engine
 from kvbake.extract import Extractor
 
 from conftest import leftover_containers, run, tags_of
-from tiny import MOD_V1, TINY_BASE, diff, import_base
+from tiny import MOD_V1, diff, import_base
 
 pytestmark = pytest.mark.docker
 REPO = "127.0.0.1:5000/tiny"

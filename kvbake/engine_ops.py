@@ -1,0 +1,77 @@
+"""Adapter: the container, tag and pull calls of `Engine` used by rollout (a mixin, to keep engine.py small)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
+from python_on_whales.utils import run as run_cli
+
+from kvbake.errors import EngineError
+
+
+def _last_line(err: DockerException) -> str:
+    text = (err.stderr or err.stdout or "").strip().splitlines()
+    return text[-1] if text else f"exit code {err.return_code}"
+
+
+class ContainerOps:
+    """Calls on named containers and tags; expects `self.client` (a DockerClient) and `self.label`."""
+
+    client: Any
+    label: str
+
+    def _fail(self, what: str, err: DockerException) -> EngineError:
+        return EngineError(f"{self.label}: {what} failed ({_last_line(err)})", "check that the node's engine is up and reachable")
+
+    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> bool:
+        """Create a never-started container as an atomic marker; False when the name is taken."""
+        try:
+            self.client.container.create(image, ["true"], name=name, labels=labels, networks=["none"], pull="never")
+        except DockerException as err:
+            if "is already in use" in (err.stderr or "") or "Conflict" in (err.stderr or ""):
+                return False
+            raise self._fail(f"create {name}", err) from None
+        return True
+
+    def container_inspect(self, name: str) -> dict[str, Any] | None:
+        """Plain inspect data of a container, or None when absent."""
+        try:
+            raw = run_cli(self.client.client_config.docker_cmd + ["container", "inspect", name])
+        except DockerException as err:
+            if "No such container" in (err.stderr or "") or "No such object" in (err.stderr or ""):
+                return None
+            raise self._fail(f"inspect {name}", err) from None
+        import json
+
+        return json.loads(raw)[0]
+
+    def remove_container(self, name: str) -> None:
+        with contextlib.suppress(NoSuchContainer):
+            try:
+                self.client.container.remove(name, force=True)
+            except DockerException as err:
+                if "No such container" not in (err.stderr or ""):
+                    raise self._fail(f"remove {name}", err) from None
+
+    def copy_in(self, source: Path, container: str, path: str) -> None:
+        try:
+            self.client.copy(str(source), (container, path))
+        except DockerException as err:
+            raise self._fail(f"copy into {container}", err) from None
+
+    def pull(self, reference: str) -> None:
+        try:
+            self.client.image.pull(reference, quiet=True)
+        except DockerException as err:
+            raise self._fail(f"pull {reference}", err) from None
+
+    def image_id_of(self, reference: str) -> str | None:
+        try:
+            return self.client.image.inspect(reference).id
+        except NoSuchImage:
+            return None
+        except DockerException as err:
+            raise self._fail(f"inspect {reference}", err) from None

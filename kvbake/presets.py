@@ -1,0 +1,64 @@
+"""Preset rules, checked everywhere a preset is used: known name, declared values, requires, forbidden, status flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from kvbake.errors import PresetError
+from kvbake.manifest import Manifest, Preset, did_you_mean
+
+
+@dataclass(frozen=True)
+class ChosenPreset:
+    """A preset that passed every rule, with the override reason when its status needed a flag."""
+
+    preset: Preset
+    override: str | None
+
+
+def switch_problems(manifest: Manifest, switches: Mapping[str, str]) -> list[str]:
+    """Every rule a switch set breaks: forbidden, undeclared, value outside the allowed set, missing requirement."""
+    problems = []
+    for name, value in sorted(switches.items()):
+        if name in manifest.forbidden:
+            problems.append(f"{name} is forbidden ({manifest.forbidden[name]})")
+        elif name not in manifest.switches:
+            problems.append(f"{name} is not a declared switch{did_you_mean(name, list(manifest.switches))}")
+        elif value not in manifest.switches[name].values:
+            problems.append(f"{name}={value!r} is not allowed (allowed: {', '.join(manifest.switches[name].values)})")
+    for name in sorted(switches):
+        spec = manifest.switches.get(name)
+        for needed in spec.requires if spec else ():
+            if needed not in switches:
+                problems.append(f"{name} requires {needed}")
+    return problems
+
+
+def choose_preset(manifest: Manifest, name: str, allow_held: bool = False, allow_untested: bool = False,
+                  reason: str | None = None) -> ChosenPreset:
+    """The named preset, or a PresetError naming every rule it breaks and the fix."""
+    if name not in manifest.presets:
+        raise PresetError(f"unknown preset {name!r}{did_you_mean(name, list(manifest.presets))}",
+                          f"choose one of: {', '.join(manifest.presets)}")
+    preset = manifest.presets[name]
+    problems = switch_problems(manifest, preset.switches)
+    if problems:
+        raise PresetError(f"preset {name}: {'; '.join(problems)}", "fix the preset's switches in the manifest")
+    if manifest.drafter_max_positions is not None and preset.max_model_len > manifest.drafter_max_positions:
+        raise PresetError(f"preset {name}: max-model-len {preset.max_model_len} is above the remote drafter's limit {manifest.drafter_max_positions}",
+                          "raise drafter.max_positions only after the drafter serves that range, or choose a shorter preset")
+    return ChosenPreset(preset, _status_override(preset, allow_held, allow_untested, reason))
+
+
+def _status_override(preset: Preset, allow_held: bool, allow_untested: bool, reason: str | None) -> str | None:
+    flag = {"held": ("--allow-held", allow_held), "untested": ("--allow-untested", allow_untested)}.get(preset.status)
+    if flag is None:
+        return None
+    option, given = flag
+    if not given:
+        raise PresetError(f"preset {preset.name} is {preset.status} ({preset.note})",
+                          f"pass {option} with --reason TEXT to use it in a supervised window, or choose a validated preset")
+    if not reason:
+        raise PresetError(f"preset {preset.name} is {preset.status} and {option} needs a reason", "add --reason TEXT; it is recorded")
+    return f"{option}: {reason}"

@@ -1,0 +1,176 @@
+"""Gang rollout: phase 1 (pull by digest and check, nothing serving changes), phase 2 (lock, retag, restart, verify)."""
+
+from __future__ import annotations
+
+import getpass
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from kvbake.deployfile import Deployment
+from kvbake.engine import Engine
+from kvbake.errors import DivergedError, EngineError, RolloutError
+from kvbake.journal import Journal, NodePlan, read_diverged, read_journal
+from kvbake.nodestate import NodeRecords, NodeState
+from kvbake.release import Release
+from kvbake.transitions import Fleet, records_of, revert, run_transition
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What phase 1 saw on one node."""
+
+    name: str
+    records: NodeRecords
+    current_id: str | None
+    previous_id: str | None
+
+
+def refuse_if_diverged(deployment: Deployment) -> None:
+    diverged = read_diverged(deployment.state_dir)
+    if diverged:
+        raise DivergedError(f"the deployment is marked diverged ({diverged.get('revert_error')})", f"repair first: {diverged.get('repair')}")
+
+
+def connect(deployment: Deployment) -> dict[str, Engine]:
+    """One engine per node; an unreachable node stops everything before any change."""
+    engines = {}
+    for node in deployment.nodes:
+        engine = Engine(node.host)
+        try:
+            engine.ping()
+        except EngineError as err:
+            raise RolloutError(f"node {node.name} ({node.host}) is unreachable: {err.message}", "bring the node's engine back, then retry; nothing was changed") from None
+        engines[node.name] = engine
+    return engines
+
+
+def view(fleet: Fleet, name: str) -> NodeView:
+    engine = fleet.engines[name]
+    return NodeView(name, NodeState(name, engine).read(), engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")))
+
+
+def check_views(views: list[NodeView]) -> None:
+    """Ranks must agree on their current release before anything changes; a recorded current must exist."""
+    for v in views:
+        if v.records.current and not v.current_id:
+            raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image", "repair the node (deploy --revert) first")
+    currents = {(v.records.current.id if v.records.current else None) for v in views}
+    if len(currents) > 1:
+        raise DivergedError(f"the nodes run different releases: {', '.join(f'{v.name}={v.records.current.id if v.records.current else None}' for v in views)}",
+                            "roll every node to one release with deploy --preset, or repair by hand")
+
+
+def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
+    """Phase 1 on every node: the base must be there, pull by digest, check layers and labels. Returns image IDs."""
+    staged = {}
+    for name, engine in fleet.engines.items():
+        base = engine.inspect_image(base_image)
+        if base is None or tuple(base["RootFS"]["Layers"]) != base_layers:
+            raise RolloutError(f"node {name} lacks the base image {base_image} (or holds another one)",
+                               "load the exact base on that node first; kvbake ships only the thin layer")
+        engine.pull(release.image)
+        pulled = engine.inspect_image(release.image)
+        if pulled is None or tuple(pulled["RootFS"]["Layers"]) != release.layers:
+            raise RolloutError(f"node {name}: {release.image} does not have the release's layers", "push again and retry")
+        labels = pulled["Config"]["Labels"] or {}
+        wrong = [k for k, v in release.labels.items() if labels.get(k) != v]
+        if wrong:
+            raise RolloutError(f"node {name}: {release.image} has other labels ({', '.join(wrong[:3])})", "push again and retry")
+        staged[name] = pulled["Id"]
+    return staged
+
+
+def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str) -> Callable[[], None]:
+    """Take the lock on every node (all or none); returns the release function."""
+    taken: list[NodeState] = []
+    try:
+        for name, engine in fleet.engines.items():
+            state = NodeState(name, engine)
+            state.acquire(marker_image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+            taken.append(state)
+    except Exception:
+        for state in taken:
+            state.release_lock()
+        raise
+    return lambda: [state.release_lock() for state in taken]
+
+
+def new_journal(kind: str, release_id: str, plans: list[NodePlan]) -> Journal:
+    return Journal(id=f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}", kind=kind,
+                   release_id=release_id, nodes=tuple(plans))
+
+
+def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool) -> Journal:
+    """Both phases; on failure every node is reverted (or the deployment is marked diverged)."""
+    folder = fleet.deployment.state_dir
+    refuse_if_diverged(fleet.deployment)
+    pending = read_journal(folder)
+    if pending:
+        raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
+                           "run deploy --resume to finish it or deploy --revert to undo it")
+    views = [view(fleet, name) for name in fleet.engines]
+    check_views(views)
+    staged = stage_release(fleet, release, base_image, base_layers)
+    for name, image_id in staged.items():
+        fleet.engines[name].tag(image_id, fleet.tag("staged"))
+    plans = [NodePlan(v.name, v.current_id, v.previous_id, staged[v.name], v.current_id,
+                      records_of(v.records.current, v.records.previous), records_of(release, v.records.current)) for v in views]
+    journal = new_journal("deploy", release.id, plans)
+    unlock = locked(fleet, journal.id, break_lock, fleet.tag("staged"))
+    try:
+        run_transition(fleet, journal, folder)
+    finally:
+        unlock()
+    return journal
+
+
+def rollback(fleet: Fleet, break_lock: bool) -> Journal:
+    """Swap current and previous on every rank; nothing is pulled; the previous switch set comes back with it."""
+    folder = fleet.deployment.state_dir
+    refuse_if_diverged(fleet.deployment)
+    if read_journal(folder):
+        raise RolloutError("an interrupted deploy left a journal", "run deploy --resume or deploy --revert first")
+    views = [view(fleet, name) for name in fleet.engines]
+    check_views(views)
+    missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
+    if missing:
+        raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
+    plans = [NodePlan(v.name, v.current_id, v.previous_id, v.previous_id, v.current_id,
+                      records_of(v.records.current, v.records.previous), records_of(v.records.previous, v.records.current)) for v in views]
+    journal = new_journal("rollback", views[0].records.previous.id, plans)
+    unlock = locked(fleet, journal.id, break_lock, fleet.tag("current"))
+    try:
+        run_transition(fleet, journal, folder)
+    finally:
+        unlock()
+    return journal
+
+
+def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None) -> Journal:
+    """Finish (resume) or undo (revert) an interrupted transition from its journal."""
+    folder = fleet.deployment.state_dir
+    journal = read_journal(folder)
+    if journal is None:
+        raise RolloutError("there is no interrupted deploy to resume or revert", "nothing to do")
+    if mode == "resume" and release_id is not None and journal.release_id != release_id:
+        raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
+    marker = next((fleet.tag(kind) for kind in ("staged", "current", "previous") if all(e.image_id_of(fleet.tag(kind)) for e in fleet.engines.values())), fleet.tag("staged"))
+    unlock = locked(fleet, journal.id, break_lock, marker)
+    try:
+        if mode == "resume":
+            run_transition(fleet, journal, folder)
+        else:
+            revert(fleet, journal, folder)
+            from kvbake.journal import clear_diverged
+
+            clear_diverged(folder)
+    finally:
+        unlock()
+    return journal
+
+
+def who_deploys() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"

@@ -1,0 +1,68 @@
+"""Pure checks of what a rank runs: image layers and labels, the exact switch set in Env, no bind mount over baked files."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from kvbake.errors import PresetError
+
+
+def parse_expect(text: str) -> dict[str, str]:
+    """`--expect "A=1,B=2"`; an empty string means no switch may be set."""
+    expected: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise PresetError(f"--expect item {item!r} is not NAME=VALUE", 'write --expect "NAME=VALUE,NAME=VALUE", or --expect "" for none')
+        expected[name] = value
+    return expected
+
+
+def switch_env(env: Sequence[str] | None, names: Sequence[str]) -> dict[str, str]:
+    """The declared and forbidden switches a container's Env sets, with their values."""
+    result = {}
+    for item in env or ():
+        name, _, value = item.partition("=")
+        if name in names:
+            result[name] = value
+    return result
+
+
+def mount_failures(mounts: Sequence[Mapping[str, Any]] | None, baked: Sequence[str]) -> list[str]:
+    """A bind mount may not cover a baked file or any directory above one: that would undo the bake."""
+    failures = []
+    for mount in mounts or ():
+        destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        prefix = destination if destination.endswith("/") else destination + "/"
+        covered = [path for path in baked if path == destination or path.startswith(prefix)]
+        if covered:
+            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} covers baked file {covered[0]}")
+    return failures
+
+
+def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
+                  labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str]) -> list[str]:
+    """Every way one rank differs from the release it should run."""
+    if container is None:
+        return [f"{node}: the serving container is not there"]
+    failures = []
+    if not (container.get("State") or {}).get("Running"):
+        failures.append(f"{node}: the serving container is not running")
+    if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(layers):
+        failures.append(f"{node}: the running image's layers differ from the release")
+    image_labels = ((image or {}).get("Config") or {}).get("Labels") or {}
+    failures += [f"{node}: label {k} differs" for k, v in sorted(labels.items()) if image_labels.get(k) != v]
+    found = switch_env((container.get("Config") or {}).get("Env"), names)
+    for name in sorted(set(found) | set(expected)):
+        if found.get(name) != expected.get(name):
+            failures.append(f"{node}: switch {name} is {found.get(name, 'unset')!s}, expected {expected.get(name, 'unset')!s}")
+    failures += [f"{node}: {m}" for m in mount_failures(container.get("Mounts"), baked)]
+    return failures
+
+
+def agreement_failures(observed: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[str]:
+    """All ranks must run the same layers with the same switch set."""
+    distinct = set(observed.values())
+    if len(distinct) <= 1:
+        return []
+    return ["the ranks disagree: " + "; ".join(f"{node} runs {len(v[0])} layers with {dict(v[1]) or 'no switches'}" for node, v in sorted(observed.items()))]

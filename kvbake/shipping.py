@@ -1,0 +1,128 @@
+"""Glue for the ship commands: the release from manifest + lock + push record + preset, the fleet, verify-running, status."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kvbake.deployfile import Deployment
+from kvbake.errors import IntegrityError, RegistryError
+from kvbake.journal import read_diverged, read_journal
+from kvbake.layer import in_image
+from kvbake.lock import Lock
+from kvbake.manifest import Manifest
+from kvbake.nodestate import NodeState
+from kvbake.plan import Plan
+from kvbake.presets import ChosenPreset
+from kvbake.provenance import switch_names
+from kvbake.release import Release
+from kvbake.rollout import connect, who_deploys
+from kvbake.running import rank_failures, switch_env, agreement_failures
+from kvbake.transitions import Fleet, observe
+
+PUSHES_DIR = ".kvbake/pushes"
+
+
+def pushed_reference(manifest: Manifest, plan: Plan) -> str:
+    """The `repo@sha256:…` reference recorded by `push` for this plan's tag."""
+    path = manifest.root / PUSHES_DIR / f"{plan.tag}.json"
+    if not path.exists():
+        raise RegistryError(f"{plan.reference} has not been pushed (no push record)", "run python build.py push first")
+    record = json.loads(path.read_text())
+    reference = record.get("pinned")
+    if not reference or "@sha256:" not in reference:
+        raise RegistryError(f"the push record of {plan.tag} has no digest reference", "run python build.py push again")
+    return reference
+
+
+def make_release(plan: Plan, image: str, chosen: ChosenPreset, reason: str) -> Release:
+    preset = chosen.preset
+    return Release(
+        image=image, config_digest=plan.image_id, layers=(*plan.lock.base.diff_ids, plan.layer.diff_id),
+        labels=dict(plan.labels), preset=preset.name, switches=dict(preset.switches), max_model_len=preset.max_model_len,
+        launcher_args=preset.launcher_args, deployed_by=who_deploys(),
+        deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
+    )
+
+
+def baked_paths(lock: Lock) -> tuple[str, ...]:
+    return tuple("/" + in_image(lock.source_root, f.path) for f in lock.files)
+
+
+def make_fleet(deployment: Deployment, manifest: Manifest, lock: Lock) -> Fleet:
+    return Fleet(deployment, connect(deployment), manifest.output.repository, switch_names(manifest), baked_paths(lock))
+
+
+@dataclass(frozen=True)
+class RankReport:
+    node: str
+    failures: tuple[str, ...]
+    switches: dict[str, str]
+
+
+def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankReport]:
+    """Every rank against its recorded current release; the switch set is `expect` when given. Raises on any failure."""
+    reports, observed = [], {}
+    for node in fleet.deployment.nodes:
+        release = NodeState(node.name, fleet.engines[node.name]).read().current
+        container, image = observe(fleet, node.name)
+        expected = expect if expect is not None else dict(release.switches) if release else {}
+        layers = release.layers if release else ()
+        labels = release.labels if release else {}
+        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths)
+        if release is None:
+            failures.insert(0, f"{node.name}: no release recorded")
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        observed[node.name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+        reports.append(RankReport(node.name, tuple(failures), env))
+    failures = [f for r in reports for f in r.failures] + agreement_failures(observed)
+    if failures:
+        raise IntegrityError(f"verify-running: {len(failures)} problem(s): {'; '.join(failures)}",
+                             "roll back (python build.py rollback) or redeploy; never fix one rank by hand")
+    return reports
+
+
+def status(fleet: Fleet) -> dict[str, Any]:
+    """Per node: current and previous release, what runs, the switch set; plus divergence and pending journal."""
+    rows = []
+    for node in fleet.deployment.nodes:
+        records = NodeState(node.name, fleet.engines[node.name]).read()
+        container, image = observe(fleet, node.name)
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        rows.append({
+            "node": node.name, "role": node.role,
+            "current": _brief(records.current), "previous": _brief(records.previous),
+            "running": bool((container or {}).get("State", {}).get("Running")),
+            "running_layers": len((image or {}).get("RootFS", {}).get("Layers", [])),
+            "running_matches_current": bool(records.current and image and tuple(image["RootFS"]["Layers"]) == records.current.layers),
+            "switches": env,
+        })
+    currents = {r["current"]["id"] if r["current"] else None for r in rows}
+    switch_sets = {tuple(sorted(r["switches"].items())) for r in rows}
+    journal = read_journal(fleet.deployment.state_dir)
+    return {"nodes": rows, "diverged": len(currents) > 1 or len(switch_sets) > 1 or not all(r["running_matches_current"] for r in rows if r["current"]),
+            "marked_diverged": read_diverged(fleet.deployment.state_dir), "pending_journal": journal.id if journal else None}
+
+
+def _brief(release: Release | None) -> dict[str, Any] | None:
+    if release is None:
+        return None
+    return {"id": release.id, "preset": release.preset, "image": release.image, "max_model_len": release.max_model_len,
+            "deployed_at": release.deployed_at, "deployed_by": release.deployed_by, "reason": release.reason}
+
+
+def status_table(data: dict[str, Any]) -> str:
+    lines = [f"{'node':<10} {'role':<7} {'current':<30} {'previous':<30} {'running':<8} switches"]
+    for row in data["nodes"]:
+        cur = f"{row['current']['id']} ({row['current']['preset']})" if row["current"] else "-"
+        prev = f"{row['previous']['id']} ({row['previous']['preset']})" if row["previous"] else "-"
+        run = ("yes" if row["running"] else "no") + ("" if row["running_matches_current"] or not row["current"] else "!")
+        switches = ",".join(f"{k}={v}" for k, v in sorted(row["switches"].items())) or "(none)"
+        lines.append(f"{row['node']:<10} {row['role']:<7} {cur:<30} {prev:<30} {run:<8} {switches}")
+    if data["diverged"] or data["marked_diverged"]:
+        lines.append("DIVERGED: the ranks do not agree" + (f"; repair: {data['marked_diverged']['repair']}" if data["marked_diverged"] else ""))
+    if data["pending_journal"]:
+        lines.append(f"interrupted: {data['pending_journal']}; run deploy --resume or deploy --revert")
+    return "\n".join(lines)

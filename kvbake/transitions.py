@@ -1,0 +1,157 @@
+"""Adapter: move every node from its before state to its after state (retag, records, restart, verify), or back."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvbake.deployfile import Deployment, Node
+from kvbake.engine import Engine
+from kvbake.errors import DivergedError, KvbakeError, RolloutError
+from kvbake.journal import Journal, NodePlan, clear_journal, mark_diverged, write_journal
+from kvbake.nodestate import NodeState
+from kvbake.release import Release, release_from_json, release_to_json
+from kvbake.running import agreement_failures, rank_failures, switch_env
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The nodes of a deployment with one engine each, and what a rank must never diverge on."""
+
+    deployment: Deployment
+    engines: dict[str, Engine]
+    repository: str
+    switch_names: tuple[str, ...]
+    baked_paths: tuple[str, ...]
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.deployment.nodes if n.name == name)
+
+    def tag(self, kind: str) -> str:
+        return f"{self.repository}:{kind}"
+
+
+def records_of(current: Release | None, previous: Release | None) -> dict:
+    import json
+
+    return {"current": json.loads(release_to_json(current)) if current else None,
+            "previous": json.loads(release_to_json(previous)) if previous else None}
+
+
+def release_of(records: dict, key: str) -> Release | None:
+    import json
+
+    data = records.get(key)
+    return release_from_json(json.dumps(data)) if data else None
+
+
+def retag(fleet: Fleet, name: str, current_id: str | None, previous_id: str | None) -> None:
+    """Point `current` and `previous` at image IDs; no byte moves."""
+    engine = fleet.engines[name]
+    for kind, image_id in (("current", current_id), ("previous", previous_id)):
+        if image_id:
+            engine.tag(image_id, fleet.tag(kind))
+        else:
+            engine.untag(fleet.tag(kind))
+
+
+def restart(fleet: Fleet, name: str, release: Release | None) -> None:
+    """Run the operator's launcher for one node with the release's switch set; it recreates the serving container."""
+    launcher = fleet.deployment.launcher
+    node = fleet.node(name)
+    env_dir = fleet.deployment.state_dir / "env"
+    env_dir.mkdir(parents=True, exist_ok=True)
+    env_file = env_dir / f"{name}.env"
+    env_file.write_text("".join(f"{item}\n" for item in (release.env() if release else [])))
+    env = {**os.environ, "DOCKER_HOST": node.host, "KVBAKE_NODE": name, "KVBAKE_ROLE": node.role,
+           "KVBAKE_IMAGE": fleet.tag("current"), "KVBAKE_CONTAINER": launcher.container, "KVBAKE_ENV_FILE": str(env_file),
+           "KVBAKE_MAX_MODEL_LEN": str(release.max_model_len if release else ""),
+           "KVBAKE_LAUNCHER_ARGS": " ".join(release.launcher_args if release else ()), "KVBAKE_STOP": "" if release else "1"}
+    try:
+        done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RolloutError(f"launcher on {name} did not run ({type(err).__name__}: {err})", "check launcher.command in the deployment file") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RolloutError(f"launcher on {name} exited {done.returncode} ({last})", "fix the launcher, then deploy again (every node was reverted)")
+
+
+def observe(fleet: Fleet, name: str) -> tuple[dict | None, dict | None]:
+    engine = fleet.engines[name]
+    container = engine.container_inspect(fleet.deployment.launcher.container)
+    image = engine.inspect_image(container["Image"]) if container else None
+    return container, image
+
+
+def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]:
+    """Every rank runs its release exactly, and all ranks agree."""
+    failures: list[str] = []
+    observed = {}
+    for name, release in sorted(releases.items()):
+        if release is None:
+            continue
+        container, image = observe(fleet, name)
+        failures += rank_failures(name, container, image, release.layers, release.labels, release.switches, fleet.switch_names, fleet.baked_paths)
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+    return failures + agreement_failures(observed)
+
+
+def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str) -> Journal:
+    """Walk every node to one side of the plan ('after' or 'before'), journalling each step first."""
+    for plan in journal.nodes:
+        current, previous, records = _side(plan, side)
+        journal = journal.with_step(f"{side}:retag:{plan.node}")
+        write_journal(folder, journal)
+        retag(fleet, plan.node, current, previous)
+        NodeState(plan.node, fleet.engines[plan.node]).write(
+            fleet.tag("current") if current else (previous or ""), release_of(records, "current"), release_of(records, "previous"),
+            f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}")
+    for plan in journal.nodes:
+        journal = journal.with_step(f"{side}:restart:{plan.node}")
+        write_journal(folder, journal)
+        restart(fleet, plan.node, release_of(_side(plan, side)[2], "current"))
+    return journal
+
+
+def _side(plan: NodePlan, side: str) -> tuple[str | None, str | None, dict]:
+    if side == "after":
+        return plan.after_current, plan.after_previous, plan.after_records
+    return plan.before_current, plan.before_previous, plan.before_records
+
+
+def _short(image_id: str | None) -> str:
+    return image_id[7:19] if image_id else "none"
+
+
+def run_transition(fleet: Fleet, journal: Journal, folder: Path) -> None:
+    """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged."""
+    try:
+        journal = apply_side(fleet, journal.with_phase("forward"), folder, "after")
+        failures = verify_ranks(fleet, {p.node: release_of(p.after_records, "current") for p in journal.nodes})
+        if failures:
+            raise RolloutError(f"verify-running failed after {journal.kind}: {'; '.join(failures)}", "every node was reverted; see the audit log")
+    except KvbakeError as err:
+        revert(fleet, journal, folder, cause=err)
+        raise
+    clear_journal(folder)
+
+
+def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | None = None) -> None:
+    try:
+        journal = apply_side(fleet, journal.with_phase("reverting"), folder, "before")
+        failures = verify_ranks(fleet, {p.node: release_of(p.before_records, "current") for p in journal.nodes})
+        if failures:
+            raise RolloutError(f"after the revert: {'; '.join(failures)}", "see below")
+    except KvbakeError as err:
+        details = {"journal": journal.id, "kind": journal.kind, "cause": cause.one_line() if cause else None, "revert_error": err.one_line(),
+                   "repair": f"python build.py deploy --revert --deploy {fleet.deployment.path.name}"}
+        mark_diverged(folder, details)
+        raise DivergedError(f"DIVERGED: {journal.kind} {journal.id} failed ({cause.one_line() if cause else 'interrupted'}) and the revert failed too "
+                            f"({err.one_line()})", f"bring the nodes back, then run: {details['repair']}") from None
+    clear_journal(folder)
