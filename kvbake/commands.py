@@ -123,14 +123,17 @@ def cmd_push(args: argparse.Namespace) -> Result:
     return record, text
 
 
-def _ship_context(args: argparse.Namespace):
+def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
     from kvbake.deployfile import load_deployment
+    from kvbake.rollout import refuse_if_diverged
     from kvbake.shipping import make_fleet
 
     manifest = _manifest(args)
     lock = read_lock(manifest)
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     deployment = load_deployment(args.deploy)
+    if refuse_diverged:
+        refuse_if_diverged(deployment)
     return manifest, lock, plan, deployment, make_fleet(deployment, manifest, lock)
 
 
@@ -139,9 +142,13 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.rollout import deploy, recover
     from kvbake.shipping import make_release, pushed_reference
 
-    manifest, lock, plan, deployment, fleet = _ship_context(args)
+    manifest, lock, plan, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
-        journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock)
+        release_id = None
+        if args.preset and args.resume:
+            chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+            release_id = make_release(plan, args.image or pushed_reference(manifest, plan), chosen, args.reason or "").id
+        journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, release_id)
         verb = "resumed" if args.resume else "reverted"
         return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
     if not args.preset:
@@ -159,7 +166,7 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
 def cmd_rollback(args: argparse.Namespace) -> Result:
     from kvbake.rollout import rollback
 
-    *_, deployment, fleet = _ship_context(args)
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
     journal = rollback(fleet, args.break_lock)
     return {"journal": journal.id, "release": journal.release_id}, (
         f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed")

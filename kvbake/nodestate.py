@@ -49,6 +49,11 @@ class NodeState:
         held = (self.engine.container_inspect(LOCK_NAME) or {}).get("Config", {}).get("Labels") or {}
         age = time.time() - float(held.get("kvbake.lock.since", "0"))
         owner = held.get("kvbake.lock.owner", "unknown")
+        if held.get("kvbake.lock.deploy") == deploy_id:
+            self.append_audit(image, f"took over the lock of interrupted {deploy_id} from {owner}")
+            self.engine.remove_container(LOCK_NAME)
+            if self.engine.create_marker(image, LOCK_NAME, labels):
+                return
         if age < stale_after_s:
             raise RolloutError(f"node {self.node} is locked by {owner} for deploy {held.get('kvbake.lock.deploy')} ({int(age)} s ago)",
                                "wait for that deploy to finish; two deploys never run at once")

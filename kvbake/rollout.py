@@ -11,7 +11,7 @@ from typing import Callable
 
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
-from kvbake.errors import DivergedError, EngineError, RolloutError
+from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.journal import Journal, NodePlan, read_diverged, read_journal
 from kvbake.nodestate import NodeRecords, NodeState
 from kvbake.release import Release
@@ -89,13 +89,24 @@ def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str) -
     try:
         for name, engine in fleet.engines.items():
             state = NodeState(name, engine)
-            state.acquire(marker_image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+            try:
+                state.acquire(marker_image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+            except EngineError as err:
+                raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
             taken.append(state)
     except Exception:
-        for state in taken:
-            state.release_lock()
+        _release_all(taken)
         raise
-    return lambda: [state.release_lock() for state in taken]
+    return lambda: _release_all(taken)
+
+
+def _release_all(states: list[NodeState]) -> None:
+    """Best effort: a lock left on an unreachable node is taken over by the journal's own resume or revert."""
+    for state in states:
+        try:
+            state.release_lock()
+        except KvbakeError:
+            pass
 
 
 def new_journal(kind: str, release_id: str, plans: list[NodePlan]) -> Journal:
@@ -115,7 +126,10 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
     check_views(views)
     staged = stage_release(fleet, release, base_image, base_layers)
     for name, image_id in staged.items():
-        fleet.engines[name].tag(image_id, fleet.tag("staged"))
+        try:
+            fleet.engines[name].tag(image_id, fleet.tag("staged"))
+        except EngineError as err:
+            raise RolloutError(f"node {name}: staging failed ({err.message})", "bring the node back, then retry; nothing serving was changed") from None
     plans = [NodePlan(v.name, v.current_id, v.previous_id, staged[v.name], v.current_id,
                       records_of(v.records.current, v.records.previous), records_of(release, v.records.current)) for v in views]
     journal = new_journal("deploy", release.id, plans)

@@ -29,7 +29,8 @@ def main() -> int:
               "kvbake.max-model-len": os.environ.get("KVBAKE_MAX_MODEL_LEN", "")}
     try:
         client.run(os.environ["KVBAKE_IMAGE"], ["-c", SERVE], entrypoint="python3", name=name, detach=True,
-                   networks=["none"], env_files=[os.environ["KVBAKE_ENV_FILE"]], labels=labels, pull="never")
+                   networks=["none"], env_files=[os.environ["KVBAKE_ENV_FILE"]], labels=labels, pull="never",
+                   restart="unless-stopped")
     except DockerException as err:
         print(f"launcher: {(err.stderr or '').strip().splitlines()[-1:] or err}", file=sys.stderr)
         return 1

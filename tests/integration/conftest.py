@@ -54,5 +54,5 @@ def tags_of(engine: Engine, repository: str) -> set[str]:
 
 def leftover_containers(engine: Engine) -> list[str]:
     """Extraction containers this test process left behind (others may run their own builds meanwhile)."""
-    mine = {"org.kvbake.extract.pid": str(os.getpid())}
-    return [c.name for c in engine.client.container.list(all=True, filters={"label": f"org.kvbake.extract.pid={os.getpid()}"})] if mine else []
+    mine = [("label", f"org.kvbake.extract.pid={os.getpid()}")]
+    return [c.name for c in engine.client.container.list(all=True, filters=mine)]

@@ -126,3 +126,165 @@ def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig,
     assert {n: serving_env(rig[n]) for n in ("a", "b")} == before
     code, out, err = run(capsys, "verify-running", "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file))
     assert code == 0, err
+
+
+def deploy_control(capsys, shipped, reason: str) -> None:
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", reason)
+    assert code == 0, f"deploy failed: {err}"
+
+
+def assert_invariant(capsys, shipped, rig, expect_env: set[str]) -> None:
+    """Every rank is on one release with one switch set, and verify-running agrees."""
+    assert serving_env(rig["a"]) == serving_env(rig["b"]) == expect_env
+    code, out, err = ship(capsys, shipped, "status", "--json")
+    assert code == 0 and not json.loads(out)["diverged"], out + err
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+
+
+def test_node_b_down_after_phase_one_changes_nothing(capsys, shipped, rig, monkeypatch):
+    import kvbake.rollout as rollout
+
+    deploy_control(capsys, shipped, "baseline")
+    original = rollout.stage_release
+
+    def stage_then_stop_b(*args, **kwargs):
+        staged = original(*args, **kwargs)
+        rig["b"].stop()
+        return staged
+
+    monkeypatch.setattr(rollout, "stage_release", stage_then_stop_b)
+    try:
+        code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "b dies")
+        assert code == 12 and "node spark-b" in err and "nothing" in err, err
+    finally:
+        rig["b"].start()
+    monkeypatch.undo()
+    assert_invariant(capsys, shipped, rig, set())
+
+
+def test_node_b_down_after_a_was_retagged_is_diverged_then_repaired(capsys, shipped, rig, monkeypatch):
+    import kvbake.transitions as transitions
+
+    deploy_control(capsys, shipped, "baseline")
+    original = transitions.retag
+
+    def retag_then_stop_b(fleet, name, current, previous):
+        original(fleet, name, current, previous)
+        if name == "spark-a" and rig["b"].socket_path.exists():
+            rig["b"].stop()
+
+    monkeypatch.setattr(transitions, "retag", retag_then_stop_b)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "b dies mid-way")
+    monkeypatch.undo()
+    assert code == 13 and "DIVERGED" in err and "deploy --revert" in err, err
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "refused")
+    assert code == 13 and "repair first" in err
+    rig["b"].start()
+    code, out, err = ship(capsys, shipped, "deploy", "--revert")
+    assert code == 0, err
+    assert_invariant(capsys, shipped, rig, set())
+
+
+KILLER = """
+import os, signal, sys
+import kvbake.transitions as transitions
+from kvbake.cli import main
+original = transitions.write_journal
+def write_then_die(folder, journal):
+    original(folder, journal)
+    os.kill(os.getpid(), signal.SIGKILL)
+transitions.write_journal = write_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigkill_after_the_first_journal_write_then_resume_then_revert(capsys, shipped, rig, tmp_path):
+    import subprocess
+    import sys as system
+
+    deploy_control(capsys, shipped, "baseline")
+    runner = tmp_path / "killer.py"
+    runner.write_text(KILLER)
+    argv = [system.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
+            "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"])]
+    killed = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert killed.returncode == -9
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "blocked")
+    assert code == 12 and "deploy --resume" in err
+    code, _, err = ship(capsys, shipped, "deploy", "--resume")
+    assert code == 0, err
+    assert_invariant(capsys, shipped, rig, {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
+                                           "VLLM_EXL3_TF_PROMPT_TRANSIENT=1", "VLLM_INDEXER_PREFILL_BUFFER_FACTOR=4"})
+    deploy_control(capsys, shipped, "baseline again")
+    killed = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert killed.returncode == -9
+    code, _, err = ship(capsys, shipped, "deploy", "--revert")
+    assert code == 0, err
+    assert_invariant(capsys, shipped, rig, set())
+
+
+def test_a_second_deploy_while_one_runs_is_refused_by_the_lock(capsys, shipped, rig, tmp_path):
+    import subprocess
+    import sys as system
+    import time
+
+    deploy_control(capsys, shipped, "baseline")
+    slow = tmp_path / "slow-launcher"
+    slow.write_text(f"#!/bin/sh\nsleep 8\nexec {system.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    slow_deploy = write_deploy(tmp_path, rig, [str(slow)])
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)
+    first = subprocess.Popen([system.executable, "build.py", "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "slow",
+                              "--manifest", str(shipped["manifest"]), "--deploy", str(slow_deploy)], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while Engine(rig["a"].host).container_inspect("kvbake-lock") is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "second")
+        assert code == 12 and "is locked by" in err, err
+    finally:
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+
+
+def test_rollback_target_absent_on_one_node_is_refused_in_phase_one(capsys, shipped, rig):
+    deploy_control(capsys, shipped, "baseline")
+    client = rig["b"].client()
+    image = client.image.inspect(f"{shipped['repository']}:current").id
+    client.image.remove(f"{shipped['repository']}:current")
+    try:
+        code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "target gone")
+        assert code == 12 and "spark-b records release" in err and "no current image" in err, err
+        assert serving_env(rig["a"]) == serving_env(rig["b"]) == set()
+    finally:
+        client.image.tag(image, f"{shipped['repository']}:current")
+
+
+@pytest.mark.parametrize("argv,code,fragment", [
+    (("--preset", "nope"), 14, "unknown preset 'nope'"),
+    (("--preset", "longctx-524288"), 14, "is held"),
+    (("--preset", "longctx-1048576", "--allow-untested"), 14, "needs a reason"),
+])
+def test_bad_presets_are_refused_before_any_change(capsys, shipped, rig, argv, code, fragment):
+    got, _, err = ship(capsys, shipped, "deploy", *argv, "--image", shipped["digest"])
+    assert got == code and fragment in err, err
+
+
+def test_unreachable_node_and_rollback_without_previous(capsys, shipped, rig, tmp_path):
+    broken = tmp_path / "deploy.yaml"
+    document = json.loads(shipped["deploy"].read_text())
+    document["nodes"][1]["host"] = f"unix://{tmp_path}/gone.sock"
+    broken.write_text(json.dumps(document))
+    code, _, err = run(capsys, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "x",
+                       "--manifest", str(shipped["manifest"]), "--deploy", str(broken))
+    assert code == 12 and "node spark-b" in err and "unreachable" in err
+    deploy_control(capsys, shipped, "baseline")
+    client = rig["a"].client()
+    previous = client.image.inspect(f"{shipped['repository']}:previous").id
+    client.image.remove(f"{shipped['repository']}:previous")
+    try:
+        code, _, err = ship(capsys, shipped, "rollback")
+        assert code == 12 and "no previous release on spark-a" in err, err
+    finally:
+        client.image.tag(previous, f"{shipped['repository']}:previous")
