@@ -16,6 +16,7 @@ from kvbake.engine import Engine
 from kvbake.errors import BaseImageError, IntegrityError, ResourceError
 from kvbake.extract import Extractor
 from kvbake.gitapply import GitApplier
+from kvbake.locking import check_switch_coverage
 from kvbake.image import archive_members, write_archive
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest
@@ -141,6 +142,8 @@ def prepare(engine: Engine, manifest: Manifest, timings: Timings) -> Plan:
     rebuilt = rebuild_tree(engine, manifest, lock, timings)
     with timings.phase("compare"):
         compare_three_ways(lock, rebuilt, read_overlay(manifest, lock))
+    with timings.phase("switch-coverage"):
+        check_switch_coverage(manifest, rebuilt)
     with timings.phase("assemble"):
         plan = make_plan(manifest, lock, rebuilt)
         check_plan_matches_lock(plan)

@@ -62,6 +62,13 @@ class ContainerOps:
         except DockerException as err:
             raise self._fail(f"copy into {container}", err) from None
 
+    def exec_in(self, container: str, argv: list[str]) -> str:
+        """Run argv inside a running container (docker exec) and return its stdout."""
+        try:
+            return self.client.container.execute(container, argv)
+        except DockerException as err:
+            raise self._fail(f"exec in {container}", err) from None
+
     def pull(self, reference: str) -> None:
         try:
             self.client.image.pull(reference, quiet=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kvbake import FORMAT_VERSION
 from kvbake.basecapture import capture_base
-from kvbake.chain import ChainStep, apply_chain, first_touches
+from kvbake.chain import ChainStep, apply_chain, first_touches, read_patch
+from kvbake.coverage import check_coverage, raise_for_coverage
 from kvbake.diffs import MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.engine import DirMeta, Engine
@@ -110,6 +111,14 @@ def locked_patches(steps: tuple[ChainStep, ...], tree_root: Path) -> tuple[Locke
     return tuple(LockedPatch(s.patch.id, s.patch.file, s.sha256, patch_id(s.patch.path, tree_root), s.files) for s in steps)
 
 
+def check_switch_coverage(manifest: Manifest, tree: dict[str, bytes]) -> None:
+    """Every name the chain reads is declared, every declared switch is read; unregistered VLLM_* names warn."""
+    coverage = check_coverage(manifest, {p.id: read_patch(p)[1] for p in manifest.chain}, tree)
+    for warning in coverage.warnings:
+        log.warning("switch coverage: %s", warning)
+    raise_for_coverage(coverage)
+
+
 def create_lock(engine: Engine, manifest: Manifest) -> Lock:
     """Pin everything and write overlay/ and the lock; nothing is written when any step fails."""
     engine.ping()
@@ -127,6 +136,7 @@ def create_lock(engine: Engine, manifest: Manifest) -> Lock:
         steps = apply_chain(manifest, tree_root, GitApplier())
         tree = {path: (tree_root / path).read_bytes() for path in touches}
         patches = locked_patches(steps, tree_root)
+    check_switch_coverage(manifest, tree)
     files = locked_files(snapshot, tree)
     lock = Lock(FORMAT_VERSION, manifest.sha256, manifest.base.source_root, source_date_epoch(manifest),
                 manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,

@@ -20,3 +20,5 @@ plan = json.load(sys.stdin)
 print(f"stand-in image {plan[\"reference\"]}")
 print(f"  id {plan[\"image_id\"]} (reproducible: same inputs, same ID on any engine)")
 print(f"  {len(plan[\"chain\"])} patches, {len(plan[\"files\"])} files, {len(plan[\"whiteouts\"])} stale .pyc removed, switches in Env: none")'
+echo "== ship: local registry + node engine (loopback), push, deploy, verify-running, rollback"
+.venv/bin/python scripts/demo_ship.py

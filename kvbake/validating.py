@@ -1,0 +1,218 @@
+"""Adapter: runs the supervised test plan against an endpoint under the memory watcher, then writes the report."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvbake.corpus import Corpus, load_corpus
+from kvbake.deployfile import Deployment
+from kvbake.engine import Engine
+from kvbake.errors import KvbakeError, ValidationStop
+from kvbake.manifest import Manifest
+from kvbake.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
+from kvbake.needle import build_corruption_set, build_needle_prompt, make_needle_codes
+from kvbake.nodestate import NodeState
+from kvbake.openai_client import Completion, CompletionRequest, OpenAIClient
+from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
+from kvbake.presets import ChosenPreset
+from kvbake.validate_plan import (
+    ANSWER_TOKENS, INERTNESS_RUNS, STEPS, SYNTHETIC, PlanOptions, Report, StepResult, make_options, not_run,
+    report_text, report_to_dict, score_inertness, score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,
+)
+
+REPORTS_DIR = ".kvbake/validate"
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    """Everything one `validate` run needs, as the command line gave it."""
+
+    manifest: Manifest
+    chosen: ChosenPreset
+    endpoint: str
+    model: str | None = None
+    corpus_dir: Path | None = None
+    deployment: Deployment | None = None
+    depths: tuple[int, ...] | None = None
+    prefix_tokens: int = 8000
+    corruption_tokens: int = 8000
+    pressure: int = 0
+    pressure_tokens: int | None = None
+    seed: str = "kvbake"
+    mem_floor_gib: float = 1.5
+    mem_interval_s: float = 5.0
+    meminfo_path: str = DEFAULT_MEMINFO
+
+
+def _complete(client: OpenAIClient, prompt: str, salt: str) -> Completion:
+    return client.complete(CompletionRequest(prompt, ANSWER_TOKENS, salt))
+
+
+def _observe(completion: Completion) -> Observation:
+    return Observation(completion.prompt_tokens, completion.cached_tokens, completion.text)
+
+
+class PlanRun:
+    """The five steps against one client; the inertness outputs become the prefix step's uncached controls."""
+
+    def __init__(self, client: OpenAIClient, options: PlanOptions, corpus: Corpus) -> None:
+        self.client, self.options, self.corpus = client, options, corpus
+        self.prompts: PrefixPrompts = build_prefix_prompts(corpus, options.prefix_tokens, options.prefix_tokens // 2)
+        self.controls: tuple[str, ...] = ()
+
+    def inertness(self) -> StepResult:
+        self.client.resolve_model()
+        runs = [_complete(self.client, self.prompts.full, self.options.salt(f"inert-{i}")) for i in range(INERTNESS_RUNS)]
+        self.controls = tuple(c.text for c in runs)
+        return score_inertness(runs, self.options.control)
+
+    def prefix(self) -> StepResult:
+        o, full, partial = self.options, self.prompts.full, self.prompts.partial
+        cold, hit = _complete(self.client, full, o.salt("prefix")), _complete(self.client, full, o.salt("prefix"))
+        fresh = _complete(self.client, full, o.salt("prefix-fresh"))
+        shared = shared_prefix_length(self.client.tokenize(full), self.client.tokenize(partial))
+        part, part_control = _complete(self.client, partial, o.salt("prefix")), _complete(self.client, partial, o.salt("partial-fresh"))
+        return score_prefix(PrefixObservations(_observe(cold), _observe(hit), _observe(fresh), _observe(part), _observe(part_control),
+                                               shared, self.controls, o.preset.prefix_block))
+
+    def needle_set(self, name: str, tokens: int, size: int) -> StepResult:
+        prompts = build_corruption_set(self.corpus, tokens, f"{self.options.seed}:{name}", size=size)
+        requests = [CompletionRequest(p.text, ANSWER_TOKENS, self.options.salt(f"{name}-{i}")) for i, p in enumerate(prompts)]
+        return score_needle_set(name, prompts, self.client.complete_many(requests, max_workers=size))
+
+    def needles(self) -> StepResult:
+        o = self.options
+        codes = make_needle_codes(f"{o.seed}:needles", len(o.depths))
+        prompt = build_needle_prompt(self.corpus, o.needle_tokens, o.depths, codes, start=3)
+        return score_needles(prompt, _complete(self.client, prompt.text, o.salt("needles")))
+
+    def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
+        o = self.options
+        pressure = (lambda: self.needle_set(STEPS[4], o.pressure_tokens, o.pressure)) if o.pressure else None
+        return ((STEPS[0] if o.control else "baseline", self.inertness), (STEPS[1], self.prefix),
+                (STEPS[2], lambda: self.needle_set(STEPS[2], o.corruption_tokens, 16)), (STEPS[3], self.needles),
+                (STEPS[4], pressure))
+
+
+def run_steps(run: PlanRun, watcher: MemoryWatcher) -> tuple[StepResult, ...]:
+    """Every step in order under the watcher (sampled before and after each); the first stop skips the rest."""
+    results: list[StepResult] = []
+    for name, action in run.steps():
+        if any(r.stop for r in results) or action is None:
+            why = "not run: the run stopped earlier" if action else "skipped (pass --pressure N to force pool pressure)"
+            results.append(not_run(name, why))
+            continue
+        try:
+            watcher.sample()
+            result = action()
+            watcher.sample()
+        except Exception as err:  # noqa: BLE001 - a watcher breach closes the client, which fails the request in flight
+            cause = watcher.stop_reason or err
+            if not isinstance(cause, ValidationStop):
+                raise
+            result = stopped(name, cause.message, cause.fix)
+        results.append(result)
+    return tuple(results)
+
+
+def release_of(deployment: Deployment | None) -> dict[str, Any]:
+    """The head node's current release record, which the report is tied to."""
+    if deployment is None:
+        return {"id": None, "text": "no release record (no --deploy given)"}
+    head = next((n for n in deployment.nodes if n.role == "head"), deployment.nodes[0])
+    current = NodeState(head.name, Engine(head.host)).read().current
+    if current is None:
+        return {"id": None, "node": head.name, "text": f"no release record on {head.name}"}
+    return {"id": current.id, "node": head.name, "preset": current.preset, "image": current.image,
+            "switches": dict(current.switches), "max_model_len": current.max_model_len,
+            "text": f"release {current.id} ({current.preset}) on {head.name}"}
+
+
+def check_release(release: Mapping[str, Any], preset: str) -> None:
+    """Refuse to validate a preset the head node does not run."""
+    if release.get("preset") not in (None, preset):
+        raise ValidationStop(f"{release['node']} runs release {release['id']} with preset {release['preset']}, not {preset}",
+                             f"validate --preset {release['preset']}, or deploy {preset} first")
+
+
+def memory_reader(request: ValidateRequest) -> Reader:
+    """Every node of the deployment, read inside its serving container; nothing to read without --deploy."""
+    if request.deployment is None:
+        return lambda: ()
+    nodes = [(n.name, Engine(n.host)) for n in request.deployment.nodes]
+    return NodeMemoryReader(nodes, request.deployment.launcher.container, request.meminfo_path)
+
+
+def _corpus(request: ValidateRequest) -> tuple[Corpus, str]:
+    if request.corpus_dir is None:
+        return synthetic_corpus(), SYNTHETIC
+    corpus = load_corpus(request.corpus_dir)
+    return corpus, f"{request.corpus_dir.name}: {len(corpus.documents)} records"
+
+
+def _roll_back(rollback: Callable[[], str] | None) -> tuple[str, KvbakeError | None]:
+    if rollback is None:
+        return "not requested (pass --rollback-on-failure with --deploy)", None
+    try:
+        return f"done: {rollback()}", None
+    except KvbakeError as err:
+        return f"failed: {err.one_line()}", err
+
+
+def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None = None,
+                   reader: Reader | None = None) -> tuple[Report, Path]:
+    """Run the plan, write the report; a stop (after the optional rollback) raises ValidationStop naming the report."""
+    release = release_of(request.deployment)
+    check_release(release, request.chosen.preset.name)
+    started = _now()
+    options = make_options(request.chosen.preset, f"kvbake-{started}-{secrets.token_hex(4)}",
+                           request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
+                           request.pressure, request.pressure_tokens)
+    corpus, corpus_label = _corpus(request)
+    with OpenAIClient(request.endpoint, request.model) as client:
+        watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
+                                request.mem_interval_s, on_breach=client.close)
+        with watcher:
+            steps = run_steps(PlanRun(client, options, corpus), watcher)
+        model = client._model
+    stop = next((s for s in steps if s.stop), None)
+    rollback_text, rollback_error = _roll_back(rollback) if stop else ("not needed", None)
+    report = Report(request.chosen, request.endpoint, model, release, corpus_label, started, _now(), steps,
+                    watcher_summary(watcher, request.deployment is not None), rollback_text)
+    path = write_report(request.manifest.root / REPORTS_DIR, report)
+    where = path.relative_to(request.manifest.root).with_suffix(".txt")
+    if rollback_error is not None:
+        raise type(rollback_error)(f"validation stopped ({stop.name}: {stop.stop}) and the rollback failed: {rollback_error.message}; "
+                                   f"report {where}", rollback_error.fix)
+    if stop is not None:
+        raise ValidationStop(f"{stop.name}: {stop.stop}; report {where}", stop.fix)
+    return report, path
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def write_report(folder: Path, report: Report) -> Path:
+    """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    stem, number = report.name, 1
+    while (folder / f"{stem}.json").exists():
+        number += 1
+        stem = f"{report.name}-{number}"
+    (folder / f"{stem}.txt").write_text(report_text(report))
+    path = folder / f"{stem}.json"
+    path.write_text(json.dumps(report_to_dict(report), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def watcher_summary(watcher: MemoryWatcher, watched: bool) -> dict[str, Any]:
+    return {"watched": watched, "floor_bytes": watcher.floor, "samples": watcher.samples,
+            "lowest_bytes": dict(sorted(watcher.lowest.items()))}

@@ -1,0 +1,145 @@
+"""Tests of the runtime configuration: exact switch set, launcher args, JSON record, headers, drift check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbake.errors import IntegrityError, PresetError
+from kvbake.lock import read_lock
+from kvbake.manifest import Manifest, load_manifest
+from kvbake.presets import choose_preset
+from kvbake.runtime_config import (
+    ARGS_FILE, ENV_FILE, JSON_FILE, REVIEW_REASON, Drift, Provenance, as_tree, checked_presets, compare_tree, drift_error,
+    preset_names_in, render_config, render_many,
+)
+
+from helpers_manifest import minimal_document, tiny_manifest
+
+STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
+LOCKED = Provenance("manifest.yaml", "m" * 64, "l" * 64)
+UNLOCKED = Provenance("manifest.yaml", "m" * 64, None)
+
+
+def manifest_with(tmp_path: Path, drafter: int | None = None, **presets: dict) -> Manifest:
+    document = minimal_document()
+    document["presets"].update(presets)
+    if drafter is not None:
+        document["drafter"] = {"max_positions": drafter, "note": "remote drafter"}
+    return tiny_manifest(tmp_path, document)
+
+
+PACKED = {"status": "validated", "max_model_len": 2048, "switches": {"TINY_SWITCH": "3", "TINY_OTHER": "1"},
+          "note": "both on", "launcher_args": ["--enable-prompt-tokens-details", "--block-size", "64"]}
+HELD = {"status": "held", "max_model_len": 4096, "switches": {"TINY_SWITCH": "3"}, "note": "held for a regression"}
+
+
+def test_env_holds_exactly_the_switch_set_sorted_after_the_header(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    env = render_config(manifest, choose_preset(manifest, "packed"), LOCKED).files[ENV_FILE].splitlines()
+    assert env[0].startswith("# kvbake config packed: manifest manifest.yaml sha256 " + "m" * 64)
+    assert env[1:] == ["TINY_OTHER=1", "TINY_SWITCH=3"]
+
+
+def test_a_declared_but_unset_switch_is_absent_not_empty(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, one={**HELD, "status": "validated"})
+    files = render_config(manifest, choose_preset(manifest, "one"), LOCKED).files
+    assert files[ENV_FILE].splitlines()[1:] == ["TINY_SWITCH=3"]
+    control = render_config(manifest, choose_preset(manifest, "control"), LOCKED).files[ENV_FILE]
+    assert "TINY" not in control and len(control.splitlines()) == 1
+
+
+def test_launcher_args_are_max_model_len_then_the_presets_args(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    args = render_config(manifest, choose_preset(manifest, "packed"), LOCKED).files[ARGS_FILE].splitlines()
+    assert args[1:] == ["--max-model-len", "2048", "--enable-prompt-tokens-details", "--block-size", "64"]
+
+
+def test_every_file_starts_with_the_same_header_naming_manifest_and_lock(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    files = render_config(manifest, choose_preset(manifest, "packed"), LOCKED).files
+    firsts = {name: text.splitlines()[0] for name, text in files.items()}
+    assert firsts[ENV_FILE] == firsts[ARGS_FILE]
+    assert "lock sha256 " + "l" * 64 in firsts[ENV_FILE]
+    assert json.loads(files[JSON_FILE])["header"] == firsts[ENV_FILE][2:]
+    assert firsts[JSON_FILE].startswith('{"header": "kvbake config packed')
+
+
+def test_an_unlocked_manifest_says_unlocked_and_uses_the_manifest_hash(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path)
+    header = render_config(manifest, choose_preset(manifest, "control"), UNLOCKED).files[ENV_FILE].splitlines()[0]
+    assert "lock: unlocked (manifest sha256 " + "m" * 64 in header
+
+
+def test_json_records_the_preset_drafter_limit_and_file_hashes(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, drafter=4096, packed=PACKED)
+    config = render_config(manifest, choose_preset(manifest, "packed"), LOCKED)
+    record = json.loads(config.files[JSON_FILE])
+    assert (record["preset"], record["status"], record["max_model_len"], record["prefix_block"]) == ("packed", "validated", 2048, 384)
+    assert record["switches"] == {"TINY_OTHER": "1", "TINY_SWITCH": "3"} and record["override"] is None
+    assert (record["drafter_max_positions"], record["drafter_limit"]) == (4096, "drafter limit: 4096 positions")
+    assert set(record["sha256"]) == {ENV_FILE, ARGS_FILE}
+
+
+def test_an_undeclared_drafter_limit_is_said_so(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path)
+    record = json.loads(render_config(manifest, choose_preset(manifest, "control"), LOCKED).files[JSON_FILE])
+    assert record["drafter_max_positions"] is None and record["drafter_limit"] == "drafter limit: not declared"
+
+
+def test_a_held_preset_needs_its_flag_and_records_the_reason(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, held=HELD)
+    with pytest.raises(PresetError, match="held"):
+        choose_preset(manifest, "held")
+    chosen = choose_preset(manifest, "held", allow_held=True, reason="supervised window 3")
+    assert json.loads(render_config(manifest, chosen, LOCKED).files[JSON_FILE])["override"] == "--allow-held: supervised window 3"
+
+
+def test_all_renders_held_presets_with_their_status_and_the_review_override(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, held=HELD)
+    records = {c.preset: json.loads(c.files[JSON_FILE]) for c in render_many(manifest, manifest.presets, LOCKED)}
+    assert records["held"]["status"] == "held"
+    assert records["held"]["override"] == f"--allow-held: {REVIEW_REASON}"
+    assert records["control"]["override"] is None
+
+
+def test_render_many_names_every_preset_that_breaks_a_rule(tmp_path: Path) -> None:
+    bad = {"status": "validated", "max_model_len": 8192, "switches": {"TINY_OTHER": "1"}, "note": "alias alone"}
+    manifest = manifest_with(tmp_path, drafter=4096, alias=bad, forbidden={**PACKED, "switches": {"TINY_BAD": "1"}},
+                             long={**PACKED, "max_model_len": 8192})
+    with pytest.raises(PresetError) as caught:
+        render_many(manifest, manifest.presets, LOCKED)
+    message = caught.value.one_line()
+    assert "TINY_OTHER requires TINY_SWITCH" in message and "TINY_BAD is forbidden" in message
+    assert "preset long: max-model-len 8192 is above the remote drafter's limit 4096" in message
+
+
+def test_check_regenerates_validated_presets_and_held_ones_only_when_present_or_all(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, held=HELD, packed=PACKED)
+    assert checked_presets(manifest, [], require_all=False) == ("control", "packed")
+    assert checked_presets(manifest, ["held"], require_all=False) == ("control", "held", "packed")
+    assert checked_presets(manifest, [], require_all=True) == ("control", "held", "packed")
+
+
+def test_compare_reports_every_drifted_missing_and_extra_file() -> None:
+    expected = {"a/ranks.env": "1", "a/config.json": "2", "b/ranks.env": "3"}
+    actual = {"a/ranks.env": "1", "a/config.json": "changed", "c/ranks.env": "x", "notes.txt": "y"}
+    drift = compare_tree(expected, actual)
+    assert drift == Drift(drifted=("a/config.json",), missing=("b/ranks.env",), extra=("c/ranks.env", "notes.txt"))
+    error = drift_error(drift, "configs")
+    assert isinstance(error, IntegrityError) and error.exit_code == 7
+    for path in ("a/config.json", "b/ranks.env", "c/ranks.env", "notes.txt"):
+        assert path in error.one_line()
+    assert compare_tree(expected, dict(expected)).clean
+    assert preset_names_in(actual) == ("a", "c")
+
+
+def test_the_committed_standin_configs_match_the_generator() -> None:
+    manifest = load_manifest(STANDIN / "manifest.yaml")
+    provenance = Provenance(manifest.path.name, manifest.sha256, read_lock(manifest).core_sha256())
+    folder = STANDIN / "configs"
+    actual = {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+    names = checked_presets(manifest, preset_names_in(actual), require_all=True)
+    assert compare_tree(as_tree(render_many(manifest, names, provenance)), actual).clean
