@@ -95,6 +95,9 @@ def main(argv: list[str]) -> int:
         args.builder = "kvbake"
     configure_logging(args.debug)
     from kvbake import commands
+    from kvbake.engine import show_progress
+
+    show_progress(sys.stdout.isatty() and not args.json)
 
     handler: Callable[[argparse.Namespace], tuple[dict, str]] = getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:

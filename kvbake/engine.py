@@ -21,6 +21,18 @@ from kvbake.errors import BaseImageError, EngineError, RegistryError
 log = logging.getLogger(__name__)
 
 
+_PROGRESS = {"show": False}
+
+
+def show_progress(enabled: bool) -> None:
+    """Let long pushes and pulls draw docker's progress bars (the CLI enables it on a terminal, never with --json)."""
+    _PROGRESS["show"] = enabled
+
+
+def progress_shown() -> bool:
+    return _PROGRESS["show"]
+
+
 def _stderr(err: DockerException) -> str:
     text = (err.stderr or err.stdout or "").strip().splitlines()
     return text[-1] if text else f"exit code {err.return_code}"
@@ -131,7 +143,7 @@ class Engine(ContainerOps):
     def push(self, reference: str) -> None:
         """`docker push` of one tag; the engine uses the client's login store and skips blobs the registry has."""
         try:
-            self.client.image.push(reference, quiet=True)
+            self.client.image.push(reference, quiet=not progress_shown())
         except DockerException as err:
             raise RegistryError(f"{self.label}: push of {reference} failed ({_stderr(err)})",
                                 "check that the registry is up and that you are logged in (docker login), then push again; "

@@ -71,7 +71,9 @@ class ContainerOps:
 
     def pull(self, reference: str) -> None:
         try:
-            self.client.image.pull(reference, quiet=True)
+            from kvbake.engine import progress_shown
+
+            self.client.image.pull(reference, quiet=not progress_shown())
         except DockerException as err:
             raise self._fail(f"pull {reference}", err) from None
 

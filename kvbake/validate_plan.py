@@ -95,7 +95,7 @@ def make_options(preset: Preset, salt_prefix: str, seed: str, depths: tuple[int,
     too_long = [f"{flag} {value}" for flag, value in sizes.items() if value > limit]
     too_long += [f"needle depth {depth}" for depth in depths if depth >= needle_tokens - 32]
     if too_long:
-        raise PresetError(f"{', '.join(too_long)} do(es) not fit preset {preset.name}'s max-model-len {preset.max_model_len}",
+        raise PresetError(f"too long for preset {preset.name} (max-model-len {preset.max_model_len}): {', '.join(too_long)}",
                           f"keep prompts and depths below {limit} tokens (the answer needs {ANSWER_TOKENS})")
     if pressure < 0:
         raise KvbakeError(f"--pressure {pressure} is negative", "pass the number of concurrent long requests, e.g. 4")

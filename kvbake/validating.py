@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -64,9 +65,10 @@ class PlanRun:
         self.client, self.options, self.corpus = client, options, corpus
         self.prompts: PrefixPrompts = build_prefix_prompts(corpus, options.prefix_tokens, options.prefix_tokens // 2)
         self.controls: tuple[str, ...] = ()
+        self.model: str | None = None
 
     def inertness(self) -> StepResult:
-        self.client.resolve_model()
+        self.model = self.client.resolve_model()
         runs = [_complete(self.client, self.prompts.full, self.options.salt(f"inert-{i}")) for i in range(INERTNESS_RUNS)]
         self.controls = tuple(c.text for c in runs)
         return score_inertness(runs, self.options.control)
@@ -177,12 +179,12 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     with OpenAIClient(request.endpoint, request.model) as client:
         watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
                                 request.mem_interval_s, on_breach=client.close)
+        plan = PlanRun(client, options, corpus)
         with watcher:
-            steps = run_steps(PlanRun(client, options, corpus), watcher)
-        model = client._model
+            steps = run_steps(plan, watcher)
     stop = next((s for s in steps if s.stop), None)
     rollback_text, rollback_error = _roll_back(rollback) if stop else ("not needed", None)
-    report = Report(request.chosen, request.endpoint, model, release, corpus_label, started, _now(), steps,
+    report = Report(request.chosen, request.endpoint, plan.model, release, corpus_label, started, _now(), steps,
                     watcher_summary(watcher, request.deployment is not None), rollback_text)
     path = write_report(request.manifest.root / REPORTS_DIR, report)
     where = path.relative_to(request.manifest.root).with_suffix(".txt")
@@ -200,8 +202,6 @@ def _now() -> str:
 
 def write_report(folder: Path, report: Report) -> Path:
     """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path."""
-    import json
-
     folder.mkdir(parents=True, exist_ok=True)
     stem, number = report.name, 1
     while (folder / f"{stem}.json").exists():

@@ -211,6 +211,8 @@ def test_sigkill_after_the_first_journal_write_then_resume_then_revert(capsys, s
     assert killed.returncode == -9
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "blocked")
     assert code == 12 and "deploy --resume" in err
+    code, _, err = ship(capsys, shipped, "deploy", "--resume", "--preset", "control", "--image", shipped["digest"])
+    assert code == 12 and "the journal is for release" in err, err
     code, _, err = ship(capsys, shipped, "deploy", "--resume")
     assert code == 0, err
     assert_invariant(capsys, shipped, rig, {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
@@ -288,3 +290,19 @@ def test_unreachable_node_and_rollback_without_previous(capsys, shipped, rig, tm
         assert code == 12 and "no previous release on spark-a" in err, err
     finally:
         client.image.tag(previous, f"{shipped['repository']}:previous")
+
+
+def test_a_stale_lock_needs_break_lock_and_is_audited(capsys, shipped, rig):
+    deploy_control(capsys, shipped, "baseline")
+    node = Engine(rig["a"].host)
+    labels = {"kvbake.lock.owner": "ops@gone:1", "kvbake.lock.since": "1000", "kvbake.lock.deploy": "deploy-old"}
+    assert node.create_marker(f"{shipped['repository']}:current", "kvbake-lock", labels)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "stale")
+    assert code == 12 and "stale lock from ops@gone:1" in err and "--break-lock" in err, err
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "stale", "--break-lock")
+    assert code == 0, err
+    from kvbake.nodestate import NodeState
+
+    audit = NodeState("spark-a", node).read().audit
+    assert "broke stale lock of ops@gone:1 (deploy deploy-old" in audit
+    assert node.container_inspect("kvbake-lock") is None

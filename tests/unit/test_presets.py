@@ -1,0 +1,60 @@
+"""Preset rules: unknown name, forbidden switch, undeclared switch, value outside the set, requires, status flags, drafter."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvbake.errors import PresetError
+from kvbake.manifest import load_manifest
+from kvbake.presets import choose_preset
+
+STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
+
+
+def manifest_with(tmp_path: Path, switches: dict[str, str], drafter: int | None = None, max_len: int = 327680):
+    shutil.copytree(STANDIN / "patches", tmp_path / "patches")
+    document = yaml.safe_load((STANDIN / "manifest.yaml").read_text())
+    document["presets"]["trial"] = {"status": "validated", "max_model_len": max_len, "switches": switches, "note": "test"}
+    if drafter:
+        document["drafter"] = {"max_positions": drafter}
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump(document))
+    return load_manifest(tmp_path / "manifest.yaml")
+
+
+@pytest.mark.parametrize("switches,fragment", [
+    ({"VLLM_DSV41_NVFP4_KV": "1"}, "VLLM_DSV41_NVFP4_KV is forbidden"),
+    ({"VLLM_EXL3_TF_PROMPT_ALIAS": "1"}, "VLLM_EXL3_TF_PROMPT_ALIAS requires VLLM_EXL3_TF_PROMPT_TRANSIENT"),
+    ({"VLLM_DSV41_KV_PAIR": "2"}, "VLLM_DSV41_KV_PAIR='2' is not allowed (allowed: 3)"),
+    ({"VLLM_DSV41_KV_PAIRS": "3"}, "VLLM_DSV41_KV_PAIRS is not a declared switch (did you mean 'VLLM_DSV41_KV_PAIR'?)"),
+])
+def test_a_preset_breaking_a_switch_rule_is_refused(tmp_path, switches, fragment):
+    manifest = manifest_with(tmp_path, switches)
+    with pytest.raises(PresetError, match="preset trial") as caught:
+        choose_preset(manifest, "trial")
+    assert fragment in caught.value.one_line() and caught.value.exit_code == 14
+
+
+def test_an_unknown_preset_suggests_the_closest(tmp_path):
+    manifest = manifest_with(tmp_path, {})
+    with pytest.raises(PresetError, match="unknown preset 'packing-32768' \\(did you mean 'packing-327680'\\?\\)"):
+        choose_preset(manifest, "packing-32768")
+
+
+def test_a_context_limit_above_the_drafter_is_refused(tmp_path):
+    manifest = manifest_with(tmp_path, {}, drafter=262144)
+    with pytest.raises(PresetError, match="above the remote drafter's limit 262144"):
+        choose_preset(manifest, "trial")
+
+
+def test_statuses_need_flags_and_reasons(tmp_path):
+    manifest = manifest_with(tmp_path, {})
+    with pytest.raises(PresetError, match="--allow-held"):
+        choose_preset(manifest, "longctx-524288")
+    with pytest.raises(PresetError, match="needs a reason"):
+        choose_preset(manifest, "longctx-524288", allow_held=True)
+    assert choose_preset(manifest, "longctx-524288", allow_held=True, reason="prefill study").override == "--allow-held: prefill study"
+    assert choose_preset(manifest, "packing-327680").override is None
