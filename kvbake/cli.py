@@ -32,6 +32,8 @@ COMMANDS_HELP = """commands:
   rollback          go back to the previous release on every node (tag swap, nothing pulled)
   verify-running    check every rank: layers, labels, exact switch set, no bind mount over baked files
   status            a table of nodes, releases, what runs and divergence
+  config PRESET     write the runtime configuration of a preset for every rank (--all; --check for drift)
+  validate          run the supervised test plan against an endpoint; stop on any failure
 """
 
 
@@ -59,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     push = sub.add_parser("push", parents=[common], help="push the built image, read it back by digest, record it")
     push.add_argument("--registry", default=None, metavar="HOST:PORT", help="push to this registry instead of output.repository's host")
     add_ship_commands(sub, common)
+    add_validation_commands(sub, common)
     return top
 
 
@@ -78,6 +81,34 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
     sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")
+
+
+def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--allow-held", action="store_true", help="allow a preset whose status is held (needs --reason)")
+    flags.add_argument("--allow-untested", action="store_true", help="allow a preset whose status is untested (needs --reason)")
+    flags.add_argument("--reason", help="why a held or untested preset is used (recorded)")
+    config = sub.add_parser("config", parents=[common, flags], help="write the runtime configuration of a preset for every rank")
+    config.add_argument("preset", nargs="?", default=None, help="the preset to write")
+    config.add_argument("--all", action="store_true", help="every preset; held and untested ones with their status and a review override")
+    config.add_argument("--check", action="store_true", help="regenerate and compare with --out; name every drifted, missing or extra file")
+    config.add_argument("--out", type=Path, default=None, help="configuration folder (default: configs/ beside the manifest)")
+    validate = sub.add_parser("validate", parents=[common, flags], help="run the supervised test plan against an OpenAI-compatible endpoint")
+    validate.add_argument("--preset", required=True, help="the preset the endpoint serves")
+    validate.add_argument("--endpoint", required=True, metavar="URL", help="base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    validate.add_argument("--model", default=None, help="model id (default: the first one GET /v1/models lists)")
+    validate.add_argument("--corpus", type=Path, default=None, metavar="DIR", help="public corpus folder (default: the built-in synthetic filler)")
+    validate.add_argument("--deploy", type=Path, default=None, help="deployment file: nodes to watch, container, release record")
+    validate.add_argument("--depths", default=None, help="needle depths in tokens, e.g. 450000,500000 (default: two inside max-model-len)")
+    validate.add_argument("--prefix-tokens", type=int, default=8000, metavar="N", help="prefix-identity prompt length (default 8000)")
+    validate.add_argument("--corruption-tokens", type=int, default=8000, metavar="N", help="length of each corruption-set prompt (default 8000)")
+    validate.add_argument("--pressure", type=int, default=0, metavar="N", help="also send N concurrent long requests (forced pool pressure)")
+    validate.add_argument("--pressure-tokens", type=int, default=None, metavar="N", help="length of each pressure request (default: the needle prompt's)")
+    validate.add_argument("--seed", default="kvbake", help="seed of the needle codes (default kvbake)")
+    validate.add_argument("--mem-floor", type=float, default=1.5, metavar="GIB", help="stop when MemAvailable drops below this on any node (default 1.5)")
+    validate.add_argument("--mem-interval", type=float, default=5.0, metavar="S", help="seconds between background memory samples; 0: only between steps")
+    validate.add_argument("--meminfo-path", default="/proc/meminfo", help="meminfo file read inside the serving container")
+    validate.add_argument("--rollback-on-failure", action="store_true", help="on a stop, roll every rank back to the previous release (needs --deploy)")
 
 
 def configure_logging(debug: bool) -> None:

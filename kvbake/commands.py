@@ -192,6 +192,96 @@ def cmd_status(args: argparse.Namespace) -> Result:
     return data, status_table(data)
 
 
+def cmd_config(args: argparse.Namespace) -> Result:
+    from kvbake import runtime_config as rc
+    from kvbake.errors import PresetError
+    from kvbake.presets import choose_preset
+
+    manifest = _manifest(args)
+    out = args.out if args.out is not None else manifest.root / "configs"
+    shown = _shown(manifest, out)
+    provenance = rc.Provenance(manifest.path.name, manifest.sha256,
+                               read_lock(manifest).core_sha256() if manifest.lock_path.exists() else None)
+    if args.check:
+        actual = _read_tree(out)
+        names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
+        drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
+        if not drift.clean:
+            raise rc.drift_error(drift, shown)
+        return {"ok": True, "out": shown, "presets": list(names)}, f"{shown}: {', '.join(names)} match the manifest and lock"
+    if args.all == bool(args.preset):
+        raise PresetError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
+    if args.all:
+        configs = rc.render_many(manifest, manifest.presets, provenance)
+    else:
+        chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+        configs = (rc.render_config(manifest, chosen, provenance),)
+    _write_tree(out, rc.as_tree(configs))
+    lines = [f"wrote {shown}/{c.preset}/ ({', '.join(c.files)}): {manifest.presets[c.preset].status}, "
+             f"max-model-len {manifest.presets[c.preset].max_model_len}, {len(manifest.presets[c.preset].switches)} switches"
+             for c in configs]
+    lines.append(f"{rc.drafter_limit(manifest)}; lock: {provenance.lock_sha256 or 'unlocked'}")
+    return {"out": shown, "presets": [c.preset for c in configs], "lock_sha256": provenance.lock_sha256}, "\n".join(lines)
+
+
+def _shown(manifest: Manifest, folder: Path) -> str:
+    folder = folder.absolute()
+    return str(folder.relative_to(manifest.root)) if folder.is_relative_to(manifest.root) else str(folder)
+
+
+def _read_tree(folder: Path) -> dict[str, str]:
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _write_tree(folder: Path, tree: dict[str, str]) -> None:
+    import os
+
+    for relative, text in sorted(tree.items()):
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+
+
+def cmd_validate(args: argparse.Namespace) -> Result:
+    from kvbake.deployfile import load_deployment
+    from kvbake.presets import choose_preset
+    from kvbake.validate_plan import parse_depths, report_text, report_to_dict
+    from kvbake.validating import ValidateRequest, run_validation
+
+    manifest = _manifest(args)
+    chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+    deployment = load_deployment(args.deploy) if args.deploy else None
+    request = ValidateRequest(manifest, chosen, args.endpoint, args.model, args.corpus, deployment, parse_depths(args.depths),
+                              args.prefix_tokens, args.corruption_tokens, args.pressure, args.pressure_tokens, args.seed,
+                              args.mem_floor, args.mem_interval, args.meminfo_path)
+    report, path = run_validation(request, _validate_rollback(args, manifest, deployment))
+    shown = path.relative_to(manifest.root)
+    return report_to_dict(report) | {"report": str(shown)}, report_text(report) + f"report:   {shown} (and .txt)"
+
+
+def _validate_rollback(args: argparse.Namespace, manifest: Manifest, deployment):
+    from kvbake.errors import KvbakeError
+
+    if not args.rollback_on_failure:
+        return None
+    if deployment is None:
+        raise KvbakeError("--rollback-on-failure needs --deploy", "pass --deploy deploy.yaml so the nodes are known")
+
+    def roll_back() -> str:
+        from kvbake.rollout import rollback
+        from kvbake.shipping import make_fleet
+
+        journal = rollback(make_fleet(deployment, manifest, read_lock(manifest)), break_lock=False)
+        return f"rolled back every rank to release {journal.release_id}"
+
+    return roll_back
+
+
 def raise_usage(message: str) -> None:
     from kvbake.errors import PresetError
 

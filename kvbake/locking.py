@@ -49,6 +49,12 @@ def source_date_epoch(manifest: Manifest) -> int:
         return int(time.time())
 
 
+def registry_digest_of(reference: str, repo_digests: list[str]) -> str | None:
+    """The manifest digest the base's own repository gave it, if it was pulled from there; never another repository's."""
+    repository = reference.rsplit(":", 1)[0]
+    return next((d.split("@", 1)[1] for d in repo_digests if d.split("@", 1)[0] == repository), None)
+
+
 def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> tuple[LockedBase, dict[str, DirMeta]]:
     inspect = engine.require_image(manifest.base.image)
     platform = platform_of(inspect)
@@ -56,7 +62,7 @@ def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> t
         raise BaseImageError(f"{manifest.base.image} is {platform}, the manifest wants {manifest.base.platform}",
                              "load the image for the right platform")
     captured = capture_base(engine, manifest.base.image, inspect["Id"], wanted)
-    repo_digest = next((d.split("@", 1)[1] for d in inspect["RepoDigests"] if "@" in d), None)
+    repo_digest = registry_digest_of(manifest.base.image, inspect["RepoDigests"])
     base = LockedBase(manifest.base.image, platform, captured.config_digest, tuple(inspect["RootFS"]["Layers"]),
                       captured.layer_sizes, repo_digest, captured.config)
     return base, captured.dirs

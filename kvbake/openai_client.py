@@ -53,7 +53,7 @@ def completion_payload(model: str, request: CompletionRequest) -> dict[str, Any]
 def _body_error(url: str, what: str) -> ValidationStop:
     return ValidationStop(
         f"{url} returned an unexpected body: {what}",
-        fix="point --base-url at a vLLM OpenAI-compatible server started with --enable-prompt-tokens-details",
+        fix="point --endpoint at a vLLM OpenAI-compatible server started with --enable-prompt-tokens-details",
     )
 
 
@@ -122,7 +122,7 @@ class OpenAIClient:
         except (httpx.HTTPError, httpx.InvalidURL) as err:
             raise ValidationStop(
                 f"cannot reach {url}: {type(err).__name__}: {err}",
-                fix="start the serve, check --base-url and that it listens on that address",
+                fix="start the serve, check the endpoint URL and that it listens on that address",
             ) from err
         if response.is_error:
             excerpt = " ".join(response.text.split())[:BODY_EXCERPT_CHARS]

@@ -9,16 +9,22 @@ echo "== stand-in base (Debian bookworm + Python 3.11 + vLLM 0.33.0 sources; bui
 echo "== lock (pins this machine's base; the chain, files and overlay must come out unchanged)"
 .venv/bin/python build.py lock --manifest "$MANIFEST"
 git diff --quiet -- examples/standin/overlay 2>/dev/null || { echo "overlay/ changed: the chain no longer reproduces the shipped files" >&2; exit 7; }
+echo "== runtime configs for both ranks (regenerated: they name the lock's hash)"
+.venv/bin/python build.py config --all --manifest "$MANIFEST"
+.venv/bin/python build.py config --check --all --manifest "$MANIFEST"
 echo "== build"
 .venv/bin/python build.py build --manifest "$MANIFEST"
 echo "== verify --deep"
 .venv/bin/python build.py verify --deep --manifest "$MANIFEST"
 echo "== summary"
-.venv/bin/python build.py plan --manifest "$MANIFEST" --json | .venv/bin/python -c '
-import json, sys
-plan = json.load(sys.stdin)
-print(f"stand-in image {plan[\"reference\"]}")
-print(f"  id {plan[\"image_id\"]} (reproducible: same inputs, same ID on any engine)")
-print(f"  {len(plan[\"chain\"])} patches, {len(plan[\"files\"])} files, {len(plan[\"whiteouts\"])} stale .pyc removed, switches in Env: none")'
+.venv/bin/python build.py plan --manifest "$MANIFEST" --json > .kvbake-demo-plan.json
+.venv/bin/python - <<'PY'
+import json
+plan = json.load(open(".kvbake-demo-plan.json"))
+print(f"stand-in image {plan['reference']}")
+print(f"  id {plan['image_id']} (reproducible: same inputs, same ID on any engine)")
+print(f"  {len(plan['chain'])} patches, {len(plan['files'])} files, {len(plan['whiteouts'])} stale .pyc removed, switches in Env: none")
+PY
+rm -f .kvbake-demo-plan.json
 echo "== ship: local registry + node engine (loopback), push, deploy, verify-running, rollback"
 .venv/bin/python scripts/demo_ship.py

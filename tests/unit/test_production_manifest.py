@@ -40,3 +40,11 @@ def test_held_and_untested_presets_need_their_flag_and_a_reason():
         choose_preset(manifest, "longctx-524288")
     chosen = choose_preset(manifest, "longctx-1048576", allow_untested=True, reason="supervised window")
     assert chosen.override == "--allow-untested: supervised window"
+
+
+def test_only_the_base_repositorys_own_digest_is_pinned():
+    from kvbake.locking import registry_digest_of
+
+    digests = ["127.0.0.1:5000/other@sha256:" + "a" * 64, "ghcr.io/henryous/img@sha256:" + "b" * 64]
+    assert registry_digest_of("ghcr.io/henryous/img:v5", digests) == "sha256:" + "b" * 64
+    assert registry_digest_of("kvbake-standin/vllm-base:0.33.0", digests) is None
