@@ -63,14 +63,20 @@ def check_views(views: list[NodeView]) -> None:
                             "roll every node to one release with deploy --preset, or repair by hand")
 
 
-def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
-    """Phase 1 on every node: the base must be there, pull by digest, check layers and labels. Returns image IDs."""
-    staged = {}
+def require_base(fleet: Fleet, base_image: str, base_layers: tuple[str, ...]) -> None:
+    """Every node must already hold the exact base: kvbake moves only the thin layer."""
     for name, engine in fleet.engines.items():
         base = engine.inspect_image(base_image)
         if base is None or tuple(base["RootFS"]["Layers"]) != base_layers:
             raise RolloutError(f"node {name} lacks the base image {base_image} (or holds another one)",
-                               "load the exact base on that node first; kvbake ships only the thin layer")
+                               "pull the exact base on that node from the private registry first; kvbake ships only the thin layer")
+
+
+def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
+    """Phase 1 on every node: the base must be there, pull by digest, check layers and labels. Returns image IDs."""
+    require_base(fleet, base_image, base_layers)
+    staged = {}
+    for name, engine in fleet.engines.items():
         engine.pull(release.image)
         pulled = engine.inspect_image(release.image)
         if pulled is None or tuple(pulled["RootFS"]["Layers"]) != release.layers:
@@ -122,6 +128,7 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
     if pending:
         raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
                            "run deploy --resume to finish it or deploy --revert to undo it")
+    require_base(fleet, base_image, base_layers)
     views = [view(fleet, name) for name in fleet.engines]
     check_views(views)
     staged = stage_release(fleet, release, base_image, base_layers)

@@ -306,3 +306,16 @@ def test_a_stale_lock_needs_break_lock_and_is_audited(capsys, shipped, rig):
     audit = NodeState("spark-a", node).read().audit
     assert "broke stale lock of ops@gone:1 (deploy deploy-old" in audit
     assert node.container_inspect("kvbake-lock") is None
+
+
+def test_a_node_without_the_base_is_refused_in_phase_one(capsys, shipped, rig, tmp_path):
+    deploy_control(capsys, shipped, "baseline")
+    with NodeEngine(tmp_path / "c", name="c") as bare:
+        document = json.loads(shipped["deploy"].read_text())
+        document["nodes"].append({"name": "spark-c", "host": bare.host, "role": "worker"})
+        with_bare = tmp_path / "deploy.yaml"
+        with_bare.write_text(json.dumps(document))
+        code, _, err = run(capsys, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "bare",
+                           "--manifest", str(shipped["manifest"]), "--deploy", str(with_bare))
+        assert code == 12 and "node spark-c lacks the base image" in err, err
+        assert Engine(bare.host).inspect_image(shipped["digest"]) is None
