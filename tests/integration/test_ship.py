@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -63,7 +64,7 @@ def shipped(engine: Engine, rig: dict, tmp_path_factory: pytest.TempPathFactory)
     record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
     digest = record["pinned"]
     assert digest.startswith(repository + "@sha256:")
-    launcher = [str(Path(os.sys.executable)), str(REPO_ROOT / "scripts" / "standin_launcher.py")]
+    launcher = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
     return {"manifest": manifest, "digest": digest, "deploy": write_deploy(folder, rig, launcher), "folder": folder,
             "repository": repository}
 
@@ -115,7 +116,7 @@ def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig,
     before = {n: serving_env(rig[n]) for n in ("a", "b")}
     wrapper = tmp_path / "flaky-launcher"
     wrapper.write_text(f"#!/bin/sh\n[ \"$KVBAKE_NODE\" = spark-b ] && [ -z \"$KVBAKE_ALLOW\" ] && [ -n \"$(grep KV_PAIR \"$KVBAKE_ENV_FILE\")\" ] "
-                       f"&& {{ echo 'launcher: GPU busy' >&2; exit 3; }}\nexec {os.sys.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
+                       f"&& {{ echo 'launcher: GPU busy' >&2; exit 3; }}\nexec {sys.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     deploy_file = write_deploy(tmp_path, rig, [str(wrapper)])
     deploy_file_state = shipped["deploy"].parent / ".kvbake"
@@ -200,12 +201,11 @@ sys.exit(main(sys.argv[1:]))
 
 def test_sigkill_after_the_first_journal_write_then_resume_then_revert(capsys, shipped, rig, tmp_path):
     import subprocess
-    import sys as system
 
     deploy_control(capsys, shipped, "baseline")
     runner = tmp_path / "killer.py"
     runner.write_text(KILLER)
-    argv = [system.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
+    argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
             "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"])]
     killed = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert killed.returncode == -9
@@ -227,16 +227,15 @@ def test_sigkill_after_the_first_journal_write_then_resume_then_revert(capsys, s
 
 def test_a_second_deploy_while_one_runs_is_refused_by_the_lock(capsys, shipped, rig, tmp_path):
     import subprocess
-    import sys as system
     import time
 
     deploy_control(capsys, shipped, "baseline")
     slow = tmp_path / "slow-launcher"
-    slow.write_text(f"#!/bin/sh\nsleep 8\nexec {system.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
+    slow.write_text(f"#!/bin/sh\nsleep 8\nexec {sys.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
     slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
     slow_deploy = write_deploy(tmp_path, rig, [str(slow)])
     shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)
-    first = subprocess.Popen([system.executable, "build.py", "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "slow",
+    first = subprocess.Popen([sys.executable, "build.py", "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "slow",
                               "--manifest", str(shipped["manifest"]), "--deploy", str(slow_deploy)], cwd=REPO_ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

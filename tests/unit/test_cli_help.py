@@ -10,7 +10,8 @@ from kvbake.cli import exit_code_table, parser
 from kvbake.errors import EXIT_CODES, KvbakeError
 
 
-@pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile"])
+@pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "rollback", "verify-running",
+                                     "status", "config"])
 def test_every_listed_command_parses(command: str) -> None:
     assert parser().parse_args([command]).command == command
 
@@ -22,7 +23,8 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
     assert "invalid choice" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile"])
+@pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "deploy", "rollback",
+                                     "verify-running", "status", "config", "validate"])
 def test_help_lists_every_command(command: str) -> None:
     assert re.search(rf"^  {command}\b", parser().format_help(), re.MULTILINE)
 
