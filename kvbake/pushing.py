@@ -15,6 +15,7 @@ from kvbake.credentials import credentials_for
 from kvbake.engine import Engine
 from kvbake.errors import RegistryError
 from kvbake.plan import Plan
+from kvbake.record import write_json_record
 from kvbake.registry_api import RegistryClient, RemoteManifest, split_repository
 
 log = logging.getLogger(__name__)
@@ -231,8 +232,4 @@ def push_record(result: PushResult) -> dict[str, Any]:
 
 
 def write_push_record(manifest_root: Path, record: dict[str, Any]) -> Path:
-    folder = manifest_root / PUSHES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (record["reference"].rsplit(":", 1)[1] + ".json")
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    return write_json_record(manifest_root / PUSHES_DIR, record["reference"], record)

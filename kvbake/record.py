@@ -28,9 +28,13 @@ def build_record(built: Any, builder: str) -> dict[str, Any]:
     }
 
 
-def write_record(manifest_root: Path, record: dict[str, Any]) -> Path:
-    folder = manifest_root / RECORDS_DIR
+def write_json_record(folder: Path, reference: str, record: dict[str, Any]) -> Path:
+    """Write `record` as `<folder>/<tag of reference>.json`; the one writer of build and push records."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (record["image"].rsplit(":", 1)[1] + ".json")
+    path = folder / (reference.rsplit(":", 1)[1] + ".json")
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def write_record(manifest_root: Path, record: dict[str, Any]) -> Path:
+    return write_json_record(manifest_root / RECORDS_DIR, record["image"], record)

@@ -16,13 +16,13 @@ from kvbake.manifest import Manifest
 from kvbake.nodestate import NodeState
 from kvbake.plan import Plan
 from kvbake.presets import ChosenPreset
+from kvbake.pushing import PUSHES_DIR
 from kvbake.provenance import switch_names
 from kvbake.release import Release
 from kvbake.rollout import connect, who_deploys
 from kvbake.running import rank_failures, switch_env, agreement_failures
 from kvbake.transitions import Fleet, observe
 
-PUSHES_DIR = ".kvbake/pushes"
 
 
 def pushed_reference(manifest: Manifest, plan: Plan) -> str:
