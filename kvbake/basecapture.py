@@ -1,41 +1,19 @@
-"""Adapter: read the base's raw config once (at lock time) from a streamed `docker save`, keeping no layer bytes."""
+"""Adapter: read the base's raw config, layer sizes and parent directories once (at lock time) from a streamed `docker save`."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
-
-from kvbake.digests import sha256_digest
-from kvbake.engine import DirMeta, Engine, read_tar_members
+from kvbake.engine import Engine
 from kvbake.errors import BaseImageError
+from kvbake.savefile import SavedImage, read_save
 
 
-@dataclass(frozen=True)
-class CapturedBase:
-    """The raw config bytes' parsed form and each layer's uncompressed size."""
-
-    config: dict[str, Any]
-    config_digest: str
-    layer_sizes: tuple[int, ...]
-    dirs: dict[str, DirMeta]
-
-
-def capture_base(engine: Engine, reference: str, image_id: str, wanted_dirs: frozenset[str]) -> CapturedBase:
-    """Stream `docker save` once: keep the config, check it hashes to the image ID, and read the wanted directories'
-    metadata from the topmost layer that holds each of them."""
-    scan = read_tar_members(engine.save_stream(reference), lambda name: name.endswith(".json"), wanted_dirs)
-    try:
-        entry = json.loads(scan.files["manifest.json"])[0]
-        config_bytes = scan.files[entry["Config"]]
-        sizes = tuple(scan.sizes[layer] for layer in entry["Layers"])
-    except (KeyError, IndexError, ValueError) as err:
-        raise BaseImageError(f"docker save of {reference} has no readable manifest.json ({err})", "check the engine version (classic store expected)") from None
-    digest = sha256_digest(config_bytes)
-    if digest != image_id:
-        raise BaseImageError(f"the saved config of {reference} hashes to {digest[:19]}, not its ID {image_id[:19]}",
-                             "this engine's image ID is not the config digest (containerd store?); use the classic overlay2 store")
-    dirs: dict[str, DirMeta] = {}
-    for layer in entry["Layers"]:
-        dirs.update(scan.dirs.get(layer, {}))
-    return CapturedBase(json.loads(config_bytes), digest, sizes, dirs)
+def capture_base(engine: Engine, reference: str, diff_ids: tuple[str, ...], wanted_dirs: frozenset[str]) -> SavedImage:
+    """Stream `docker save` once, in whatever format this engine writes; the config must describe the inspected layers.
+    On the containerd store the save also yields the store's manifest, which goes into the manifest cache."""
+    saved = read_save(engine.save_stream(reference), reference, wanted_dirs)
+    if saved.diff_ids != diff_ids:
+        raise BaseImageError(f"the saved config of {reference} names other layers than the engine reports ({engine.profile().name})",
+                             "the image changed during the save; run the command again")
+    if saved.store_manifest is not None:
+        engine.remember_manifest(saved.store_manifest)
+    return saved

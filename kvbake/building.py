@@ -17,7 +17,9 @@ from kvbake.errors import BaseImageError, IntegrityError, ResourceError
 from kvbake.extract import Extractor
 from kvbake.gitapply import GitApplier
 from kvbake.locking import check_switch_coverage
-from kvbake.image import archive_members, write_archive
+from kvbake.identity import ExpectedId, StoreManifest, derived_store_manifest, expected_id, thin_blob
+from kvbake.image import archive_members, oci_layout_members, write_archive
+from kvbake.profile import CONTAINERD, STORE_CHECK, EngineProfile
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest
 from kvbake.dockerfile import render
@@ -52,21 +54,58 @@ class Timings:
 
 @dataclass(frozen=True)
 class BuiltImage:
-    """A loaded, verified and tagged derived image."""
+    """A loaded, verified and tagged derived image: its identity (config digest) and the ID this engine reports."""
 
     plan: Plan
     image_id: str
     reference: str
     archive_bytes: int
     timings: dict[str, float]
+    expected: ExpectedId | None = None
+
+    @property
+    def config_digest(self) -> str:
+        return self.plan.image_id
 
 
-def check_base(engine: Engine, manifest: Manifest, lock: Lock) -> None:
+@dataclass(frozen=True)
+class BaseOnEngine:
+    """The locked base as this engine holds it: the profile, and on the containerd store its manifest."""
+
+    profile: EngineProfile
+    store_manifest: StoreManifest | None
+
+
+@dataclass(frozen=True)
+class LoadUnit:
+    """What to load into this engine's store, and the ID it must then report."""
+
+    members: list[tuple[str, bytes]]
+    expected: ExpectedId
+
+
+def check_base(engine: Engine, manifest: Manifest, lock: Lock) -> BaseOnEngine:
+    """The base must be local and be the locked one: config digest, diff_ids and platform, however the store names it."""
     inspect = engine.require_image(manifest.base.image)
+    profile = engine.profile()
+    inspect["ConfigDigest"] = engine.config_digest_of(inspect, manifest.base.image)
     failures = base_failures(inspect, lock.base.config_digest, lock.base.diff_ids, lock.base.platform)
     if failures:
-        raise BaseImageError(f"{manifest.base.image} differs from the lock: {'; '.join(failures)}",
+        raise BaseImageError(f"{manifest.base.image} on {engine.label} ({profile.name}) differs from the lock: {'; '.join(failures)}",
                              "load the exact base image that was locked, or review and run python build.py lock")
+    store_manifest = engine.store_manifest(inspect["Id"], manifest.base.image) if profile.store == CONTAINERD else None
+    return BaseOnEngine(profile, store_manifest)
+
+
+def load_unit(plan: Plan, base: BaseOnEngine) -> LoadUnit:
+    """Classic store: Docker's manifest.json naming the base layers by diff_id. Containerd store: an OCI layout whose
+    manifest names the base layers as the store holds them, then the gzip thin layer."""
+    if base.store_manifest is None:
+        members = archive_members(plan.config_bytes, list(plan.lock.base.diff_ids), list(plan.lock.base.layer_sizes), plan.layer.data, oci=False)
+        return LoadUnit(members, expected_id(base.profile, plan.config_bytes, None))
+    blob = thin_blob(plan.layer.data)
+    manifest_bytes = derived_store_manifest(base.store_manifest, plan.config_bytes, blob)
+    return LoadUnit(oci_layout_members(plan.config_bytes, blob, manifest_bytes), expected_id(base.profile, plan.config_bytes, manifest_bytes))
 
 
 def extract_base_files(engine: Engine, manifest: Manifest, lock: Lock, tree_root: Path) -> None:
@@ -99,14 +138,14 @@ def rebuild_tree(engine: Engine, manifest: Manifest, lock: Lock, timings: Timing
         return {f.path: (tree_root / f.path).read_bytes() for f in lock.files}
 
 
-def expectation(plan: Plan) -> Expectation:
-    return Expectation(plan.lock.base.diff_ids, plan.image_labels(), switch_names(plan.manifest), plan.layer.diff_id, plan.image_id)
+def expectation(plan: Plan, expected: ExpectedId) -> Expectation:
+    return Expectation(plan.lock.base.diff_ids, plan.image_labels(), switch_names(plan.manifest), plan.layer.diff_id, plan.image_id,
+                       store_id=expected.store_id, id_meaning=expected.profile.id_meaning)
 
 
-def write_thin_archive(plan: Plan, directory: Path) -> Path:
+def write_thin_archive(plan: Plan, members: list[tuple[str, bytes]], directory: Path) -> Path:
     """Write the archive; a full disk is a ResourceError and the partial file is removed."""
     target = directory / "thin-image.tar"
-    members = archive_members(plan.config_bytes, list(plan.lock.base.diff_ids), list(plan.lock.base.layer_sizes), plan.layer.data, oci=True)
     try:
         with open(target, "wb") as handle:
             write_archive(handle, members, plan.lock.source_date_epoch)
@@ -119,26 +158,28 @@ def write_thin_archive(plan: Plan, directory: Path) -> Path:
     return target
 
 
-def load_and_verify(engine: Engine, plan: Plan, archive: Path) -> None:
+def load_and_verify(engine: Engine, plan: Plan, archive: Path, expected: ExpectedId) -> None:
     """Load untagged, verify, and remove the image again when verification fails."""
-    existed = engine.inspect_image(plan.image_id) is not None
+    store_id = expected.store_id
+    existed = engine.inspect_image(store_id) is not None
     engine.load(archive)
-    loaded = engine.inspect_image(plan.image_id)
+    loaded = engine.identify(store_id)
     if loaded is None:
-        raise IntegrityError(f"the engine reported a load but image {plan.image_id[:19]} is absent", "check the engine's image store (classic overlay2 expected)")
-    failures = image_failures(loaded, expectation(plan))
+        raise IntegrityError(f"the engine reported a load but image {store_id[:19]} ({expected.describe()}) is absent",
+                             f"check the engine's image store ({STORE_CHECK}); a failed unpack on the containerd store looks like this")
+    failures = image_failures(loaded, expectation(plan, expected))
     if failures and not existed:
-        engine.remove_image(plan.image_id)
+        engine.remove_image(store_id)
     raise_if_failed("the loaded image", failures)
 
 
-def prepare(engine: Engine, manifest: Manifest, timings: Timings) -> Plan:
+def prepare(engine: Engine, manifest: Manifest, timings: Timings) -> tuple[Plan, BaseOnEngine]:
     """Everything up to an assembled plan: lock, base, extract, patch, three-way compare."""
     with timings.phase("check-lock"):
         lock = read_lock(manifest)
     with timings.phase("check-base"):
         engine.ping()
-        check_base(engine, manifest, lock)
+        base = check_base(engine, manifest, lock)
     rebuilt = rebuild_tree(engine, manifest, lock, timings)
     with timings.phase("compare"):
         compare_three_ways(lock, rebuilt, read_overlay(manifest, lock))
@@ -147,22 +188,23 @@ def prepare(engine: Engine, manifest: Manifest, timings: Timings) -> Plan:
     with timings.phase("assemble"):
         plan = make_plan(manifest, lock, rebuilt)
         check_plan_matches_lock(plan)
-    return plan
+    return plan, base
 
 
 def build_image(engine: Engine, manifest: Manifest) -> BuiltImage:
     """The whole bake; on any failure nothing is tagged and temporary files are gone."""
     timings = Timings()
-    plan = prepare(engine, manifest, timings)
+    plan, base = prepare(engine, manifest, timings)
     with tempfile.TemporaryDirectory(prefix="kvbake-archive-") as tmp:
         with timings.phase("write-archive"):
-            archive = write_thin_archive(plan, Path(tmp))
+            unit = load_unit(plan, base)
+            archive = write_thin_archive(plan, unit.members, Path(tmp))
             size = archive.stat().st_size
         with timings.phase("load-verify"):
-            load_and_verify(engine, plan, archive)
+            load_and_verify(engine, plan, archive, unit.expected)
     with timings.phase("tag"):
-        engine.tag(plan.image_id, plan.reference)
-    return BuiltImage(plan, plan.image_id, plan.reference, size, dict(timings.phases))
+        engine.tag(unit.expected.store_id, plan.reference)
+    return BuiltImage(plan, unit.expected.store_id, plan.reference, size, dict(timings.phases), unit.expected)
 
 
 def docker_build_context(plan: Plan, directory: Path) -> Path:
@@ -182,7 +224,7 @@ def build_with_docker(engine: Engine, manifest: Manifest) -> BuiltImage:
     from kvbake.verifying import verify_image
 
     timings = Timings()
-    plan = prepare(engine, manifest, timings)
+    plan, _ = prepare(engine, manifest, timings)
     reference = plan.reference + DOCKER_BUILDER_SUFFIX
     with tempfile.TemporaryDirectory(prefix="kvbake-context-") as tmp:
         with timings.phase("docker-build"):

@@ -28,12 +28,13 @@ def cmd_build(args: argparse.Namespace) -> Result:
     plan = built.plan
     text = "\n".join([
         f"image:     {built.reference}" + ("   (STAND-IN example)" if manifest.standin else ""),
-        f"image id:  {built.image_id}",
+        f"identity:  config digest {built.config_digest}",
+        f"engine:    {built.expected.describe() if built.expected else engine.profile().name + ': image ID ' + built.image_id}",
         (f"layer:     {plan.layer.diff_id} ({len(plan.lock.files)} files, {len(plan.whiteouts)} bytecode whiteouts, {len(plan.layer.data)} bytes)"
          if args.builder == "kvbake" else f"layers:    docker build (COPY + RUN rm of {len(plan.whiteouts)} stale bytecode files); ID not reproducible"),
         f"chain:     {' '.join(p.id for p in plan.lock.patches)} (applied strictly, after-hashes checked)",
         f"switches:  {len(manifest.switches)} declared, all off by default; {len(manifest.forbidden)} forbidden",
-        ("verified:  base prefix, exactly one thin layer, reproducible ID, labels, no switch in Env" if args.builder == "kvbake"
+        ("verified:  base prefix, exactly one thin layer, reproducible config digest and engine ID, labels, no switch in Env" if args.builder == "kvbake"
          else "verified:  base prefix, labels, no switch in Env, files read back, patched code runs (deep)"),
         "phases:    " + ", ".join(f"{k} {v:.2f}s" for k, v in built.timings.items()),
         f"record:    {path.relative_to(manifest.root)}",
@@ -51,7 +52,8 @@ def cmd_plan(args: argparse.Namespace) -> Result:
     lines += [f"patch:   {p['id']}  sha256 {p['sha256'][:16]}…  files: {', '.join(p['files'])}" for p in summary["chain"]]
     lines += [f"file:    {f['path']}  {(f['before'] or 'new')[:12]} → {f['after'][:12]}  {f['mode']} {f['owner']}" for f in summary["files"]]
     lines += [f"remove:  /{w} (whiteout)" for w in summary["whiteouts"]]
-    lines += [f"layer:   {summary['layer_diff_id']}", f"image:   {summary['image_id']}", f"tag:     {summary['reference']}"]
+    lines += [f"layer:   {summary['layer_diff_id']}", f"image:   config digest {summary['image_id']} (the identity on every engine)",
+              f"tag:     {summary['reference']}"]
     lines += [f"label:   {k}={v}" for k, v in sorted(summary["labels"].items())]
     return summary, "\n".join(lines)
 
@@ -68,7 +70,7 @@ def cmd_lock(args: argparse.Namespace) -> Result:
     data = {"lock": manifest.lock_path.name, "imported": imported, "files": len(lock.files), "patches": len(lock.patches),
             "image_id": lock.derived.image_id, "layer_diff_id": lock.derived.layer_diff_id, "tag": tag_for(manifest, lock)}
     text = (f"locked {manifest.path.name} → {manifest.lock_path.name}: {len(lock.patches)} patches, {len(lock.files)} files, "
-            f"base {lock.base.config_digest[:19]}, expected image {lock.derived.image_id[:19]}")
+            f"base {lock.base.config_digest[:19]}, expected config digest {lock.derived.image_id[:19]}")
     if imported:
         text += f"\nimported from the donor: {', '.join(imported)}"
     return data, text
@@ -83,9 +85,10 @@ def cmd_verify(args: argparse.Namespace) -> Result:
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     image = args.image or plan.reference + (DOCKER_BUILDER_SUFFIX if args.builder == "docker" else "")
     report = verify_image(Engine(args.host), plan, image, args.deep, args.builder)
-    data = {"image": report.image, "image_id": report.image_id, "deep": report.deep, "files_checked": report.files_checked,
-            "modules_proven": report.modules_proven, "ok": True}
-    text = f"verified {report.image} ({report.image_id[:19]}): layers, labels, no switch in Env"
+    data = {"image": report.image, "image_id": report.image_id, "config_digest": report.config_digest, "engine": report.profile,
+            "deep": report.deep, "files_checked": report.files_checked, "modules_proven": report.modules_proven, "ok": True}
+    text = (f"verified {report.image} (config digest {report.config_digest[:19]}; {report.profile} ID {report.image_id[:19]}): "
+            "layers, labels, no switch in Env")
     if report.deep:
         text += f"; {report.files_checked} files read back"
         text += f"; {report.modules_proven} modules run their patched code" if report.python else "; no python3 in the image"

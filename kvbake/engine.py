@@ -6,17 +6,19 @@ import contextlib
 import os
 import logging
 import secrets
-import tarfile
 from pathlib import Path
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
 from python_on_whales.utils import run as run_cli
 
+from kvbake import manifestcache
+from kvbake.digests import sha256_digest
 from kvbake.engine_ops import ContainerOps
 from kvbake.errors import BaseImageError, EngineError, RegistryError
+from kvbake.identity import StoreManifest, parse_store_manifest
+from kvbake.profile import CONTAINERD, EngineProfile, profile_from_info
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +47,51 @@ class Engine(ContainerOps):
         self.host = host
         self.client = DockerClient(host=host, config=config_dir)
         self.label = host or "the local docker engine"
+        self._profile: EngineProfile | None = None
 
     def ping(self) -> dict[str, Any]:
-        """Engine facts; an unreachable engine is an EngineError with the fix."""
+        """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too."""
         try:
             info = self.client.system.info()
         except DockerException as err:
             raise EngineError(f"{self.label} is unreachable ({_stderr(err)})",
                               "start dockerd (see README: Set-up) or pass the right --host") from None
-        return {"server_version": info.server_version, "driver": info.driver, "architecture": info.architecture, "os_type": info.os_type}
+        facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
+                 "architecture": info.architecture, "os_type": info.os_type}
+        self._profile = profile_from_info(facts, self.label)
+        return {**facts, "profile": self._profile.name}
+
+    def profile(self) -> EngineProfile:
+        """This engine's version and image store (asked once)."""
+        if self._profile is None:
+            self.ping()
+        assert self._profile is not None
+        return self._profile
+
+    def remember_manifest(self, data: bytes) -> str:
+        """Keep a manifest this engine's store holds (content-addressed, shared by every engine)."""
+        return manifestcache.put(data)
+
+    def store_manifest(self, image_id: str, reference: str) -> StoreManifest:
+        """The manifest behind a containerd-store image ID: from the cache, else read once from `docker save`."""
+        data = manifestcache.get(image_id)
+        if data is None:
+            from kvbake.savefile import read_save
+
+            log.info("reading the manifest of %s from docker save (once; cached afterwards)", reference)
+            saved = read_save(self.save_stream(image_id), reference)
+            if saved.store_manifest is None or sha256_digest(saved.store_manifest) != image_id:
+                raise BaseImageError(f"{self.label} ({self.profile().name}) did not save the manifest {image_id[:19]} of {reference}",
+                                     "check the engine's image store (docker info), then retry")
+            data = saved.store_manifest
+            manifestcache.put(data)
+        return parse_store_manifest(data, reference)
+
+    def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
+        """kvbake's identity of a local image: its Id on the classic store, its manifest's config on the containerd store."""
+        if self.profile().store == CONTAINERD:
+            return self.store_manifest(inspect["Id"], reference).config_digest
+        return str(inspect["Id"])
 
     def inspect_image(self, reference: str) -> dict[str, Any] | None:
         """Plain inspect data for the pure checks, or None when the image is absent."""
@@ -72,10 +110,17 @@ class Engine(ContainerOps):
                        "Entrypoint": config.entrypoint, "Cmd": config.cmd, "WorkingDir": config.working_dir, "User": config.user},
         }
 
+    def identify(self, reference: str) -> dict[str, Any] | None:
+        """Inspect data plus `ConfigDigest`, kvbake's identity of the image on this engine's store."""
+        found = self.inspect_image(reference)
+        if found is not None:
+            found["ConfigDigest"] = self.config_digest_of(found, reference)
+        return found
+
     def require_image(self, reference: str) -> dict[str, Any]:
         found = self.inspect_image(reference)
         if found is None:
-            raise BaseImageError(f"image {reference} is not present on {self.label} (kvbake never pulls)",
+            raise BaseImageError(f"image {reference} is not present on {self.label} ({self.profile().name}; kvbake never pulls)",
                                  f"load or pull it yourself (docker pull {reference}), then retry")
         return found
 
@@ -165,77 +210,3 @@ class Engine(ContainerOps):
             if err.return_code in (126, 127):
                 return None
             raise EngineError(f"{self.label}: running python3 in {image} failed ({_stderr(err)})", "check that the image has python3") from None
-
-
-@dataclass(frozen=True)
-class DirMeta:
-    """A directory entry's metadata as a layer records it."""
-
-    mode: int
-    uid: int
-    gid: int
-    mtime: int
-
-
-@dataclass(frozen=True)
-class TarScan:
-    """Selected members of a tar stream, the size of every member, and wanted directories per nested layer tar."""
-
-    files: dict[str, bytes]
-    sizes: dict[str, int]
-    dirs: dict[str, dict[str, DirMeta]]
-
-
-def _scan_layer(handle, wanted_dirs: frozenset[str]) -> dict[str, DirMeta]:
-    found: dict[str, DirMeta] = {}
-    with tarfile.open(fileobj=handle, mode="r|") as layer:
-        for entry in layer:
-            name = entry.name.removeprefix("./").rstrip("/")
-            if entry.isdir() and name in wanted_dirs:
-                found[name] = DirMeta(entry.mode & 0o7777, entry.uid, entry.gid, int(entry.mtime))
-    return found
-
-
-def read_tar_members(stream: Iterator[bytes], wanted: Callable[[str], bool], wanted_dirs: frozenset[str] = frozenset()) -> TarScan:
-    """Read selected members out of a tar byte stream without storing the rest; scan nested layer tars for directories."""
-    found: dict[str, bytes] = {}
-    sizes: dict[str, int] = {}
-    dirs: dict[str, dict[str, DirMeta]] = {}
-    reader = _IteratorReader(stream)
-    with tarfile.open(fileobj=reader, mode="r|") as tar:
-        for member in tar:
-            sizes[member.name] = member.size
-            if not member.isfile():
-                continue
-            if wanted(member.name):
-                handle = tar.extractfile(member)
-                found[member.name] = handle.read() if handle else b""
-            elif wanted_dirs and member.name.endswith("layer.tar"):
-                dirs[member.name] = _scan_layer(tar.extractfile(member), wanted_dirs)
-    reader.drain()
-    return TarScan(found, sizes, dirs)
-
-
-class _IteratorReader:
-    """A minimal file object over an iterator of byte chunks, for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._buffer = bytearray()
-
-    def drain(self) -> None:
-        """Consume the rest so the producing process can exit and close its pipe."""
-        for _ in self._chunks:
-            pass
-
-    def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self._buffer) < size:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                break
-            self._buffer += chunk
-        if size < 0:
-            size = len(self._buffer)
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data

@@ -79,6 +79,15 @@ def archive_members(config_bytes: bytes, base_diff_ids: list[str], base_sizes: l
     return sorted(members)
 
 
+def oci_layout_members(config_bytes: bytes, blob: bytes, manifest_bytes: bytes) -> list[tuple[str, bytes]]:
+    """An OCI layout for the containerd store: the config, the compressed thin layer and the manifest; base blobs absent."""
+    blobs = [(f"blobs/sha256/{sha256_digest(data).split(':')[1]}", data) for data in (config_bytes, blob, manifest_bytes)]
+    media_type = json.loads(manifest_bytes)["mediaType"]
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": media_type, "digest": sha256_digest(manifest_bytes), "size": len(manifest_bytes)}]}
+    return sorted([*blobs, ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", canonical_json(index))])
+
+
 def write_archive(fileobj: io.RawIOBase, members: list[tuple[str, bytes]], mtime: int) -> None:
     """A deterministic tar of the archive members."""
     with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -17,13 +17,15 @@ from kvbake.chain import ChainStep, apply_chain, first_touches, read_patch
 from kvbake.coverage import check_coverage, raise_for_coverage
 from kvbake.diffs import MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
-from kvbake.engine import DirMeta, Engine
+from kvbake.engine import Engine
 from kvbake.errors import BaseImageError
 from kvbake.extract import BaseFile, Extractor
 from kvbake.gitapply import GitApplier, patch_id
 from kvbake.layer import in_image, parent_dirs
 from kvbake.lock import Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, lock_from_dict, write_lock
 from kvbake.manifest import Manifest
+from kvbake.profile import CONTAINERD
+from kvbake.savefile import DirMeta, SavedImage
 from kvbake.plan import make_plan, overlay_root
 from kvbake.verify import platform_of
 
@@ -49,10 +51,33 @@ def source_date_epoch(manifest: Manifest) -> int:
         return int(time.time())
 
 
-def registry_digest_of(reference: str, repo_digests: list[str]) -> str | None:
-    """The manifest digest the base's own repository gave it, if it was pulled from there; never another repository's."""
-    repository = reference.rsplit(":", 1)[0]
+def registry_digest_of(reference: str, repo_digests: list[str], store: str) -> str | None:
+    """The manifest digest the base's own repository gave it, if it was pulled from there; never another repository's.
+    The containerd store lists a digest for every image, loaded ones too, so there only a reference that names its
+    registry host counts."""
+    repository = reference.rsplit(":", 1)[0] if "@" not in reference else reference.split("@", 1)[0]
+    if store == CONTAINERD and not names_registry_host(repository):
+        return None
     return next((d.split("@", 1)[1] for d in repo_digests if d.split("@", 1)[0] == repository), None)
+
+
+def names_registry_host(repository: str) -> bool:
+    """`ghcr.io/x/y`, `127.0.0.1:5000/y`, `localhost/y` name a registry host; `x/y` and `y` do not."""
+    first, slash, _ = repository.partition("/")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+
+
+def check_capture(engine: Engine, reference: str, inspect: dict, captured: SavedImage) -> None:
+    """The saved config must be the one the engine names: by Id (classic) or by its manifest's config (containerd)."""
+    profile = engine.profile()
+    if profile.store == CONTAINERD:
+        manifest = engine.store_manifest(inspect["Id"], reference)
+        named = manifest.config_digest
+    else:
+        named = inspect["Id"]
+    if captured.config_digest != named:
+        raise BaseImageError(f"the saved config of {reference} hashes to {captured.config_digest[:19]}, not the config "
+                             f"{named[:19]} that {profile.name} names", "the image changed during the save; run lock again")
 
 
 def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> tuple[LockedBase, dict[str, DirMeta]]:
@@ -61,9 +86,11 @@ def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> t
     if manifest.base.platform not in ("native", platform):
         raise BaseImageError(f"{manifest.base.image} is {platform}, the manifest wants {manifest.base.platform}",
                              "load the image for the right platform")
-    captured = capture_base(engine, manifest.base.image, inspect["Id"], wanted)
-    repo_digest = registry_digest_of(manifest.base.image, inspect["RepoDigests"])
-    base = LockedBase(manifest.base.image, platform, captured.config_digest, tuple(inspect["RootFS"]["Layers"]),
+    layers = tuple(inspect["RootFS"]["Layers"])
+    captured = capture_base(engine, manifest.base.image, layers, wanted)
+    check_capture(engine, manifest.base.image, inspect, captured)
+    repo_digest = registry_digest_of(manifest.base.image, inspect["RepoDigests"], engine.profile().store)
+    base = LockedBase(manifest.base.image, platform, captured.config_digest, layers,
                       captured.layer_sizes, repo_digest, captured.config)
     return base, captured.dirs
 

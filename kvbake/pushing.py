@@ -187,18 +187,19 @@ def local_tag(engine: Engine, image_id: str, reference: str) -> Iterator[None]:
             engine.untag(reference)
 
 
-def _expected(engine: Engine, plan: Plan) -> Expected:
+def _expected(engine: Engine, plan: Plan) -> tuple[Expected, str]:
+    """What the registry must read back (by config digest), and the local store's ID of the image."""
     from kvbake.verifying import verify_image
 
     report = verify_image(engine, plan, plan.reference, deep=False)
     labels = engine.require_image(report.image_id)["Config"]["Labels"]
-    return Expected(report.image_id, (*plan.lock.base.diff_ids, plan.layer.diff_id), dict(labels))
+    return Expected(report.config_digest, (*plan.lock.base.diff_ids, plan.layer.diff_id), dict(labels)), report.image_id
 
 
 def push_image(engine: Engine, plan: Plan, registry: str | None = None) -> PushResult:
     """Verify locally, refuse to overwrite, push once, read back, and count what was new to the registry."""
     target = target_for(plan.reference, registry)
-    expected = _expected(engine, plan)
+    expected, store_id = _expected(engine, plan)
     with RegistryClient(target.registry, credentials_for(target.registry, engine.config_dir())) as client:
         existing = client.manifest(target.name, target.tag)
         if existing is not None:
@@ -209,10 +210,12 @@ def push_image(engine: Engine, plan: Plan, registry: str | None = None) -> PushR
             log.info("%s already holds %s; nothing to push", target.reference, manifest.digest)
             return PushResult(target, manifest, account(manifest, {d for d, _ in manifest.layers} | {expected.image_id}), expected.image_id, True)
         present = present_blobs(client, target, expected.image_id)
-        with local_tag(engine, expected.image_id, target.reference):
+        with local_tag(engine, store_id, target.reference):
             engine.push(target.reference)
             digests = [d for d in engine.require_image(target.reference)["RepoDigests"] if d.startswith(target.repository + "@")]
         manifest = read_back(client, target, expected, digests)
+    if manifest.raw:
+        engine.remember_manifest(manifest.raw)
     return PushResult(target, manifest, account(manifest, present), expected.image_id, False)
 
 

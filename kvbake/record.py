@@ -19,7 +19,8 @@ def build_record(built: Any, builder: str) -> dict[str, Any]:
     plan = built.plan
     return {
         "kvbake": __version__, "builder": builder,
-        "image": built.reference, "image_id": built.image_id,
+        "image": built.reference, "image_id": built.image_id, "config_digest": built.config_digest,
+        "engine": built.expected.profile.to_json() if built.expected else None,
         "layer_diff_id": plan.layer.diff_id, "archive_bytes": built.archive_bytes,
         "manifest_sha256": plan.lock.manifest_sha256, "lock_sha256": plan.lock.core_sha256(),
         "built_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -78,6 +78,7 @@ class RemoteManifest:
     digest: str
     media_type: str
     data: Mapping[str, Any]
+    raw: bytes = b""
 
     @property
     def config_digest(self) -> str | None:
@@ -100,7 +101,7 @@ def parse_manifest(body: bytes, header_digest: str | None, content_type: str) ->
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RegistryError(f"the manifest {digest} is not JSON", "check the registry") from None
-    return RemoteManifest(digest, str(data.get("mediaType") or content_type.split(";")[0]), data)
+    return RemoteManifest(digest, str(data.get("mediaType") or content_type.split(";")[0]), data, body)
 
 
 def tls_context(address: str, certs_root: Path = ENGINE_CERTS_ROOT) -> ssl.SSLContext:

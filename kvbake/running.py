@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import PresetError
+from kvbake.profile import CONTAINERD
 
 
 def parse_expect(text: str) -> dict[str, str]:
@@ -40,14 +41,25 @@ def mount_failures(mounts: Sequence[Mapping[str, Any]] | None, baked: Sequence[s
     return failures
 
 
+def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str, str]:
+    """The Id a node's store gives the release's image, and what it is: the config digest on the classic store, the
+    pulled manifest's digest (`repo@sha256:…`) on the containerd store."""
+    if store == CONTAINERD:
+        return pinned.rpartition("@")[2], "manifest digest"
+    return config_digest, "config digest"
+
+
 def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
-                  labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str]) -> list[str]:
-    """Every way one rank differs from the release it should run."""
+                  labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str],
+                  image_id: tuple[str, str] | None = None) -> list[str]:
+    """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node."""
     if container is None:
         return [f"{node}: the serving container is not there"]
     failures = []
     if not (container.get("State") or {}).get("Running"):
         failures.append(f"{node}: the serving container is not running")
+    if image_id is not None and container.get("Image") != image_id[0]:
+        failures.append(f"{node}: the container runs image {str(container.get('Image'))[:19]}, not the release's {image_id[1]} {image_id[0][:19]}")
     if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(layers):
         failures.append(f"{node}: the running image's layers differ from the release")
     image_labels = ((image or {}).get("Config") or {}).get("Labels") or {}

@@ -71,7 +71,8 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
         expected = expect if expect is not None else dict(release.switches) if release else {}
         layers = release.layers if release else ()
         labels = release.labels if release else {}
-        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths)
+        image_id = fleet.expected_id(node.name, release) if release else None
+        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths, image_id)
         if release is None:
             failures.insert(0, f"{node.name}: no release recorded")
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)

@@ -14,7 +14,7 @@ from kvbake.errors import DivergedError, KvbakeError, RolloutError
 from kvbake.journal import Journal, NodePlan, clear_journal, mark_diverged, write_journal
 from kvbake.nodestate import NodeState
 from kvbake.release import Release, release_from_json, release_to_json
-from kvbake.running import agreement_failures, rank_failures, switch_env
+from kvbake.running import agreement_failures, expected_image_id, rank_failures, switch_env
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ class Fleet:
 
     def tag(self, kind: str) -> str:
         return f"{self.repository}:{kind}"
+
+    def expected_id(self, name: str, release: Release) -> tuple[str, str]:
+        """The Id this node's store gives the release's image, and its meaning."""
+        return expected_image_id(self.engines[name].profile().store, release.config_digest, release.image)
 
 
 def records_of(current: Release | None, previous: Release | None) -> dict:
@@ -96,7 +100,8 @@ def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]
         if release is None:
             continue
         container, image = observe(fleet, name)
-        failures += rank_failures(name, container, image, release.layers, release.labels, release.switches, fleet.switch_names, fleet.baked_paths)
+        failures += rank_failures(name, container, image, release.layers, release.labels, release.switches, fleet.switch_names, fleet.baked_paths,
+                                  fleet.expected_id(name, release))
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
     return failures + agreement_failures(observed)

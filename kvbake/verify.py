@@ -10,14 +10,17 @@ from kvbake.errors import IntegrityError
 
 @dataclass(frozen=True)
 class Expectation:
-    """What a derived image must look like; layer_diff_id and image_id are None for the docker builder."""
+    """What a derived image must look like; layer_diff_id and config_digest are None for the docker builder.
+    `store_id` is the ID this engine's store must report (config digest or manifest digest), when kvbake predicted it."""
 
     base_diff_ids: tuple[str, ...]
     labels: Mapping[str, str]
     switch_names: tuple[str, ...]
     layer_diff_id: str | None
-    image_id: str | None
+    config_digest: str | None
     max_new_layers: int = 1
+    store_id: str | None = None
+    id_meaning: str = "config digest"
 
 
 def env_names(env: Sequence[str] | None) -> set[str]:
@@ -54,13 +57,16 @@ def env_failures(env: Sequence[str] | None, switch_names: Sequence[str]) -> list
 
 
 def image_failures(inspect: Mapping[str, Any], expected: Expectation) -> list[str]:
-    """Every way the inspected image differs from the expectation."""
+    """Every way the inspected image differs from the expectation. `ConfigDigest` is the adapter's resolved
+    config digest (the Id on the classic store, the manifest's config on the containerd store)."""
     config = inspect.get("Config") or {}
     failures = layer_failures(inspect.get("RootFS", {}).get("Layers", []), expected)
     failures += label_failures(config.get("Labels"), expected.labels)
     failures += env_failures(config.get("Env"), expected.switch_names)
-    if expected.image_id is not None and inspect.get("Id") != expected.image_id:
-        failures.append(f"image ID {str(inspect.get('Id'))[:19]} is not the reproducible ID {expected.image_id[:19]}")
+    if expected.config_digest is not None and inspect.get("ConfigDigest") != expected.config_digest:
+        failures.append(f"config digest {str(inspect.get('ConfigDigest'))[:19]} is not the reproducible {expected.config_digest[:19]}")
+    if expected.store_id is not None and inspect.get("Id") != expected.store_id:
+        failures.append(f"image ID {str(inspect.get('Id'))[:19]} is not the predicted {expected.id_meaning} {expected.store_id[:19]}")
     return failures
 
 
@@ -87,10 +93,10 @@ def platform_of(inspect: Mapping[str, Any]) -> str:
 
 
 def base_failures(inspect: Mapping[str, Any], config_digest: str, diff_ids: Sequence[str], platform: str) -> list[str]:
-    """The local base against the lock: config digest (the classic store's image ID), diff_ids and platform."""
+    """The local base against the lock: config digest (however the store names the image), diff_ids and platform."""
     failures = []
-    if inspect.get("Id") != config_digest:
-        failures.append(f"image ID {str(inspect.get('Id'))[:19]} differs from the lock's {config_digest[:19]}")
+    if inspect.get("ConfigDigest") != config_digest:
+        failures.append(f"config digest {str(inspect.get('ConfigDigest'))[:19]} differs from the lock's {config_digest[:19]}")
     layers = list(inspect.get("RootFS", {}).get("Layers", []))
     if layers != list(diff_ids):
         failures.append(f"diff_ids differ from the lock ({len(layers)} layers here, {len(diff_ids)} locked)")

@@ -39,6 +39,8 @@ class VerifyReport:
     files_checked: int
     modules_proven: int
     python: bool
+    config_digest: str = ""
+    profile: str = ""
 
 
 def expectation_for(plan: Plan, builder: str) -> Expectation:
@@ -49,15 +51,15 @@ def expectation_for(plan: Plan, builder: str) -> Expectation:
 
 def verify_image(engine: Engine, plan: Plan, image: str, deep: bool, builder: str = "kvbake") -> VerifyReport:
     """Shallow checks always; deep reads the files back and proves the patched code is what Python runs."""
-    inspect = engine.inspect_image(image)
+    inspect = engine.identify(image)
     if inspect is None:
         raise IntegrityError(f"image {image} is not present locally", "build it first (python build.py) or pass a local image")
     raise_if_failed(f"image {image}", image_failures(inspect, expectation_for(plan, builder)))
     if not deep:
-        return VerifyReport(image, inspect["Id"], False, 0, 0, False)
+        return VerifyReport(image, inspect["Id"], False, 0, 0, False, inspect["ConfigDigest"], engine.profile().name)
     files = read_back(engine, image, plan.lock)
     proven, has_python = prove_bytecode(engine, image, plan.lock)
-    return VerifyReport(image, inspect["Id"], True, files, proven, has_python)
+    return VerifyReport(image, inspect["Id"], True, files, proven, has_python, inspect["ConfigDigest"], engine.profile().name)
 
 
 def read_back(engine: Engine, image: str, lock: Lock) -> int:

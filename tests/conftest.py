@@ -1,27 +1,66 @@
-"""Shared fixtures: the real engine (a missing engine fails in CI, never skips) and small project builders."""
+"""Shared fixtures: the real engine of the selected profile (a missing engine fails in CI, never skips)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from kvbake.engine import Engine
-from kvbake.errors import EngineError
+from kvbake.errors import EngineError, KvbakeError
+from kvbake.rig.recipes import PROFILE_ENV, selected_profile
+
+STANDIN_BASE = "kvbake-standin/vllm-base:0.33.0"
 
 
 def docker_required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get("KVBAKE_REQUIRE_DOCKER") == "1"
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    name = os.environ.get(PROFILE_ENV) or "the default engine (DOCKER_HOST or the local socket)"
+    return f"kvbake engine profile under test: {name}"
+
+
+def _fail_or_skip(message: str) -> None:
+    if docker_required():
+        pytest.fail(f"docker is required here but {message}")
+    pytest.skip(message)
+
+
+def _copy_standin_base(default: Engine, target: Engine) -> None:
+    """Give the profile's engine the stand-in base by save | load: the config digest stays the same."""
+    if target.inspect_image(STANDIN_BASE) is None and default.inspect_image(STANDIN_BASE) is not None:
+        target.client.image.load(default.client.image.save(STANDIN_BASE))
+
+
 @pytest.fixture(scope="session")
-def engine() -> Engine:
-    """The local engine; in CI an unreachable engine fails the run instead of skipping."""
-    local = Engine()
+def engine() -> Iterator[Engine]:
+    """The engine under test. With $KVBAKE_TEST_PROFILE set, a private engine of that profile is started for the
+    session, DOCKER_HOST points every command at it, and it gets the stand-in base from the default engine."""
     try:
-        local.ping()
-    except EngineError as err:
-        if docker_required():
-            pytest.fail(f"docker is required here but unreachable: {err.one_line()}")
-        pytest.skip(f"no docker engine: {err.one_line()}")
-    return local
+        recipe = selected_profile()
+    except KvbakeError as err:
+        _fail_or_skip(f"its profile is unavailable: {err.one_line()}")
+    if recipe is None:
+        local = Engine()
+        try:
+            local.ping()
+        except EngineError as err:
+            _fail_or_skip(f"unreachable: {err.one_line()}")
+        yield local
+        return
+    from kvbake.rig import NodeEngine
+
+    root = Path(tempfile.mkdtemp(prefix="kvbake-build-engine-"))
+    with NodeEngine(root / "engine", name="build", recipe=recipe) as build_engine, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", build_engine.host)
+        target = Engine()
+        profile = target.profile()
+        assert profile.name.startswith(recipe.name.rsplit("-", 1)[0]) and profile.store == ("containerd" if recipe.containerd_store else "classic")
+        _copy_standin_base(Engine("unix:///var/run/docker.sock"), target)
+        yield target
+    root.rmdir()

@@ -15,6 +15,7 @@ from python_on_whales.exceptions import DockerException
 from kvbake.errors import EngineError, KvbakeError
 from kvbake.rig.mounts import unmount_below
 from kvbake.rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
+from kvbake.rig.recipes import EngineRecipe, selected_profile
 
 READY_SECONDS = 30.0
 STOP_GRACE_SECONDS = 30.0
@@ -40,9 +41,10 @@ class NodeEngine:
     leaving the block (or `close()`) stops the engine and removes every folder it used.
     """
 
-    def __init__(self, root: Path, name: str = "node") -> None:
+    def __init__(self, root: Path, name: str = "node", recipe: EngineRecipe | None = None) -> None:
         self.root = root
         self.name = name
+        self.recipe = recipe if recipe is not None else selected_profile()
         self.runtime: Path | None = None
         self.daemon: Daemon | None = None
         self.last_start_seconds: float | None = None
@@ -75,9 +77,9 @@ class NodeEngine:
         runtime = self._runtime()
         config = self.root / "daemon.json"
         if not config.exists():
-            config.write_text("{}\n")
+            config.write_text(self.recipe.daemon_json() if self.recipe else "{}\n")
         return [
-            "dockerd",
+            self.recipe.dockerd if self.recipe else "dockerd",
             "--config-file", str(config),
             "--data-root", str(self.root / "data"),
             "--exec-root", str(runtime / "exec"),
@@ -94,7 +96,7 @@ class NodeEngine:
             raise EngineError(f"{self.name} is already running", fix="stop it before starting it again")
         self.root.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
-        daemon = spawn(self._argv(), self.root / "dockerd.log")
+        daemon = spawn(self._argv(), self.root / "dockerd.log", env=self.recipe.env() if self.recipe else None)
         self.daemon = daemon
         ready = wait_until(lambda: daemon.exited() or _ping(self.socket_path), READY_SECONDS)
         if not ready or daemon.exited():
@@ -149,6 +151,7 @@ class NodeEngine:
         return {
             "name": self.name,
             "host": self.host,
+            "profile": self.recipe.name if self.recipe else None,
             "root": str(self.root),
             "runtime": str(self.runtime),
             "process": self.daemon.ref.to_json(),

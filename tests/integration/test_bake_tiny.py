@@ -43,7 +43,11 @@ def test_build_is_reproducible_and_matches_the_lock(capsys, engine, tiny):
     first = build_json(capsys, tiny)
     second = build_json(capsys, tiny)
     lock = json.loads(tiny.with_name("manifest.lock.json").read_text())
-    assert first["image_id"] == second["image_id"] == lock["derived"]["image_id"]
+    assert first["config_digest"] == second["config_digest"] == lock["derived"]["image_id"]
+    assert first["image_id"] == second["image_id"] == engine.inspect_image(first["image"])["Id"]
+    profile = engine.profile()
+    assert first["engine"]["name"] == profile.name
+    assert (first["image_id"] == first["config_digest"]) == (profile.store == "classic")
     assert first["image"].startswith(REPO + ":1-kvpack-")
     inspect = engine.inspect_image(first["image"])
     assert inspect["RootFS"]["Layers"][-1] == lock["derived"]["layer_diff_id"]
@@ -197,7 +201,7 @@ def test_engine_unreachable(capsys, engine, tiny, tmp_path):
 def test_disk_full_while_writing_the_archive(capsys, engine, tiny, tmp_path, monkeypatch):
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(small)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(small)], check=True)
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(small))
         before = tags_of(engine, REPO)

@@ -10,19 +10,20 @@ from kvbake.verify import Expectation, base_failures, env_names, file_failures, 
 BASE = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)
 THIN = "sha256:" + "d" * 64
 IMAGE_ID = "sha256:" + "e" * 64
+MANIFEST_ID = "sha256:" + "7" * 64
 LABELS = {"org.kvbake.format": "1", "org.kvbake.chain": "0001:abc", "org.opencontainers.image.title": "tiny"}
 SWITCHES = ("TINY_BAD", "TINY_OTHER", "TINY_SWITCH")
 
 
 def expectation(**changes) -> Expectation:
-    values = dict(base_diff_ids=BASE, labels=LABELS, switch_names=SWITCHES, layer_diff_id=THIN, image_id=IMAGE_ID)
+    values = dict(base_diff_ids=BASE, labels=LABELS, switch_names=SWITCHES, layer_diff_id=THIN, config_digest=IMAGE_ID)
     values.update(changes)
     return Expectation(**values)
 
 
-def inspect(layers=(*BASE, THIN), labels=None, env=("PATH=/usr/bin", "LANG=C"), image=IMAGE_ID) -> dict:
+def inspect(layers=(*BASE, THIN), labels=None, env=("PATH=/usr/bin", "LANG=C"), image=IMAGE_ID, config=None) -> dict:
     return {
-        "Id": image, "Os": "linux", "Architecture": "amd64",
+        "Id": image, "ConfigDigest": image if config is None else config, "Os": "linux", "Architecture": "amd64",
         "RootFS": {"Type": "layers", "Layers": list(layers)},
         "Config": {"Env": list(env), "Labels": dict(LABELS if labels is None else labels)},
     }
@@ -51,8 +52,17 @@ def test_every_failure_is_collected_at_once() -> None:
         "unexpected label org.kvbake.extra",
         "switch TINY_BAD is set in the image Env (every switch must default off)",
         "switch TINY_SWITCH is set in the image Env (every switch must default off)",
-        f"image ID {'sha256:' + '0' * 12} is not the reproducible ID {IMAGE_ID[:19]}",
+        f"config digest {'sha256:' + '0' * 12} is not the reproducible {IMAGE_ID[:19]}",
     ]
+
+
+def test_on_the_containerd_store_the_id_is_the_predicted_manifest_digest_and_the_config_still_counts() -> None:
+    containerd = expectation(store_id=MANIFEST_ID, id_meaning="manifest digest")
+    assert image_failures(inspect(image=MANIFEST_ID, config=IMAGE_ID), containerd) == []
+    assert image_failures(inspect(image=IMAGE_ID, config=IMAGE_ID), containerd) == [
+        f"image ID {IMAGE_ID[:19]} is not the predicted manifest digest {MANIFEST_ID[:19]}"]
+    assert image_failures(inspect(image=MANIFEST_ID, config="sha256:" + "0" * 64), containerd) == [
+        f"config digest {'sha256:' + '0' * 12} is not the reproducible {IMAGE_ID[:19]}"]
 
 
 def test_a_wrong_thin_layer_is_named() -> None:
@@ -77,26 +87,26 @@ def test_empty_inspect_data_fails_every_check_without_crashing() -> None:
     failures = image_failures({}, expectation())
     assert "the base layers are not a prefix of the image's layers" in failures
     assert "expected exactly one new layer, found 0" in failures
-    assert any(f.startswith("image ID None") for f in failures)
+    assert any(f.startswith("config digest None") for f in failures)
 
 
 @pytest.mark.parametrize(("new", "ok"), [(0, False), (1, True), (2, True), (3, False)])
 def test_the_docker_builder_allows_one_or_two_unknown_layers(new: int, ok: bool) -> None:
     layers = (*BASE, *("sha256:" + str(i) * 64 for i in range(new)))
-    failures = image_failures(inspect(layers=layers, image="sha256:anything"), expectation(layer_diff_id=None, image_id=None, max_new_layers=2))
+    failures = image_failures(inspect(layers=layers, image="sha256:anything"), expectation(layer_diff_id=None, config_digest=None, max_new_layers=2))
     assert failures == ([] if ok else [f"expected 1 to 2 new layers, found {new}"])
 
 
 def test_base_failures_is_empty_for_the_locked_base() -> None:
-    data = {"Id": "sha256:" + "c" * 64, "Os": "linux", "Architecture": "arm64", "RootFS": {"Layers": list(BASE)}}
+    data = {"Id": MANIFEST_ID, "ConfigDigest": "sha256:" + "c" * 64, "Os": "linux", "Architecture": "arm64", "RootFS": {"Layers": list(BASE)}}
     assert base_failures(data, "sha256:" + "c" * 64, BASE, "linux/arm64") == []
     assert platform_of(data) == "linux/arm64"
 
 
 def test_base_failures_collects_id_layers_and_platform() -> None:
-    data = {"Id": "sha256:" + "0" * 64, "Os": "linux", "Architecture": "amd64", "RootFS": {"Layers": [BASE[0]]}}
+    data = {"Id": "sha256:" + "c" * 64, "ConfigDigest": "sha256:" + "0" * 64, "Os": "linux", "Architecture": "amd64", "RootFS": {"Layers": [BASE[0]]}}
     assert base_failures(data, "sha256:" + "c" * 64, BASE, "linux/arm64") == [
-        f"image ID {'sha256:' + '0' * 12} differs from the lock's {'sha256:' + 'c' * 12}",
+        f"config digest {'sha256:' + '0' * 12} differs from the lock's {'sha256:' + 'c' * 12}",
         "diff_ids differ from the lock (1 layers here, 2 locked)",
         "platform linux/amd64 differs from the lock's linux/arm64",
     ]

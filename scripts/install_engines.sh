@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Make a current engine available beside the system's: when the system's docker.io is older than 25 (Debian 12 ships
+# 20.10), fetch Debian 13's docker.io and containerd .debs with a private apt state and unpack them with dpkg -x into
+# kvbake's cache. The machine's own apt sources and packages are never changed. Debian 12's runc is used (Debian
+# 13's needs a newer glibc). Idempotent.
+set -euo pipefail
+
+VERSION=26.1.5
+CACHE="${KVBAKE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvbake}"
+TARGET="$CACHE/engines/docker-$VERSION"
+SUITE=trixie
+MIRROR="${KVBAKE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+system_major=$( (dockerd --version 2>/dev/null || true) | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')
+if [ -n "$system_major" ] && [ "$system_major" -ge 25 ]; then
+  echo "engines: the system's Docker $system_major is current; no private engine needed"
+  exit 0
+fi
+if [ -x "$TARGET/root/usr/sbin/dockerd" ] && "$TARGET/root/usr/sbin/dockerd" --version | grep -q "version $VERSION"; then
+  echo "engines: Docker $VERSION already unpacked in $TARGET"
+  exit 0
+fi
+
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+if [ ! -f "$keyring" ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debian-archive-keyring >/dev/null
+fi
+state="$TARGET/apt"
+rm -rf "$TARGET.partial"
+mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$TARGET.partial/debs"
+echo "deb [signed-by=$keyring] $MIRROR $SUITE main" > "$state/sources.list"
+apt_private=(-o "Dir::Etc::SourceList=$state/sources.list" -o Dir::Etc::SourceParts=/dev/null
+             -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache" -o Debug::NoLocking=1
+             -o APT::Sandbox::User=root)
+echo "engines: fetching Debian 13's docker.io $VERSION and containerd into $TARGET"
+apt-get "${apt_private[@]}" update -qq
+(cd "$TARGET.partial/debs" && apt-get "${apt_private[@]}" download -qq docker.io containerd)
+for deb in "$TARGET.partial/debs"/*.deb; do
+  dpkg -x "$deb" "$TARGET.partial/root"
+done
+"$TARGET.partial/root/usr/sbin/dockerd" --version | grep -q "version $VERSION" || {
+  echo "engines: the fetched docker.io is not $VERSION: $("$TARGET.partial/root/usr/sbin/dockerd" --version)" >&2; exit 1; }
+command -v runc >/dev/null || PATH="/usr/sbin:$PATH" command -v runc >/dev/null || {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; }
+rm -rf "$TARGET/root" "$TARGET/debs"
+mkdir -p "$TARGET"
+mv "$TARGET.partial/root" "$TARGET/root"
+mv "$TARGET.partial/debs" "$TARGET/debs"
+rm -rf "$TARGET.partial"
+echo "engines: $("$TARGET/root/usr/sbin/dockerd" --version) unpacked in $TARGET"

@@ -1,0 +1,131 @@
+"""Tests of the save-stream reader: every engine's `docker save` format, compressed layers, and damaged streams."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+
+import pytest
+import zstandard
+
+from kvbake.digests import canonical_json, sha256_digest
+from kvbake.errors import BaseImageError
+from kvbake.savefile import DirMeta, read_save, sniff
+
+WANTED = frozenset({"usr", "usr/lib", "usr/lib/py"})
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int = 0o644, mtime: int = 1_700_000_000) -> None:
+    info = tarfile.TarInfo(name)
+    info.mtime = mtime
+    if data is None:
+        info.type, info.mode = tarfile.DIRTYPE, mode
+        tar.addfile(info)
+    else:
+        info.size, info.mode = len(data), mode
+        tar.addfile(info, io.BytesIO(data))
+
+
+def layer(*entries: tuple[str, bytes | None, int]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data, mode in entries:
+            _add(tar, name, data, mode)
+    return buffer.getvalue()
+
+
+LOWER = layer(("usr", None, 0o755), ("usr/lib", None, 0o755), ("usr/lib/py", None, 0o750), ("usr/lib/py/a.py", b"a = 1\n", 0o644))
+UPPER = layer(("usr/lib/py", None, 0o700), ("usr/lib/py/b.py", b"b = 2\n", 0o644))
+LAYERS = (LOWER, UPPER)
+CONFIG = canonical_json({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [sha256_digest(x) for x in LAYERS]}})
+
+
+def archive(members: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members:
+            _add(tar, name, data)
+    return buffer.getvalue()
+
+
+def legacy_save() -> bytes:
+    """Engines before 25: <id>/layer.tar, <config hex>.json, manifest.json last."""
+    config_name = sha256_digest(CONFIG).split(":")[1] + ".json"
+    paths = [f"{i}{'0' * 63}/layer.tar" for i in range(len(LAYERS))]
+    manifest = [{"Config": config_name, "RepoTags": ["x:1"], "Layers": paths}]
+    return archive([*zip(paths, LAYERS), (config_name, CONFIG), ("manifest.json", json.dumps(manifest).encode())])
+
+
+def oci_save(compress=lambda data: data, media="application/vnd.oci.image.layer.v1.tar", layers=LAYERS, config=CONFIG) -> tuple[bytes, bytes]:
+    """Engines from 25 and the containerd store: blobs/sha256/<hex> and index.json, with manifest.json pointing in."""
+    blobs = [compress(x) for x in layers]
+    store_manifest = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                     "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256_digest(config), "size": len(config)},
+                                     "layers": [{"mediaType": media, "digest": sha256_digest(b), "size": len(b)} for b in blobs]})
+    index = {"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                                "digest": sha256_digest(store_manifest), "size": len(store_manifest)}]}
+    path = lambda data: "blobs/sha256/" + sha256_digest(data).split(":")[1]  # noqa: E731
+    docker_manifest = [{"Config": path(config), "RepoTags": ["x:1"], "Layers": [path(b) for b in blobs]}]
+    members = sorted([(path(b), b) for b in (*blobs, config, store_manifest)])
+    members += [("index.json", json.dumps(index).encode()), ("manifest.json", json.dumps(docker_manifest).encode()), ("oci-layout", b"{}")]
+    return archive(members), store_manifest
+
+
+def chunks(data: bytes, size: int = 700):
+    return (data[i:i + size] for i in range(0, len(data), size))
+
+
+def zstd(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor().compress(data)
+
+
+@pytest.mark.parametrize("make", [legacy_save, lambda: oci_save()[0], lambda: oci_save(gzip.compress)[0], lambda: oci_save(zstd)[0]],
+                         ids=["engine-20.10", "engine-25-oci-layout", "containerd-gzip", "containerd-zstd"])
+def test_every_save_format_gives_the_same_config_sizes_and_directories(make) -> None:
+    saved = read_save(chunks(make()), "x:1", WANTED)
+    assert saved.config_bytes == CONFIG and saved.config_digest == sha256_digest(CONFIG)
+    assert saved.layer_sizes == tuple(len(x) for x in LAYERS)
+    assert saved.dirs == {"usr": DirMeta(0o755, 0, 0, 1_700_000_000), "usr/lib": DirMeta(0o755, 0, 0, 1_700_000_000),
+                          "usr/lib/py": DirMeta(0o700, 0, 0, 1_700_000_000)}  # the topmost layer wins
+
+
+def test_the_oci_layout_yields_the_store_manifest_and_names_compression() -> None:
+    data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
+    saved = read_save(chunks(data), "x:1")
+    assert saved.store_manifest == store_manifest and saved.compressions == ("gzip", "gzip") and saved.layout == "oci-layout"
+    assert read_save(chunks(legacy_save()), "x:1").store_manifest is None
+
+
+def test_a_truncated_stream_is_a_clean_error() -> None:
+    data = oci_save(gzip.compress)[0]
+    with pytest.raises(BaseImageError, match=r"docker save stream of x:1 is truncated or corrupt"):
+        read_save(chunks(data[: len(data) // 3]), "x:1")
+
+
+def test_a_missing_layer_blob_is_named() -> None:
+    data = legacy_save()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        kept = [(m.name, tar.extractfile(m).read()) for m in tar if m.isfile() and not m.name.startswith("1")]
+    with pytest.raises(BaseImageError, match=r"lacks layer blob 10{63}/layer.tar"):
+        read_save(chunks(archive(kept)), "x:1")
+
+
+def test_a_layer_of_unknown_compression_is_named() -> None:
+    big = layer(("usr", None, 0o755), ("usr/big", bytes(range(256)) * 8192, 0o644))
+    config = canonical_json({"rootfs": {"type": "layers", "diff_ids": [sha256_digest(big)]}})
+    data = oci_save(lambda x: b"BZh91AY&SY" + x, layers=(big,), config=config)[0]
+    with pytest.raises(BaseImageError, match=r"has an unknown compression \(starts 425a683931415926\)"):
+        read_save(chunks(data), "x:1")
+
+
+def test_a_layer_that_does_not_hash_to_its_diff_id_is_refused() -> None:
+    data = legacy_save().replace(b"b = 2\n", b"b = 3\n")
+    with pytest.raises(BaseImageError, match=r"does not hash to the config's diff_id #2"):
+        read_save(chunks(data), "x:1")
+
+
+def test_sniff_reads_magic_bytes_not_names() -> None:
+    assert sniff(b"\x1f\x8b\x08") == "gzip" and sniff(b"\x28\xb5\x2f\xfd") == "zstd"
+    assert sniff(LOWER[:512]) == "tar" and sniff(b'{"schemaVersion":2}') == "other"
