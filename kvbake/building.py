@@ -74,6 +74,7 @@ class BaseOnEngine:
 
     profile: EngineProfile
     store_manifest: StoreManifest | None
+    image_id: str
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def check_base(engine: Engine, manifest: Manifest, lock: Lock) -> BaseOnEngine:
         raise BaseImageError(f"{manifest.base.image} on {engine.label} ({profile.name}) differs from the lock: {'; '.join(failures)}",
                              "load the exact base image that was locked, or review and run python build.py lock")
     store_manifest = engine.store_manifest(inspect["Id"], manifest.base.image) if profile.store == CONTAINERD else None
-    return BaseOnEngine(profile, store_manifest)
+    return BaseOnEngine(profile, store_manifest, inspect["Id"])
 
 
 def load_unit(plan: Plan, base: BaseOnEngine) -> LoadUnit:
@@ -207,10 +208,10 @@ def build_image(engine: Engine, manifest: Manifest) -> BuiltImage:
     return BuiltImage(plan, unit.expected.store_id, plan.reference, size, dict(timings.phases), unit.expected)
 
 
-def docker_build_context(plan: Plan, directory: Path) -> Path:
-    """A clean context: the rendered Dockerfile and exactly the locked files, with their locked modes."""
+def docker_build_context(plan: Plan, directory: Path, local_base: str) -> Path:
+    """A clean context: the rendered Dockerfile (FROM the checked local base) and exactly the locked files, with their locked modes."""
     dockerfile = directory / "Dockerfile.overlay"
-    dockerfile.write_text(render(plan))
+    dockerfile.write_text(render(plan, local_base))
     for layer_file in layer_files(plan.lock, plan_tree(plan)):
         target = directory / "overlay" / layer_file.path[len(plan.lock.source_root.lstrip("/")) + 1:]
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -224,11 +225,11 @@ def build_with_docker(engine: Engine, manifest: Manifest) -> BuiltImage:
     from kvbake.verifying import verify_image
 
     timings = Timings()
-    plan, _ = prepare(engine, manifest, timings)
+    plan, base = prepare(engine, manifest, timings)
     reference = plan.reference + DOCKER_BUILDER_SUFFIX
     with tempfile.TemporaryDirectory(prefix="kvbake-context-") as tmp:
         with timings.phase("docker-build"):
-            dockerfile = docker_build_context(plan, Path(tmp))
+            dockerfile = docker_build_context(plan, Path(tmp), base.image_id)
             image_id = engine.legacy_build(Path(tmp), dockerfile, reference)
     with timings.phase("verify-deep"):
         try:

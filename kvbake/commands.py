@@ -86,12 +86,12 @@ def cmd_verify(args: argparse.Namespace) -> Result:
     image = args.image or plan.reference + (DOCKER_BUILDER_SUFFIX if args.builder == "docker" else "")
     report = verify_image(Engine(args.host), plan, image, args.deep, args.builder)
     data = {"image": report.image, "image_id": report.image_id, "config_digest": report.config_digest, "engine": report.profile,
-            "deep": report.deep, "files_checked": report.files_checked, "modules_proven": report.modules_proven, "ok": True}
+            "deep": report.deep, "files_checked": report.files_checked, "modules_proven": report.modules_proven,
+            "offline_proven": report.offline_proven, "interpreter_proof": report.python, "ok": True}
     text = (f"verified {report.image} (config digest {report.config_digest[:19]}; {report.profile} ID {report.image_id[:19]}): "
             "layers, labels, no switch in Env")
     if report.deep:
-        text += f"; {report.files_checked} files read back"
-        text += f"; {report.modules_proven} modules run their patched code" if report.python else "; no python3 in the image"
+        text += f"; {report.files_checked} files read back; {report.proofs()}"
     return data, text
 
 

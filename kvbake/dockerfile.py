@@ -17,11 +17,13 @@ def base_reference(plan: Plan) -> str:
     return base.config_digest
 
 
-def render(plan: Plan) -> str:
+def render(plan: Plan, local_base: str | None = None) -> str:
+    """The Dockerfile; `local_base` (the checked base's ID in this engine's store) replaces the portable FROM for a
+    build, so the builder always finds the base locally and never reaches for a registry."""
     lines = [HEADER.format(manifest=plan.manifest.path.name, sha=plan.lock.manifest_sha256)]
     if plan.manifest.standin:
         lines.append("# STAND-IN example: not the production chain.\n")
-    lines.append(f"FROM {base_reference(plan)}\n")
+    lines.append(f"FROM {local_base or base_reference(plan)}\n")
     lines.append(f"COPY overlay/ {plan.lock.source_root}/\n")
     if plan.whiteouts:
         lines.append(f"RUN {json.dumps(['rm', '-f', *('/' + w for w in plan.whiteouts)])}\n")

@@ -21,6 +21,7 @@ class BaseFile:
     mode: int
     uid: int
     gid: int
+    mtime: int = 0
 
     @property
     def sha256(self) -> str:
@@ -53,7 +54,7 @@ class Extractor:
             info = target.lstat()
             if not stat.S_ISREG(info.st_mode):
                 return None
-            return BaseFile(relative, target.read_bytes(), stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
+            return BaseFile(relative, target.read_bytes(), stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid, int(info.st_mtime))
 
     def listing(self, relative_dir: str) -> list[str] | None:
         """Names inside a directory (copied out whole; use for small folders such as __pycache__), or None when absent."""

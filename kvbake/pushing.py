@@ -55,7 +55,7 @@ def target_for(reference: str, registry: str | None = None) -> Target:
 class Expected:
     """What the registry must hand back: the local config digest, diff_ids and labels."""
 
-    image_id: str
+    config_digest: str
     diff_ids: tuple[str, ...]
     labels: Mapping[str, str]
 
@@ -63,8 +63,8 @@ class Expected:
 def readback_failures(manifest: RemoteManifest, config: Mapping[str, Any], expected: Expected) -> list[str]:
     """Every way the registry's manifest and config differ from the local image (pure)."""
     failures = []
-    if manifest.config_digest != expected.image_id:
-        failures.append(f"config digest {manifest.config_digest} is not the local image ID {expected.image_id}")
+    if manifest.config_digest != expected.config_digest:
+        failures.append(f"config digest {manifest.config_digest} is not the local image's {expected.config_digest}")
     diff_ids = tuple((config.get("rootfs") or {}).get("diff_ids") or ())
     if diff_ids != expected.diff_ids:
         failures.append(f"diff_ids are {len(diff_ids)} other layers, not the lock's base plus the thin layer ({len(expected.diff_ids)})")
@@ -77,12 +77,12 @@ def readback_failures(manifest: RemoteManifest, config: Mapping[str, Any], expec
     return failures
 
 
-def overwrite_refusal(existing: RemoteManifest, image_id: str, target: Target) -> RegistryError | None:
-    """None when the tag already holds this image; else the refusal (release tags are write-once)."""
-    if existing.config_digest == image_id:
+def overwrite_refusal(existing: RemoteManifest, config_digest: str, target: Target) -> RegistryError | None:
+    """None when the tag already holds this image (same config digest); else the refusal (release tags are write-once)."""
+    if existing.config_digest == config_digest:
         return None
     held = existing.config_digest or f"a {existing.media_type} {existing.digest}"
-    return RegistryError(f"{target.reference} already holds other content (config {held}; the local image is {image_id}); "
+    return RegistryError(f"{target.reference} already holds other content (config {held}; the local image's config is {config_digest}); "
                          "release tags are never overwritten",
                          "bump the manifest and re-lock (a new lock gives a new tag), or set another output.tag")
 
@@ -138,7 +138,7 @@ class PushResult:
     target: Target
     manifest: RemoteManifest
     upload: Upload
-    image_id: str
+    image_id: str  # the pushing engine's own ID of the image (config or manifest digest, by its store)
     already_present: bool
 
     @property
@@ -147,9 +147,9 @@ class PushResult:
         return f"{self.target.repository}@{self.manifest.digest}"
 
 
-def present_blobs(client: RegistryClient, target: Target, image_id: str) -> set[str]:
+def present_blobs(client: RegistryClient, target: Target, config_digest: str) -> set[str]:
     """Blobs of this repository the registry holds before the push: its tags' layers and our config, HEAD-checked."""
-    candidates = {image_id}
+    candidates = {config_digest}
     for tag in client.tags(target.name)[-KNOWN_TAGS_LIMIT:]:
         found = client.manifest(target.name, tag)
         candidates.update(digest for digest, _ in (found.layers if found else []))
@@ -203,20 +203,20 @@ def push_image(engine: Engine, plan: Plan, registry: str | None = None) -> PushR
     with RegistryClient(target.registry, credentials_for(target.registry, engine.config_dir())) as client:
         existing = client.manifest(target.name, target.tag)
         if existing is not None:
-            refusal = overwrite_refusal(existing, expected.image_id, target)
+            refusal = overwrite_refusal(existing, expected.config_digest, target)
             if refusal is not None:
                 raise refusal
             manifest = read_back(client, target, expected, None)
             log.info("%s already holds %s; nothing to push", target.reference, manifest.digest)
-            return PushResult(target, manifest, account(manifest, {d for d, _ in manifest.layers} | {expected.image_id}), expected.image_id, True)
-        present = present_blobs(client, target, expected.image_id)
+            return PushResult(target, manifest, account(manifest, {d for d, _ in manifest.layers} | {expected.config_digest}), store_id, True)
+        present = present_blobs(client, target, expected.config_digest)
         with local_tag(engine, store_id, target.reference):
             engine.push(target.reference)
             digests = [d for d in engine.require_image(target.reference)["RepoDigests"] if d.startswith(target.repository + "@")]
         manifest = read_back(client, target, expected, digests)
     if manifest.raw:
         engine.remember_manifest(manifest.raw)
-    return PushResult(target, manifest, account(manifest, present), expected.image_id, False)
+    return PushResult(target, manifest, account(manifest, present), store_id, False)
 
 
 def push_record(result: PushResult) -> dict[str, Any]:

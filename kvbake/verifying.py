@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
+from kvbake.bytecode import PYC_HEADER, ModuleEvidence, module_failures, python_tags, shadow_candidates
 from kvbake.engine import Engine
 from kvbake.errors import IntegrityError
-from kvbake.extract import Extractor
-from kvbake.lock import Lock
+from kvbake.extract import BaseFile, Extractor, stale_bytecode_names
+from kvbake.lock import Lock, LockedFile
 from kvbake.plan import Plan
 from kvbake.provenance import switch_names
-from kvbake.verify import Expectation, file_failures, image_failures, raise_if_failed
+from kvbake.verify import Expectation, file_failures, image_failures, platform_of, raise_if_failed
 
 # Runs inside the image with its own python3; python3-minimal has no json module, so it speaks Python literals.
 BYTECODE_PROOF = r"""
@@ -41,6 +42,18 @@ class VerifyReport:
     python: bool
     config_digest: str = ""
     profile: str = ""
+    offline_proven: int = 0
+    image_platform: str = ""
+    interpreter_ran: bool = False
+
+    def proofs(self) -> str:
+        """Which bytecode proofs ran, in words."""
+        text = f"offline proof: {self.offline_proven} modules, no cached bytecode or shadowing module can win"
+        if self.python:
+            return text + f"; interpreter proof: {self.modules_proven} modules run their patched code"
+        if not self.interpreter_ran:
+            return text + f"; interpreter proof skipped: the image is {self.image_platform} and this engine cannot run it"
+        return text + "; interpreter proof skipped: no python3 in the image"
 
 
 def expectation_for(plan: Plan, builder: str) -> Expectation:
@@ -57,15 +70,55 @@ def verify_image(engine: Engine, plan: Plan, image: str, deep: bool, builder: st
     raise_if_failed(f"image {image}", image_failures(inspect, expectation_for(plan, builder)))
     if not deep:
         return VerifyReport(image, inspect["Id"], False, 0, 0, False, inspect["ConfigDigest"], engine.profile().name)
-    files = read_back(engine, image, plan.lock)
-    proven, has_python = prove_bytecode(engine, image, plan.lock)
-    return VerifyReport(image, inspect["Id"], True, files, proven, has_python, inspect["ConfigDigest"], engine.profile().name)
+    files, offline = read_back(engine, image, plan.lock)
+    image_platform = platform_of(inspect)
+    runnable = engine_can_run(engine, image_platform)
+    proven, has_python = prove_bytecode(engine, image, plan.lock) if runnable else (0, False)
+    return VerifyReport(image, inspect["Id"], True, files, proven, has_python, inspect["ConfigDigest"], engine.profile().name,
+                        offline, image_platform, runnable)
 
 
-def read_back(engine: Engine, image: str, lock: Lock) -> int:
-    """Hash every chain file inside the image and check that no stale bytecode survived."""
+def engine_can_run(engine: Engine, image_platform: str) -> bool:
+    """The image's own interpreter runs only on its platform (or where the kernel has an emulator registered for it)."""
+    facts = engine.ping()
+    if image_platform == f"{facts.get('os_type')}/{normalised_arch(str(facts.get('architecture')))}":
+        return True
+    return emulator_registered(image_platform.split("/")[-1])
+
+
+def normalised_arch(machine: str) -> str:
+    """`docker info` reports the kernel's machine name; images use GOARCH names."""
+    return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386"}.get(machine, machine)
+
+
+def emulator_registered(architecture: str) -> bool:
+    qemu = {"arm64": "aarch64", "amd64": "x86_64", "arm": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}.get(architecture, architecture)
+    entry = Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}")
+    try:
+        return entry.read_text().startswith("enabled")
+    except OSError:
+        return False
+
+
+def module_evidence(extractor: Extractor, locked: LockedFile, item: BaseFile, lock: Lock) -> ModuleEvidence:
+    """The module's baked source, the headers of any pyc of it in __pycache__, and whatever would shadow it."""
+    cache_dir = str(PurePosixPath(locked.path).parent / "__pycache__")
+    headers = {}
+    for name in stale_bytecode_names(locked.path, extractor.listing(cache_dir) or []):
+        pyc = extractor.file(f"{cache_dir}/{name}")
+        if pyc is not None:
+            headers[name] = pyc.data[:PYC_HEADER]
+    candidates = shadow_candidates(locked.path, python_tags(locked.stale_bytecode), lock.base.platform.split("/")[-1])
+    shadows = tuple(c for c in candidates if extractor.file(c) is not None)
+    return ModuleEvidence(locked.path, item.data, item.mtime, headers, shadows)
+
+
+def read_back(engine: Engine, image: str, lock: Lock) -> tuple[int, int]:
+    """Hash every chain file inside the image, check that no stale bytecode survived, and prove offline, from the pyc
+    headers and the files beside each module, that only the patched source can run. Returns (files, modules proven)."""
     found: dict[str, str | None] = {}
     failures = []
+    proven = 0
     with engine.created_container(image) as container:
         extractor = Extractor(engine, container, lock.source_root)
         for locked in lock.files:
@@ -74,9 +127,12 @@ def read_back(engine: Engine, image: str, lock: Lock) -> int:
             for pyc in locked.stale_bytecode:
                 if extractor.file(pyc) is not None:
                     failures.append(f"stale bytecode {pyc} is still in the image")
+            if item is not None and locked.path.endswith(".py"):
+                failures += module_failures(module_evidence(extractor, locked, item, lock))
+                proven += 1
     failures += file_failures(found, {f.path: f.overlay_sha256 for f in lock.files})
     raise_if_failed(f"deep check of {image}", failures)
-    return len(found)
+    return len(found), proven
 
 
 def prove_bytecode(engine: Engine, image: str, lock: Lock) -> tuple[int, bool]:

@@ -74,7 +74,7 @@ def naive_once(engine: Engine, manifest: Path) -> float:
     wanted = {f"{lock.source_root.lstrip('/')}/{f.path}": f.overlay_sha256 for f in lock.files}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        dockerfile = docker_build_context(plan, Path(tmp))
+        dockerfile = docker_build_context(plan, Path(tmp), engine.require_image(loaded.base.image)["Id"])
         image = engine.legacy_build(Path(tmp), dockerfile, "kvbake-bench/naive:latest")
         archive = Path(tmp) / "saved.tar"
         engine.client.image.save(image, output=archive)
@@ -90,7 +90,7 @@ def hashes_in_save(archive: Path, wanted: set[str]) -> dict[str, str]:
     with tarfile.open(archive) as outer:
         layers = json.loads(outer.extractfile("manifest.json").read())[0]["Layers"]
         for name in layers:
-            with tarfile.open(fileobj=outer.extractfile(name), mode="r|") as layer:
+            with tarfile.open(fileobj=outer.extractfile(name), mode="r|*") as layer:
                 for entry in layer:
                     if entry.isfile() and entry.name in wanted:
                         found[entry.name] = hashlib.sha256(layer.extractfile(entry).read()).hexdigest()

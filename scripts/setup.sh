@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(docker.io docker-registry debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates)
+PACKAGES=(docker.io runc docker-registry debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates debian-archive-keyring)
 
 need_install=()
 for pkg in "${PACKAGES[@]}"; do
@@ -26,9 +26,13 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see /var/log/kvbake/dockerd.log" >&2; exit 1; }
 fi
 
+# The engines of every profile the tests use: Docker 26.1.5 beside Debian 12's 20.10 (unpacked privately).
+bash scripts/install_engines.sh
+
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 echo "setup: ready (docker $(docker version --format '{{.Server.Version}}'), $(.venv/bin/python --version))"
+.venv/bin/python scripts/engines.py | sed "s/^/setup: /"

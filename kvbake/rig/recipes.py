@@ -89,3 +89,9 @@ def selected_profile() -> EngineRecipe | None:
     """The profile a test run targets ($KVBAKE_TEST_PROFILE), or None for the machine's default engine."""
     name = os.environ.get(PROFILE_ENV, "").strip()
     return recipe_named(name) if name else None
+
+
+def other_profiles(default: str) -> list[str]:
+    """The profiles a test matrix adds to the default engine's, in a stable order."""
+    return [name for name in sorted(available_recipes()) if name != default]
+

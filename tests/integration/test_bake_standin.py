@@ -20,7 +20,7 @@ from kvbake.verifying import prove_bytecode
 
 from conftest import run
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.profiles]
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 BASE = "kvbake-standin/vllm-base:0.33.0"
 MODULE = "vllm/v1/kv_cache_interface.py"
@@ -59,6 +59,7 @@ def test_deep_verify_of_the_kvbake_builder(capsys, engine, standin):
     code, out, err = run(capsys, "verify", "--deep", "--manifest", str(standin))
     assert code == 0, err
     assert "8 files read back" in out and "8 modules run their patched code" in out
+    assert "offline proof: 8 modules, no cached bytecode or shadowing module can win" in out
 
 
 def test_deep_verify_of_the_docker_builder(capsys, engine, standin):

@@ -51,7 +51,7 @@ def test_every_difference_is_named():
     other = manifest(config_digest="sha256:" + "2" * 64, layers=((BASE_BLOB, 4096),))
     failures = readback_failures(other, config(diff_ids=(BASE,), labels={**LABELS, "org.kvbake.format": "2"}), EXPECTED)
     assert len(failures) == 4
-    assert "is not the local image ID" in failures[0] and "diff_ids" in failures[1]
+    assert "is not the local image's" in failures[0] and "diff_ids" in failures[1]
     assert "lists 1 layers, the image has 2" in failures[2] and "org.kvbake.format" in failures[3]
 
 

@@ -1,0 +1,147 @@
+"""A mixed fleet: one node on the classic store, one on the containerd store, as during a node-by-node upgrade.
+Both pull the base and the release from the registry; deploy, verify-running, rollback and faults hold across them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from kvbake.engine import Engine
+from kvbake.rig import LocalRegistry, NodeEngine
+from kvbake.rig.recipes import available_recipes
+
+from conftest import run
+
+pytestmark = pytest.mark.docker
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BASE = "kvbake-standin/vllm-base:0.33.0"
+CONTAINER = "kvbake-serve"
+LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
+
+
+def pick(store: str) -> str:
+    """A profile of the wanted store; the newest engine first."""
+    names = sorted((r.name for r in available_recipes().values() if r.containerd_store == (store == "containerd")), reverse=True)
+    assert names, f"no {store}-store engine here: bash scripts/setup.sh installs one"
+    return names[0]
+
+
+@pytest.fixture(scope="module")
+def fleet(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A registry and two nodes of different stores, each holding the base pulled from the registry."""
+    root = tmp_path_factory.mktemp("mixed")
+    recipes = available_recipes()
+    with LocalRegistry(root / "registry") as registry, \
+            NodeEngine(root / "a", name="a", recipe=recipes[pick("classic")]) as node_a, \
+            NodeEngine(root / "b", name="b", recipe=recipes[pick("containerd")]) as node_b:
+        shared = f"{registry.address}/kvbake/standin-base:0.33.0"
+        engine.tag(BASE, shared)
+        try:
+            engine.push(shared)
+        finally:
+            engine.untag(shared)
+        for node in (node_a, node_b):
+            client = node.client()
+            client.image.pull(shared, quiet=True)
+            client.image.tag(shared, BASE)
+        yield {"root": root, "registry": registry, "a": node_a, "b": node_b}
+
+
+@pytest.fixture(scope="module")
+def shipped(engine: Engine, fleet: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from kvbake.cli import main
+
+    folder = tmp_path_factory.mktemp("standin") / "standin"
+    shutil.copytree(REPO_ROOT / "examples" / "standin", folder, ignore=shutil.ignore_patterns(".kvbake"))
+    manifest = folder / "manifest.yaml"
+    repository = f"{fleet['registry'].address}/kvbake/standin-kvpack"
+    manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
+    assert main(["lock", "--manifest", str(manifest)]) == 0
+    assert main(["build", "--manifest", str(manifest)]) == 0
+    assert main(["push", "--manifest", str(manifest)]) == 0
+    record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
+    return {"manifest": manifest, "digest": record["pinned"], "config": record["config_digest"],
+            "deploy": write_deploy(folder, fleet, LAUNCHER)}
+
+
+def write_deploy(folder: Path, fleet: dict, launcher: list[str]) -> Path:
+    path = folder / "deploy.yaml"
+    path.write_text(json.dumps({
+        "format": 1,
+        "nodes": [{"name": "spark-a", "host": fleet["a"].host, "role": "head"}, {"name": "spark-b", "host": fleet["b"].host, "role": "worker"}],
+        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120},
+    }))
+    return path
+
+
+def ship(capsys, shipped: dict, *argv: str, deploy: Path | None = None) -> tuple[int, str, str]:
+    return run(capsys, *argv, "--manifest", str(shipped["manifest"]), "--deploy", str(deploy or shipped["deploy"]))
+
+
+def running_image(node: NodeEngine) -> str:
+    return Engine(node.host).container_inspect(CONTAINER)["Image"]
+
+
+def serving_env(node: NodeEngine) -> set[str]:
+    return {e for e in Engine(node.host).container_inspect(CONTAINER)["Config"]["Env"] if e.startswith("VLLM_")}
+
+
+def test_the_nodes_really_run_different_stores(fleet):
+    stores = {name: Engine(fleet[name].host).profile().store for name in ("a", "b")}
+    assert stores == {"a": "classic", "b": "containerd"}
+
+
+def test_deploy_verify_rollback_across_stores(capsys, shipped, fleet):
+    code, out, err = ship(capsys, shipped, "deploy", "--preset", "control", "--reason", "mixed fleet")
+    assert code == 0, err
+    # Each store names the same release by its own ID: the config digest on classic, the manifest digest on containerd.
+    assert running_image(fleet["a"]) == shipped["config"]
+    assert running_image(fleet["b"]) == shipped["digest"].rpartition("@")[2]
+    code, out, err = ship(capsys, shipped, "verify-running", "--expect", "")
+    assert code == 0 and "all ranks agree" in out, err
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "packing")
+    assert code == 0, err
+    assert serving_env(fleet["a"]) == serving_env(fleet["b"]) and "VLLM_DSV41_KV_PAIR=3" in serving_env(fleet["a"])
+    code, _, err = ship(capsys, shipped, "rollback")
+    assert code == 0, err
+    assert serving_env(fleet["a"]) == serving_env(fleet["b"]) == set()
+    status = json.loads(ship(capsys, shipped, "status", "--json")[1])
+    assert not status["diverged"] and {r["current"]["preset"] for r in status["nodes"]} == {"control"}
+
+
+def test_a_failing_launcher_on_the_containerd_node_reverts_both(capsys, shipped, fleet, tmp_path):
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "baseline")[0] == 0
+    before = {n: (running_image(fleet[n]), serving_env(fleet[n])) for n in ("a", "b")}
+    wrapper = tmp_path / "flaky-launcher"
+    wrapper.write_text(f"#!/bin/sh\n[ \"$KVBAKE_NODE\" = spark-b ] && [ -n \"$(grep KV_PAIR \"$KVBAKE_ENV_FILE\")\" ] "
+                       f"&& {{ echo 'launcher: GPU busy' >&2; exit 3; }}\nexec {' '.join(LAUNCHER)}\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    flaky = write_deploy(tmp_path, fleet, [str(wrapper)])
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "fault", deploy=flaky)
+    assert code == 12 and "launcher on spark-b exited 3" in err, err
+    assert {n: (running_image(fleet[n]), serving_env(fleet[n])) for n in ("a", "b")} == before
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+
+
+def test_same_layers_under_another_manifest_is_not_the_release(capsys, engine, shipped, fleet, tmp_path):
+    """On the containerd store, the release is its pulled manifest: the same config and layers loaded from a
+    `docker save` get another manifest digest, and verify-running names it."""
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "baseline")[0] == 0
+    client = fleet["b"].client()
+    env = Engine(fleet["b"].host).container_inspect(CONTAINER)["Config"]["Env"]
+    client.container.remove(CONTAINER, force=True)
+    loaded = client.image.load(engine.client.image.save(shipped["config"]))
+    other = client.image.inspect(loaded[0] if loaded else shipped["config"]).id
+    assert other != shipped["digest"].rpartition("@")[2]
+    client.run(other, ["-c", "import time; time.sleep(3600)"], entrypoint="python3", name=CONTAINER, detach=True,
+               networks=["none"], envs=dict(item.split("=", 1) for item in env))
+    code, _, err = ship(capsys, shipped, "verify-running")
+    assert code == 7 and "spark-b: the container runs image" in err and "not the release's manifest digest" in err, err
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
