@@ -77,6 +77,8 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     deploy.add_argument("--allow-untested", action="store_true", help="allow a preset whose status is untested (needs --reason)")
     deploy.add_argument("--resume", action="store_true", help="finish an interrupted deploy from its journal")
     deploy.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
+    deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
+                        help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
     sub.add_parser("rollback", parents=[common, ship], help="swap current and previous on every rank, restart, verify")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')

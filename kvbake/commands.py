@@ -159,7 +159,10 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
     image = args.image or pushed_reference(manifest, plan)
     release = make_release(plan, image, chosen, args.reason or "")
-    journal = deploy(fleet, release, manifest.base.image, lock.base.diff_ids, args.break_lock)
+    unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
+    if unknown:
+        raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}")
+    journal = deploy(fleet, release, manifest.base.image, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
     text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
     return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvbake.atomicfile import write_atomic
+
 JOURNAL = "journal.json"
 DIVERGED = "DIVERGED.json"
 
@@ -43,10 +45,7 @@ class Journal:
 
 
 def write_journal(folder: Path, journal: Journal) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / (JOURNAL + ".tmp")
-    tmp.write_text(json.dumps(asdict(journal), indent=1, sort_keys=True) + "\n")
-    tmp.replace(folder / JOURNAL)
+    write_atomic(folder / JOURNAL, (json.dumps(asdict(journal), indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_journal(folder: Path) -> Journal | None:
@@ -64,8 +63,7 @@ def clear_journal(folder: Path) -> None:
 
 
 def mark_diverged(folder: Path, details: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / DIVERGED).write_text(json.dumps(details, indent=1, sort_keys=True) + "\n")
+    write_atomic(folder / DIVERGED, (json.dumps(details, indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_diverged(folder: Path) -> dict[str, Any] | None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from kvbake.atomicfile import write_atomic
 from kvbake.digests import sha256_digest
 
 CACHE_ENV = "KVBAKE_CACHE_DIR"
@@ -36,18 +36,6 @@ def get(digest: str) -> bytes | None:
 def put(data: bytes) -> str:
     """Store `data` under its own digest (atomically: a private temporary file, then rename); returns the digest."""
     digest = sha256_digest(data)
-    target = _path(digest)
-    if get(digest) is not None:
-        return digest
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    if get(digest) is None:
+        write_atomic(_path(digest), data)
     return digest

@@ -12,8 +12,10 @@ from typing import Callable
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
+from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
 from kvbake.journal import Journal, NodePlan, read_diverged, read_journal
 from kvbake.nodestate import NodeRecords, NodeState
+from kvbake.profile import EngineProfile
 from kvbake.release import Release
 from kvbake.transitions import Fleet, records_of, revert, run_transition
 
@@ -52,12 +54,13 @@ def view(fleet: Fleet, name: str) -> NodeView:
     return NodeView(name, NodeState(name, engine).read(), engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")))
 
 
-def check_views(views: list[NodeView]) -> None:
-    """Ranks must agree on their current release before anything changes; a recorded current must exist."""
+def check_views(views: list[NodeView], reseat: frozenset[str] = frozenset()) -> None:
+    """Ranks must agree on their current release before anything changes; a recorded current must exist. A node being
+    reseated after a store switch starts empty and is left out of the agreement."""
     for v in views:
         if v.records.current and not v.current_id:
             raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image", "repair the node (deploy --revert) first")
-    currents = {(v.records.current.id if v.records.current else None) for v in views}
+    currents = {(v.records.current.id if v.records.current else None) for v in views if v.name not in reseat}
     if len(currents) > 1:
         raise DivergedError(f"the nodes run different releases: {', '.join(f'{v.name}={v.records.current.id if v.records.current else None}' for v in views)}",
                             "roll every node to one release with deploy --preset, or repair by hand")
@@ -120,7 +123,16 @@ def new_journal(kind: str, release_id: str, plans: list[NodePlan]) -> Journal:
                    release_id=release_id, nodes=tuple(plans))
 
 
-def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool) -> Journal:
+def checked_stores(fleet: Fleet, reseat: frozenset[str]) -> tuple[dict[str, EngineProfile], frozenset[str]]:
+    """Every node's profile now; a node whose image store changed since the last deploy must be reseated."""
+    profiles = {name: engine.profile() for name, engine in fleet.engines.items()}
+    changes = store_changes(read_stores(fleet.deployment.state_dir), profiles)
+    check_store_changes(changes, set(reseat))
+    return profiles, frozenset(changes)
+
+
+def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
+           reseat: frozenset[str] = frozenset()) -> Journal:
     """Both phases; on failure every node is reverted (or the deployment is marked diverged)."""
     folder = fleet.deployment.state_dir
     refuse_if_diverged(fleet.deployment)
@@ -128,9 +140,10 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
     if pending:
         raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
                            "run deploy --resume to finish it or deploy --revert to undo it")
+    profiles, reseated = checked_stores(fleet, reseat)
     require_base(fleet, base_image, base_layers)
     views = [view(fleet, name) for name in fleet.engines]
-    check_views(views)
+    check_views(views, reseated)
     staged = stage_release(fleet, release, base_image, base_layers)
     for name, image_id in staged.items():
         try:
@@ -145,6 +158,7 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
         run_transition(fleet, journal, folder)
     finally:
         unlock()
+    remember_stores(folder, profiles)
     return journal
 
 
@@ -154,6 +168,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
     refuse_if_diverged(fleet.deployment)
     if read_journal(folder):
         raise RolloutError("an interrupted deploy left a journal", "run deploy --resume or deploy --revert first")
+    profiles, _ = checked_stores(fleet, frozenset())
     views = [view(fleet, name) for name in fleet.engines]
     check_views(views)
     missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
@@ -167,6 +182,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
         run_transition(fleet, journal, folder)
     finally:
         unlock()
+    remember_stores(folder, profiles)
     return journal
 
 

@@ -14,6 +14,7 @@ from kvbake.errors import EngineError, KvbakeError
 from kvbake.rig.recipes import PROFILE_ENV, selected_profile
 
 STANDIN_BASE = "kvbake-standin/vllm-base:0.33.0"
+STANDIN_BASES = (STANDIN_BASE, STANDIN_BASE + "-arm64")
 
 
 def docker_required() -> bool:
@@ -31,10 +32,11 @@ def _fail_or_skip(message: str) -> None:
     pytest.skip(message)
 
 
-def _copy_standin_base(default: Engine, target: Engine) -> None:
-    """Give the profile's engine the stand-in base by save | load: the config digest stays the same."""
-    if target.inspect_image(STANDIN_BASE) is None and default.inspect_image(STANDIN_BASE) is not None:
-        target.client.image.load(default.client.image.save(STANDIN_BASE))
+def _copy_standin_bases(default: Engine, target: Engine) -> None:
+    """Give the profile's engine the stand-in bases by save | load: their config digests stay the same."""
+    for base in STANDIN_BASES:
+        if target.inspect_image(base) is None and default.inspect_image(base) is not None:
+            target.client.image.load(default.client.image.save(base))
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +63,6 @@ def engine() -> Iterator[Engine]:
         target = Engine()
         profile = target.profile()
         assert profile.name.startswith(recipe.name.rsplit("-", 1)[0]) and profile.store == ("containerd" if recipe.containerd_store else "classic")
-        _copy_standin_base(Engine("unix:///var/run/docker.sock"), target)
+        _copy_standin_bases(Engine("unix:///var/run/docker.sock"), target)
         yield target
     root.rmdir()

@@ -145,3 +145,29 @@ def test_same_layers_under_another_manifest_is_not_the_release(capsys, engine, s
     code, _, err = ship(capsys, shipped, "verify-running")
     assert code == 7 and "spark-b: the container runs image" in err and "not the release's manifest digest" in err, err
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
+
+
+def test_a_node_switched_to_another_store_is_named_and_reseated(capsys, shipped, fleet):
+    """Upgrading a node's store (classic ↔ containerd) leaves its images behind: the next deploy names the change and
+    the fix, and `--reseat` brings the node back in. Runs last: it switches node B's store."""
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "before the switch")[0] == 0
+    node = fleet["b"]
+    node.stop()
+    (node.root / "daemon.json").write_text("{}\n")  # the classic store
+    node.recipe = next(r for r in available_recipes().values() if r.dockerd == node.recipe.dockerd and not r.containerd_store)
+    node.start()
+    assert Engine(node.host).profile().store == "classic"
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "after")
+    assert code == 12 and "node spark-b ran docker-26.1-containerd at the last deploy and runs docker-26.1-classic now" in err, err
+    assert "deploy with --reseat spark-b" in err and err.count("\n") == 1
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--reseat", "spark-a", "--reason", "wrong node")
+    assert code == 12 and "--reseat spark-a: that node's image store did not change" in err, err
+    shared = f"{fleet['registry'].address}/kvbake/standin-base:0.33.0"
+    client = node.client()
+    client.image.pull(shared, quiet=True)
+    client.image.tag(shared, BASE)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reseat", "spark-b", "--reason", "reseat")
+    assert code == 0, err
+    assert running_image(fleet["b"]) == shipped["config"]  # now a classic-store ID
+    code, out, err = ship(capsys, shipped, "verify-running", "--expect", "")
+    assert code == 0 and "all ranks agree" in out, err
