@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -32,13 +30,6 @@ def _fail_or_skip(message: str) -> None:
     pytest.skip(message)
 
 
-def _copy_standin_bases(default: Engine, target: Engine) -> None:
-    """Give the profile's engine the stand-in bases by save | load: their config digests stay the same."""
-    for base in STANDIN_BASES:
-        if target.inspect_image(base) is None and default.inspect_image(base) is not None:
-            target.client.image.load(default.client.image.save(base))
-
-
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     """The engine under test. With $KVBAKE_TEST_PROFILE set, a private engine of that profile is started for the
@@ -55,14 +46,9 @@ def engine() -> Iterator[Engine]:
             _fail_or_skip(f"unreachable: {err.one_line()}")
         yield local
         return
-    from kvbake.rig import NodeEngine
+    from kvbake.rig.profile_engine import profile_engine
 
-    root = Path(tempfile.mkdtemp(prefix="kvbake-build-engine-"))
-    with NodeEngine(root / "engine", name="build", recipe=recipe) as build_engine, pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DOCKER_HOST", build_engine.host)
-        target = Engine()
+    with profile_engine(recipe.name, STANDIN_BASES) as target:
         profile = target.profile()
-        assert profile.name.startswith(recipe.name.rsplit("-", 1)[0]) and profile.store == ("containerd" if recipe.containerd_store else "classic")
-        _copy_standin_bases(Engine("unix:///var/run/docker.sock"), target)
+        assert profile.store == ("containerd" if recipe.containerd_store else "classic"), profile.describe()
         yield target
-    root.rmdir()
