@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from kvbake import manifestcache
 from kvbake.chain import apply_chain
 from kvbake.engine import Engine
 from kvbake.errors import BaseImageError, IntegrityError, ResourceError
@@ -106,6 +107,7 @@ def load_unit(plan: Plan, base: BaseOnEngine) -> LoadUnit:
         return LoadUnit(members, expected_id(base.profile, plan.config_bytes, None))
     blob = thin_blob(plan.layer.data)
     manifest_bytes = derived_store_manifest(base.store_manifest, plan.config_bytes, blob)
+    manifestcache.put(manifest_bytes)  # so the loaded image's ID resolves to its config without a docker save
     return LoadUnit(oci_layout_members(plan.config_bytes, blob, manifest_bytes), expected_id(base.profile, plan.config_bytes, manifest_bytes))
 
 

@@ -1,7 +1,9 @@
 """Benchmark: kvbake bake+verify on the stand-in with ~0.5 GB and ~4 GB bases, against the naive docker build + docker
 save hash check, in the same run. Prints the figures and the ratios; it is not a test and asserts no timing.
 
-    python scripts/bench_bake.py [--repeats 3]
+    python scripts/bench_bake.py [--repeats 3] [--profile docker-26.1-containerd]
+
+With --profile, the run uses a private engine of that profile (see scripts/engines.py), given the stand-in base.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kvbake.lock import read_lock  # noqa: E402
 from kvbake.locking import create_lock  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
 from kvbake.plan import make_plan, read_overlay  # noqa: E402
+from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.verifying import verify_image  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parents[1] / "examples" / "standin"
@@ -100,8 +103,16 @@ def hashes_in_save(archive: Path, wanted: set[str]) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", help="engine profile to measure (default: the default engine)")
     args = parser.parse_args()
-    engine = Engine()
+    if args.profile:
+        with profile_engine(args.profile, [STANDIN_BASE]) as engine:
+            return measure(engine, args.repeats)
+    return measure(Engine(), args.repeats)
+
+
+def measure(engine: Engine, repeats: int) -> int:
+    print(f"engine: {engine.profile().describe()}")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="kvbake-bench-") as tmp:
         for label, total in SIZES_MB.items():
@@ -109,10 +120,10 @@ def main() -> int:
             size_gb = engine.client.image.inspect(base).size / 1e9
             manifest = project_for(base, Path(tmp) / label)
             create_lock(engine, load_manifest(manifest))
-            kv = statistics.median(kvbake_once(engine, manifest) for _ in range(args.repeats))
-            naive = statistics.median(naive_once(engine, manifest) for _ in range(args.repeats))
+            kv = statistics.median(kvbake_once(engine, manifest) for _ in range(repeats))
+            naive = statistics.median(naive_once(engine, manifest) for _ in range(repeats))
             results[label] = {"kvbake": kv, "naive": naive}
-            print(f"base {label} ({size_gb:.2f} GB): kvbake bake+deep verify {kv:.2f} s, naive build+save check {naive:.2f} s (median of {args.repeats})")
+            print(f"base {label} ({size_gb:.2f} GB): kvbake bake+deep verify {kv:.2f} s, naive build+save check {naive:.2f} s (median of {repeats})")
     small, big = results["0.5g"], results["4g"]
     print(f"kvbake 4 GB / kvbake 0.5 GB = {big['kvbake'] / small['kvbake']:.2f}   (target <= 1.1)")
     print(f"naive 4 GB / kvbake 4 GB   = {big['naive'] / big['kvbake']:.1f}   (target >= 10)")

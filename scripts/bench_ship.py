@@ -2,7 +2,9 @@
 (against a full `docker save | docker load` transfer), rollback time per node without the launcher and bytes pulled by
 it, and verify-running over two nodes. Prints figures; asserts no timing.
 
-    python scripts/bench_ship.py [--repeats 5]
+    python scripts/bench_ship.py [--repeats 5] [--profile docker-26.1-containerd]
+
+With --profile, the build engine and both nodes run that engine profile.
 
 Bytes pulled are read from the registry's own access log (the sum of `http.response.written` of the requests served
 during a pull), so they are what really crossed the wire.
@@ -25,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engine import Engine  # noqa: E402
 from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake.rig.profile_engine import profile_engine  # noqa: E402
+from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "kvbake-standin/vllm-base:0.33.0"
@@ -56,12 +60,20 @@ def timed_launcher(folder: Path) -> tuple[Path, Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", help="engine profile of the build engine and the nodes (default: the default engine's)")
     args = parser.parse_args()
-    engine = Engine()
+    if args.profile:
+        with profile_engine(args.profile, [BASE]) as engine:
+            return measure(engine, args.repeats, recipe_named(args.profile))
+    return measure(Engine(), args.repeats, None)
+
+
+def measure(engine: Engine, repeats: int, recipe: EngineRecipe | None) -> int:
+    print(f"engine: {engine.profile().describe()}")
     with tempfile.TemporaryDirectory(prefix="kvbake-bench-ship-") as tmp:
         folder = Path(tmp)
-        with LocalRegistry(folder / "registry") as registry, NodeEngine(folder / "a", name="a") as node_a, \
-                NodeEngine(folder / "b", name="b") as node_b:
+        with LocalRegistry(folder / "registry") as registry, NodeEngine(folder / "a", name="a", recipe=recipe) as node_a, \
+                NodeEngine(folder / "b", name="b", recipe=recipe) as node_b:
             log = registry.root / "registry.log"
             project = folder / "standin"
             shutil.copytree(ROOT / "examples" / "standin", project, ignore=shutil.ignore_patterns(".kvbake"))
@@ -90,6 +102,8 @@ def main() -> int:
             quiet("deploy", *ship, "--preset", "control", "--reason", "bench")
             pulled, mark = served_bytes(log, mark)
             saved = sum(len(chunk) for chunk in engine.client.image.save(record["image_id"]))
+            pulled_ids = {Engine(node.host).container_inspect("serve")["Image"] for node in (node_a, node_b)}
+            print(f"image IDs on the nodes: {', '.join(sorted(i[:19] for i in pulled_ids))} (config digest {record['config_digest'][:19]})")
             print(f"push of a new release, base already in the registry: {record['uploaded_bytes']} bytes uploaded; "
                   f"thin layer compressed {record['thin_layer_compressed_bytes']} bytes "
                   f"({record['uploaded_bytes'] / record['thin_layer_compressed_bytes']:.2f}x, config included)")
@@ -99,7 +113,7 @@ def main() -> int:
                   f"({saved / max(pulled / 2, 1):.0f}x more)")
             quiet("deploy", *ship, "--preset", "packing-327680", "--reason", "bench")
             rollbacks, verifies, pulled_by_rollbacks = [], [], 0
-            for _ in range(args.repeats):
+            for _ in range(repeats):
                 durations.write_text("")
                 start = time.perf_counter()
                 quiet("rollback", *ship)
@@ -112,7 +126,7 @@ def main() -> int:
                 quiet("verify-running", *ship)
                 verifies.append(time.perf_counter() - start)
             print(f"rollback per node without the launcher: median {statistics.median(rollbacks):.2f} s "
-                  f"(includes the verify-running of both ranks); bytes pulled by {args.repeats} rollbacks: {pulled_by_rollbacks}")
+                  f"(includes the verify-running of both ranks); bytes pulled by {repeats} rollbacks: {pulled_by_rollbacks}")
             print(f"verify-running over 2 nodes: median {statistics.median(verifies):.2f} s")
     return 0
 

@@ -48,6 +48,10 @@ def test_build_is_reproducible_and_matches_the_lock(capsys, engine, tiny):
     profile = engine.profile()
     assert first["engine"]["name"] == profile.name
     assert (first["image_id"] == first["config_digest"]) == (profile.store == "classic")
+    if profile.store == "containerd":  # the build remembers the manifest it wrote: no docker save to resolve the ID
+        from kvbake import manifestcache
+
+        assert manifestcache.get(first["image_id"]) is not None
     assert first["image"].startswith(REPO + ":1-kvpack-")
     inspect = engine.inspect_image(first["image"])
     assert inspect["RootFS"]["Layers"][-1] == lock["derived"]["layer_diff_id"]

@@ -147,6 +147,34 @@ def test_same_layers_under_another_manifest_is_not_the_release(capsys, engine, s
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
 
 
+def test_a_lock_made_on_one_profile_builds_and_pushes_thin_from_a_containerd_store_base_pulled_from_a_registry(capsys, shipped, fleet):
+    """The lock comes from the default engine; node B's containerd store holds the base as the registry's compressed
+    blobs. The build there names those blobs, gives the same config digest, and its push uploads only the thin layer."""
+    host = fleet["b"].host
+    code, out, err = run(capsys, "build", "--manifest", str(shipped["manifest"]), "--host", host, "--json")
+    assert code == 0, err
+    built = json.loads(out)
+    assert built["config_digest"] == shipped["config"] and built["engine"]["store"] == "containerd"
+    assert built["image_id"] != built["config_digest"]
+    registry = fleet["registry"].address
+    code, out, err = run(capsys, "push", "--manifest", str(shipped["manifest"]), "--host", host, "--registry", registry, "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["status"] == "already present"  # the same release, pushed from the classic engine before
+    assert record["config_digest"] == shipped["config"]
+
+
+def test_a_base_named_by_another_stores_id_is_not_found_and_the_profile_is_named(capsys, shipped, fleet, tmp_path):
+    project = tmp_path / "by-id"
+    shutil.copytree(shipped["manifest"].parent, project, ignore=shutil.ignore_patterns(".kvbake"))
+    manifest = project / "manifest.yaml"
+    config_digest = json.loads((project / "manifest.lock.json").read_text())["base"]["config_digest"]
+    manifest.write_text(manifest.read_text().replace("image: kvbake-standin/vllm-base:0.33.0", f"image: {config_digest}"))
+    code, _, err = run(capsys, "lock", "--manifest", str(manifest), "--host", fleet["b"].host)
+    assert code == 6 and f"image {config_digest} is not present on {fleet['b'].host} (docker-26.1-containerd" in err, err
+    assert err.count("\n") == 1
+
+
 def test_a_node_switched_to_another_store_is_named_and_reseated(capsys, shipped, fleet):
     """Upgrading a node's store (classic ↔ containerd) leaves its images behind: the next deploy names the change and
     the fix, and `--reseat` brings the node back in. Runs last: it switches node B's store."""
