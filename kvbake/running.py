@@ -41,6 +41,31 @@ def mount_failures(mounts: Sequence[Mapping[str, Any]] | None, baked: Sequence[s
     return failures
 
 
+# Variables that change which Python or native code a rank runs, whatever the image holds.
+CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
+                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
+
+
+def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None, mounts: Sequence[Mapping[str, Any]] | None,
+                      source_root: str) -> list[str]:
+    """A container may not set a code-selecting variable the image does not set the same way, nor mount anything over
+    the source root, inside it or above it: either would run other code than the baked chain."""
+    own = dict(item.partition("=")[::2] for item in image_env or ())
+    failures = []
+    for item in env or ():
+        name, _, value = item.partition("=")
+        if name in CODE_OVERRIDES and own.get(name) != value:
+            failures.append(f"{name} is set to {value!r} in the container, not as the image sets it ({own.get(name, 'unset')!r})")
+    root = source_root.rstrip("/")
+    for mount in mounts or ():
+        destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        above = root == destination or root.startswith(destination.rstrip("/") + "/")
+        if above or destination.startswith(root + "/"):
+            where = "over or above" if above else "inside"
+            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} is {where} the source root {root}")
+    return failures
+
+
 def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str, str]:
     """The Id a node's store gives the release's image, and what it is: the config digest on the classic store, the
     pulled manifest's digest (`repo@sha256:…`) on the containerd store."""
@@ -51,7 +76,7 @@ def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str,
 
 def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
                   labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str],
-                  image_id: tuple[str, str] | None = None) -> list[str]:
+                  image_id: tuple[str, str] | None = None, source_root: str | None = None) -> list[str]:
     """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node."""
     if container is None:
         return [f"{node}: the serving container is not there"]
@@ -69,6 +94,10 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
         if found.get(name) != expected.get(name):
             failures.append(f"{node}: switch {name} is {found.get(name, 'unset')!s}, expected {expected.get(name, 'unset')!s}")
     failures += [f"{node}: {m}" for m in mount_failures(container.get("Mounts"), baked)]
+    if source_root:
+        image_env = ((image or {}).get("Config") or {}).get("Env")
+        unflagged = [m for m in container.get("Mounts") or () if not mount_failures([m], baked)]
+        failures += [f"{node}: {m}" for m in override_failures((container.get("Config") or {}).get("Env"), image_env, unflagged, source_root)]
     return failures
 
 

@@ -52,7 +52,7 @@ def baked_paths(lock: Lock) -> tuple[str, ...]:
 
 
 def make_fleet(deployment: Deployment, manifest: Manifest, lock: Lock) -> Fleet:
-    return Fleet(deployment, connect(deployment), manifest.output.repository, switch_names(manifest), baked_paths(lock))
+    return Fleet(deployment, connect(deployment), manifest.output.repository, switch_names(manifest), baked_paths(lock), lock.source_root)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,8 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
         layers = release.layers if release else ()
         labels = release.labels if release else {}
         image_id = fleet.expected_id(node.name, release) if release else None
-        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths, image_id)
+        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths, image_id,
+                                 fleet.source_root)
         if release is None:
             failures.insert(0, f"{node.name}: no release recorded")
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)

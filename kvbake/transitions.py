@@ -28,6 +28,7 @@ class Fleet:
     repository: str
     switch_names: tuple[str, ...]
     baked_paths: tuple[str, ...]
+    source_root: str = ""
 
     def node(self, name: str) -> Node:
         return next(n for n in self.deployment.nodes if n.name == name)
@@ -101,7 +102,7 @@ def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]
             continue
         container, image = observe(fleet, name)
         failures += rank_failures(name, container, image, release.layers, release.labels, release.switches, fleet.switch_names, fleet.baked_paths,
-                                  fleet.expected_id(name, release))
+                                  fleet.expected_id(name, release), fleet.source_root)
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
     return failures + agreement_failures(observed)

@@ -111,6 +111,26 @@ def test_a_bind_mount_over_a_baked_file_fails_verify_running(capsys, shipped, ri
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
 
 
+def test_pythonpath_and_a_mount_inside_the_source_root_fail_verify_running(capsys, shipped, rig, tmp_path):
+    """Other code can run without touching a baked file: PYTHONPATH ahead of the source root, or a mount over a
+    package of it the chain does not patch. Both are named."""
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "override test")[0] == 0
+    client = rig["a"].client()
+    image = client.container.inspect(CONTAINER).image
+    client.container.remove(CONTAINER, force=True)
+    shadow = tmp_path / "attention"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("# shadowing package\n")
+    unpatched = BAKED.rsplit("/vllm/", 1)[0] + "/vllm/v1/attention"
+    client.run(image, ["-c", "import time; time.sleep(3600)"], entrypoint="python3", name=CONTAINER, detach=True,
+               networks=["none"], envs={"PYTHONPATH": "/work/patched"}, volumes=[(str(shadow), unpatched, "ro")])
+    code, _, err = ship(capsys, shipped, "verify-running", "--expect", "")
+    assert code == 7, err
+    assert "spark-a: PYTHONPATH is set to '/work/patched' in the container, not as the image sets it ('unset')" in err
+    assert f"spark-a: a bind mount at {unpatched} is inside the source root" in err
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
+
+
 def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig, tmp_path):
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "baseline")[0] == 0
     before = {n: serving_env(rig[n]) for n in ("a", "b")}
