@@ -22,7 +22,7 @@ echo "== summary"
 import json
 plan = json.load(open(".kvbake-demo-plan.json"))
 print(f"stand-in image {plan['reference']}")
-print(f"  id {plan['image_id']} (reproducible: same inputs, same ID on any engine)")
+print(f"  config digest {plan['image_id']} (reproducible: same inputs, same config digest on every engine profile)")
 print(f"  {len(plan['chain'])} patches, {len(plan['files'])} files, {len(plan['whiteouts'])} stale .pyc removed, switches in Env: none")
 PY
 rm -f .kvbake-demo-plan.json
