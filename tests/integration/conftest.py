@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -56,3 +57,17 @@ def leftover_containers(engine: Engine) -> list[str]:
     """Extraction containers this test process left behind (others may run their own builds meanwhile)."""
     mine = [("label", f"org.kvbake.extract.pid={os.getpid()}")]
     return [c.name for c in engine.client.container.list(all=True, filters=mine)]
+
+
+def ship_standin(folder: Path, registry_address: str) -> tuple[Path, dict]:
+    """A copy of the stand-in example aimed at `registry_address`, locked, built and pushed; its manifest and push record."""
+    standin = Path(__file__).resolve().parents[2] / "examples" / "standin"
+    shutil.copytree(standin, folder, ignore=shutil.ignore_patterns(".kvbake"))
+    manifest = folder / "manifest.yaml"
+    repository = f"{registry_address}/kvbake/standin-kvpack"
+    manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
+    for command in ("lock", "build", "push"):
+        assert main([command, "--manifest", str(manifest)]) == 0, f"{command} of the stand-in failed"
+    record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
+    assert record["pinned"].startswith(repository + "@sha256:")
+    return manifest, record

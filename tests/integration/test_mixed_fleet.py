@@ -16,7 +16,7 @@ from kvbake.engine import Engine
 from kvbake.rig import LocalRegistry, NodeEngine
 from kvbake.rig.recipes import available_recipes
 
-from conftest import run
+from conftest import run, ship_standin
 
 pytestmark = pytest.mark.docker
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,17 +55,8 @@ def fleet(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def shipped(engine: Engine, fleet: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from kvbake.cli import main
-
     folder = tmp_path_factory.mktemp("standin") / "standin"
-    shutil.copytree(REPO_ROOT / "examples" / "standin", folder, ignore=shutil.ignore_patterns(".kvbake"))
-    manifest = folder / "manifest.yaml"
-    repository = f"{fleet['registry'].address}/kvbake/standin-kvpack"
-    manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
-    assert main(["lock", "--manifest", str(manifest)]) == 0
-    assert main(["build", "--manifest", str(manifest)]) == 0
-    assert main(["push", "--manifest", str(manifest)]) == 0
-    record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
+    manifest, record = ship_standin(folder, fleet["registry"].address)
     return {"manifest": manifest, "digest": record["pinned"], "config": record["config_digest"],
             "deploy": write_deploy(folder, fleet, LAUNCHER)}
 

@@ -15,7 +15,7 @@ import pytest
 from kvbake.engine import Engine
 from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
 
-from conftest import run
+from conftest import run, ship_standin
 
 pytestmark = [pytest.mark.docker, pytest.mark.profiles]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -51,19 +51,10 @@ def write_deploy(folder: Path, rig: dict, launcher: list[str]) -> Path:
 @pytest.fixture(scope="module")
 def shipped(engine: Engine, rig: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The stand-in, locked for the rig's registry, built and pushed; returns paths and the digest reference."""
-    from kvbake.cli import main
-
     folder = tmp_path_factory.mktemp("standin") / "standin"
-    shutil.copytree(REPO_ROOT / "examples" / "standin", folder, ignore=shutil.ignore_patterns(".kvbake"))
-    manifest = folder / "manifest.yaml"
-    repository = f"{rig['registry'].address}/kvbake/standin-kvpack"
-    manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
-    assert main(["lock", "--manifest", str(manifest)]) == 0
-    assert main(["build", "--manifest", str(manifest)]) == 0
-    assert main(["push", "--manifest", str(manifest)]) == 0
-    record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
+    manifest, record = ship_standin(folder, rig["registry"].address)
     digest = record["pinned"]
-    assert digest.startswith(repository + "@sha256:")
+    repository = digest.split("@")[0]
     launcher = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
     return {"manifest": manifest, "digest": digest, "deploy": write_deploy(folder, rig, launcher), "folder": folder,
             "repository": repository}
