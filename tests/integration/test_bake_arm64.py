@@ -14,7 +14,7 @@ from kvbake.verifying import engine_can_run
 
 from conftest import run
 
-pytestmark = [pytest.mark.docker, pytest.mark.profiles]
+pytestmark = pytest.mark.docker
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 ARM64_BASE = "kvbake-standin/vllm-base:0.33.0-arm64"
 

@@ -20,7 +20,7 @@ from kvbake.verifying import prove_bytecode
 
 from conftest import run
 
-pytestmark = [pytest.mark.docker, pytest.mark.profiles]
+pytestmark = pytest.mark.docker
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 BASE = "kvbake-standin/vllm-base:0.33.0"
 MODULE = "vllm/v1/kv_cache_interface.py"

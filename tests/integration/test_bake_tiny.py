@@ -16,7 +16,7 @@ from kvbake.extract import Extractor
 from conftest import leftover_containers, run, tags_of
 from tiny import MOD_V1, diff, import_base
 
-pytestmark = [pytest.mark.docker, pytest.mark.profiles]
+pytestmark = pytest.mark.docker
 REPO = "127.0.0.1:5000/tiny"
 
 

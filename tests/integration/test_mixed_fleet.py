@@ -18,7 +18,7 @@ from kvbake.rig.recipes import available_recipes
 
 from conftest import run, ship_standin
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE = "kvbake-standin/vllm-base:0.33.0"
 CONTAINER = "kvbake-serve"

@@ -31,7 +31,7 @@ from kvbake.rig.registry import REGISTRY_BINARY
 from conftest import run, tags_of
 from tiny import TINY_BASE, base_tar, write_project
 
-pytestmark = [pytest.mark.docker, pytest.mark.profiles]
+pytestmark = pytest.mark.docker
 ACCEPT = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 BIG_LAYER_MB = 200
 UPLOAD_WAIT_SECONDS = 300.0

@@ -17,7 +17,7 @@ from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_clie
 
 from conftest import run, ship_standin
 
-pytestmark = [pytest.mark.docker, pytest.mark.profiles]
+pytestmark = pytest.mark.docker
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE = "kvbake-standin/vllm-base:0.33.0"
 CONTAINER = "kvbake-serve"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -49,8 +50,8 @@ def serving(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     engine.client.run(BASE, ["-c", SERVE], entrypoint="python3", name=name, detach=True, networks=["none"], pull="never")
     folder = tmp_path_factory.mktemp("memwatch")
     deploy = folder / "deploy.yaml"
-    nodes = [{"name": "spark-a", "host": "unix:///var/run/docker.sock", "role": "head"},
-             {"name": "spark-b", "host": "unix:///var/run/docker.sock", "role": "worker"}]
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"  # the engine under test
+    nodes = [{"name": "spark-a", "host": host, "role": "head"}, {"name": "spark-b", "host": host, "role": "worker"}]
     deploy.write_text(json.dumps({"format": 1, "nodes": nodes, "launcher": {"command": ["true"], "container": name}}))
     try:
         yield {"engine": engine, "name": name, "deploy": deploy, "folder": folder}
