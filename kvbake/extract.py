@@ -41,6 +41,7 @@ class Extractor:
         self.engine = engine
         self.container = container
         self.source_root = source_root
+        self._listings: dict[str, list[str] | None] = {}
 
     def _inside(self, relative: str) -> str:
         return str(PurePosixPath(self.source_root) / relative)
@@ -57,7 +58,12 @@ class Extractor:
             return BaseFile(relative, target.read_bytes(), stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid, int(info.st_mtime))
 
     def listing(self, relative_dir: str) -> list[str] | None:
-        """Names inside a directory (copied out whole; use for small folders such as __pycache__), or None when absent."""
+        """Names inside a directory (copied out whole, once; use for small folders such as __pycache__), or None when absent."""
+        if relative_dir not in self._listings:
+            self._listings[relative_dir] = self._list(relative_dir)
+        return self._listings[relative_dir]
+
+    def _list(self, relative_dir: str) -> list[str] | None:
         with tempfile.TemporaryDirectory(prefix="kvbake-cp-") as tmp:
             target = Path(tmp) / "d"
             if not self.engine.copy_out(self.container, self._inside(relative_dir), target):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvbake import FORMAT_VERSION
 from kvbake.basecapture import capture_base
+from kvbake.bytecode import python_tags, shadow_candidates
 from kvbake.chain import ChainStep, apply_chain, first_touches, read_patch
 from kvbake.coverage import check_coverage, raise_for_coverage
 from kvbake.diffs import MODIFY
@@ -108,7 +109,18 @@ def snapshot_base(engine: Engine, manifest: Manifest, touches: dict[str, str]) -
                                          "check base.source_root and the patch paths")
                 files[path] = found
             stale[path] = tuple(extractor.stale_bytecode(path))
+        refuse_shadowed_modules(extractor, manifest.base.image, sorted(touches), stale, engine.require_image(manifest.base.image)["Architecture"])
     return BaseSnapshot(files, stale)
+
+
+def refuse_shadowed_modules(extractor: Extractor, image: str, paths: list[str], stale: dict[str, tuple[str, ...]], architecture: str) -> None:
+    """A patched module that a package or an extension module of the same name shadows in the base would never run."""
+    tags = python_tags(tuple(pyc for items in stale.values() for pyc in items))
+    for path in (p for p in paths if p.endswith(".py")):
+        for candidate in shadow_candidates(path, tags, architecture):
+            if extractor.file(candidate) is not None:
+                raise BaseImageError(f"{path} is shadowed in {image} by {candidate}, which Python imports first: the patched source would never run",
+                                     "check the patch paths against the base (a module cannot sit beside a package or extension of the same name)")
 
 
 def wanted_dirs(source_root: str, touches: dict[str, str], stale: dict[str, tuple[str, ...]]) -> frozenset[str]:

@@ -14,7 +14,7 @@ from kvbake.engine import Engine
 from kvbake.extract import Extractor
 
 from conftest import leftover_containers, run, tags_of
-from tiny import MOD_V1, diff, import_base
+from tiny import MOD_V1, TINY_BASE, diff, import_base
 
 pytestmark = pytest.mark.docker
 REPO = "127.0.0.1:5000/tiny"
@@ -257,3 +257,14 @@ def test_verify_refuses_a_tampered_image(capsys, engine, tiny, tmp_path, change,
         assert code == 7 and fragment in err, err
     finally:
         engine.remove_image(tampered)
+
+
+@pytest.mark.parametrize("shadow", ["pkg/mod/__init__.py", "pkg/mod.cpython-311-x86_64-linux-gnu.so", "pkg/mod.so"])
+def test_lock_refuses_a_base_where_something_shadows_a_patched_module(capsys, engine, tiny, shadow):
+    if shadow.endswith("x86_64-linux-gnu.so") and engine.inspect_image(TINY_BASE)["Architecture"] != "amd64":
+        shadow = shadow.replace("x86_64", "aarch64")
+    other = f"kvbake-test/tiny-shadowed:{shadow.replace('/', '-')}"
+    import_base(engine, other, MOD_V1, (shadow,))
+    tiny.write_text(tiny.read_text().replace("kvbake-test/tiny:1", other))
+    assert_clean_failure(capsys, engine, tiny, 6, f"pkg/mod.py is shadowed in {other} by {shadow}", "lock")
+    engine.remove_image(other)

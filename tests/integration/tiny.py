@@ -46,7 +46,7 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> N
         tar.addfile(info, io.BytesIO(data))
 
 
-def base_tar(mod: str = MOD_V1) -> bytes:
+def base_tar(mod: str = MOD_V1, extra: tuple[str, ...] = ()) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for directory in ("usr", "usr/lib", "usr/lib/py", "usr/lib/py/pkg", "usr/lib/py/pkg/__pycache__"):
@@ -56,16 +56,18 @@ def base_tar(mod: str = MOD_V1) -> bytes:
         _member(tar, f"{SOURCE_ROOT}/pkg/__pycache__/mod.cpython-311.pyc", b"stale", 0o644)
         _member(tar, f"{SOURCE_ROOT}/pkg/__pycache__/mod.cpython-311.opt-1.pyc", b"stale", 0o644)
         _member(tar, f"{SOURCE_ROOT}/pkg/__pycache__/other.cpython-311.pyc", b"keep", 0o644)
+        for path in extra:
+            _member(tar, f"{SOURCE_ROOT}/{path}", b"", 0o644)
     return buffer.getvalue()
 
 
-def import_base(engine: Engine, reference: str = TINY_BASE, mod: str = MOD_V1) -> str:
+def import_base(engine: Engine, reference: str = TINY_BASE, mod: str = MOD_V1, extra: tuple[str, ...] = ()) -> str:
     """Import the tiny base (file-only) once and return its ID."""
     found = engine.inspect_image(reference)
     if found is None:
         with tempfile.TemporaryDirectory(prefix="kvbake-tiny-") as tmp:
             path = Path(tmp, "base.tar")
-            path.write_bytes(base_tar(mod))
+            path.write_bytes(base_tar(mod, extra))
             engine.client.image.import_(path, tag=reference)
         found = engine.inspect_image(reference)
     return found["Id"]
