@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -23,12 +24,17 @@ def copy_images(source: Engine, target: Engine, references: Sequence[str]) -> No
             target.client.image.load(source.client.image.save(reference))
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def profile_engine(name: str, images: Sequence[str] = ()) -> Iterator[Engine]:
     """Start an engine of profile `name`, point DOCKER_HOST at it while the block runs, give it `images` from the
     default engine; stop it and remove its folders afterwards."""
     root = Path(tempfile.mkdtemp(prefix="kvbake-profile-engine-"))
     saved = os.environ.get("DOCKER_HOST")
+    previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the engine is stopped on `kill` too
     try:
         with NodeEngine(root / "engine", name="build", recipe=recipe_named(name)) as started:
             os.environ["DOCKER_HOST"] = started.host
@@ -36,6 +42,7 @@ def profile_engine(name: str, images: Sequence[str] = ()) -> Iterator[Engine]:
             copy_images(Engine(saved or DEFAULT_HOST), target, images)
             yield target
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         if saved is None:
             os.environ.pop("DOCKER_HOST", None)
         else:
