@@ -36,7 +36,7 @@ from kvbake.rig.processes import ProcessRef
 pytestmark = pytest.mark.docker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 
 @dataclass(frozen=True)
