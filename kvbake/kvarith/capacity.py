@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 from kvbake.errors import KvArithError
+from kvbake.kvarith.limits import MAX_SIZE_BYTES
 from kvbake.kvarith.planner import Layout, blocks_per_request, cdiv
 
 GIB = 1 << 30
-UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": GIB, "tib": 1 << 40,
-         "kb": 10**3, "mb": 10**6, "gb": 10**9}
+UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": GIB, "tib": 1 << 40, "pib": 1 << 50,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,27 @@ def solve_tokens(target: int, blocks_per_req: int, max_model_len: int) -> tuple[
     return tuple(n for n in range(low, high + 1) if int(n / blocks_per_req * max_model_len) == target)
 
 
-def parse_bytes(text: str) -> int:
-    """'10GiB', '7.25 GiB', '3.49GiB' or a plain byte count; fractions are floored to whole bytes."""
-    raw = text.strip().replace("_", "").replace(",", "")
+def parse_bytes(text: str, option: str = "size") -> int:
+    """'10GiB', '7.25 GiB', '3.49GiB' or a plain byte count, 0..1 PiB; fractions are floored to whole bytes."""
+    raw = text.strip().replace("_", "")
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
     unit = raw[len(number):].strip().lower()
+    if not any(ch.isdigit() for ch in number):
+        raise KvArithError(f"{option} {text!r} is not a number", "pass e.g. 10GiB or 10737418240")
+    if "," in raw:
+        raise KvArithError(f"{option} {text!r} has a comma", "write 4.6GiB or 4600MiB; only --pool-bytes lists ranks")
     if unit not in UNITS:
-        raise KvArithError(f"size {text!r} has an unknown unit {unit!r}", "use B, KiB, MiB, GiB or TiB")
+        raise KvArithError(f"{option} {text!r} has an unknown unit {unit!r}",
+                           "use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB or TB")
     try:
         value = Decimal(number)
     except InvalidOperation as err:
-        raise KvArithError(f"size {text!r} is not a number", "pass e.g. 10GiB or 10737418240") from err
+        raise KvArithError(f"{option} {text!r} is not a number", "pass e.g. 10GiB or 10737418240") from err
     if not value.is_finite():
-        raise KvArithError(f"size {text!r} is not finite", "pass e.g. 10GiB")
-    return int(value * UNITS[unit])
+        raise KvArithError(f"{option} {text!r} is not finite", "pass e.g. 10GiB")
+    if value < 0:
+        raise KvArithError(f"{option} {text!r} is negative", "pass a size of 0 or more, e.g. 10GiB")
+    if value > Decimal(MAX_SIZE_BYTES) / UNITS[unit]:
+        raise KvArithError(f"{option} {text!r} is above the limit of 1 PiB ({MAX_SIZE_BYTES:,} B)",
+                           "pass the per-rank size, e.g. 10GiB")
+    return int((value * UNITS[unit]).to_integral_value(rounding=ROUND_FLOOR))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.errors import KvArithError
+from kvbake.kvarith.limits import MAX_CONFIG_BYTES, MAX_CONFIG_INT, MAX_CONFIG_LAYERS, check_int, shown
 
 V4 = "deepseek_v4"
 V41 = "deepseek_v41"
@@ -46,21 +47,43 @@ class ModelConfig:
 
 
 def load_config(path: str | Path) -> ModelConfig:
-    """Read and parse a config.json file."""
+    """Read and parse a config.json file; every refusal names the file."""
     file = Path(path)
+    data = _read_json(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        return parse_config(data)
+    except KvArithError as err:
+        raise KvArithError(f"config {file}: {err.message}", err.fix) from err
+
+
+def _read_json(file: Path) -> Any:
+    """The JSON value of a UTF-8 file of at most MAX_CONFIG_BYTES."""
+    fix = "pass the model's config.json with --config"
+    try:
+        if file.is_dir():
+            raise KvArithError(f"config {file} is a directory", "pass the config.json file inside it")
+        if file.exists() and not file.is_file():
+            raise KvArithError(f"config {file} is not a regular file", fix)
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError as err:
-        raise KvArithError(f"config {file} does not exist", "pass the model's config.json with --config") from err
+        raise KvArithError(f"config {file} does not exist", fix) from err
     except OSError as err:
         raise KvArithError(f"config {file} cannot be read: {err.strerror}", "check the path and permissions") from err
+    except ValueError as err:  # a NUL byte in the path
+        raise KvArithError(f"config path {str(file)!r} is not a valid path ({err})", fix) from err
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise KvArithError(f"config {file} is larger than {MAX_CONFIG_BYTES >> 20} MiB", fix)
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise KvArithError(f"config {file} is not UTF-8 text (byte {err.start}: {err.reason})", fix) from err
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:
-        raise KvArithError(
-            f"config {file} is not JSON (line {err.lineno}: {err.msg})", "pass the model's config.json"
-        ) from err
-    return parse_config(data)
+        raise KvArithError(f"config {file} is not JSON (line {err.lineno}: {err.msg})", fix) from err
+    except (ValueError, RecursionError) as err:  # over-long integers, over-deep nesting
+        raise KvArithError(f"config {file} is not usable JSON ({type(err).__name__})", fix) from err
 
 
 def parse_config(data: Any) -> ModelConfig:
@@ -72,7 +95,7 @@ def parse_config(data: Any) -> ModelConfig:
     family = detect_family(data)
     config = ModelConfig(
         family=family,
-        num_hidden_layers=_positive_int(data, "num_hidden_layers"),
+        num_hidden_layers=_positive_int(data, "num_hidden_layers", MAX_CONFIG_LAYERS),
         head_dim=_positive_int(data, "head_dim"),
         qk_rope_head_dim=_positive_int(data, "qk_rope_head_dim"),
         sliding_window=_positive_int(data, "sliding_window"),
@@ -92,7 +115,7 @@ def detect_family(data: Mapping[str, Any]) -> str:
     model_type = data.get("model_type")
     if model_type is not None and str(model_type) not in KNOWN_MODEL_TYPES:
         raise KvArithError(
-            f"unknown model type {model_type!r}",
+            f"unknown model type {_shown(model_type)}",
             "kv_arith covers DeepSeek-V4-Flash and DeepSeek-V4.1-Flash configs only",
         )
     if "kv_source_layer_ids" in data or "index_source_layer_ids" in data:
@@ -106,7 +129,7 @@ def detect_family(data: Mapping[str, Any]) -> str:
             )
         return V4
     raise KvArithError(
-        f"unknown model type {model_type!r}: the config has neither 'compress_ratios' nor 'kv_source_layer_ids'",
+        f"unknown model type {_shown(model_type)}: the config has neither 'compress_ratios' nor 'kv_source_layer_ids'",
         "pass a DeepSeek-V4-Flash or DeepSeek-V4.1-Flash config.json",
     )
 
@@ -129,7 +152,7 @@ def check_consistency(config: ModelConfig) -> None:
     for layer, ratio in enumerate(config.compress_ratios):
         if ratio not in allowed:
             raise KvArithError(
-                f"field 'compress_ratios' has {ratio} at layer {layer}; {config.title} allows {allowed}",
+                f"field 'compress_ratios' has {shown(ratio)} at layer {layer}; {config.title} allows {allowed}",
                 "check that the config belongs to this model",
             )
     if config.family == V41:
@@ -147,7 +170,7 @@ def _check_v41_sources(config: ModelConfig) -> None:
         for layer in ids:
             if not 0 <= layer < layers:
                 raise KvArithError(
-                    f"field '{field}' lists layer {layer} outside 0..{layers - 1}", "fix the layer list"
+                    f"field '{field}' lists layer {shown(layer)} outside 0..{layers - 1}", "fix the layer list"
                 )
             if config.ratio(layer) == 0:
                 raise KvArithError(
@@ -169,22 +192,37 @@ def _field(data: Mapping[str, Any], name: str) -> Any:
     return data[name]
 
 
-def _positive_int(data: Mapping[str, Any], name: str) -> int:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(data: Mapping[str, Any], name: str, high: int = MAX_CONFIG_INT) -> int:
     value = _field(data, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KvArithError(f"field '{name}' is {value!r}, not a positive integer", "fix the config value")
-    return value
+    if not _is_int(value) or value <= 0:
+        raise KvArithError(f"field '{name}' is {_shown(value)}, not a positive integer", "fix the config value")
+    return check_int(f"field '{name}'", value, 1, high)
 
 
 def _optional_int(data: Mapping[str, Any], name: str) -> int:
     value = data.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise KvArithError(f"field '{name}' is {value!r}, not a non-negative integer", "fix the config value")
-    return value
+    if not _is_int(value) or value < 0:
+        raise KvArithError(f"field '{name}' is {_shown(value)}, not a non-negative integer", "fix the config value")
+    return check_int(f"field '{name}'", value, 0, MAX_CONFIG_INT)
 
 
 def _int_list(data: Mapping[str, Any], name: str) -> tuple[int, ...]:
     value = _field(data, name)
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(_is_int(v) for v in value):
         raise KvArithError(f"field '{name}' is not a list of integers", "fix the config value")
+    if len(value) > MAX_CONFIG_LAYERS + MAX_CONFIG_LAYERS:
+        raise KvArithError(f"field '{name}' has {len(value):,} entries",
+                           f"a model has at most {MAX_CONFIG_LAYERS:,} layers")
     return tuple(value)
+
+
+def _shown(value: Any) -> str:
+    """A config value short enough for a one-line message."""
+    if _is_int(value):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvbake.errors import KvArithError
 from kvbake.kvarith.capacity import GIB, ServeSettings
+from kvbake.kvarith.limits import MAX_MIX_COUNT, check_int
 from kvbake.kvarith.planner import Layout, cdiv
 from kvbake.kvarith.specs import RING, SWA_MLA, LayerSpec
 
@@ -65,13 +67,14 @@ def parse_mix(text: str) -> tuple[tuple[int, int], ...]:
     """'150000x3,32000' -> ((150000, 3), (32000, 1))."""
     entries = []
     for part in text.split(","):
-        length, _, count = part.strip().lower().partition("x")
+        length, cross, count = part.strip().lower().partition("x")
         try:
-            entry = (int(length.replace("_", "")), int(count) if count else 1)
+            entry = (int(length.replace("_", "")), int(count) if cross else 1)
         except ValueError as err:
             raise KvArithError(f"--mix entry {part!r} is not LENGTH[xCOUNT]", "write e.g. 150000x3,32000x2") from err
         if entry[0] <= 0 or entry[1] <= 0:
             raise KvArithError(f"--mix entry {part!r} is not positive", "use positive lengths and counts")
+        check_int("--mix count", entry[1], 1, MAX_MIX_COUNT)
         entries.append(entry)
     return tuple(entries)
 
@@ -82,12 +85,24 @@ def window_span(end: int, held: int, block: int) -> int:
     return (end - 1) // block - start // block + 1
 
 
+def deciding_ends(prompt: int, chunk: int, held: int, block: int) -> list[int]:
+    """The chunk boundaries among which the widest window span is found.
+
+    Below `held` tokens the span only grows with the end, so the last such boundary decides; from `held` on
+    it depends on the end modulo `block` only, so one period of boundaries covers every case.
+    """
+    last = (prompt - 1) // chunk  # boundaries k * chunk < prompt for k = 1..last
+    first_full = -(-held // chunk)
+    period = block // math.gcd(chunk, block)
+    steps = {min(first_full - 1, last)} | set(range(first_full, min(last, first_full + period - 1) + 1))
+    return sorted(k * chunk for k in steps if k >= 1) + [prompt]
+
+
 def swa_held_blocks(spec: LayerSpec, prompt: int, chunk: int, extra: int, block: int) -> int:
     """The most blocks a sliding window holds at any chunk boundary of a chunked prefill."""
     assert spec.window is not None
     held = spec.window - 1 + extra + chunk
-    ends = list(range(chunk, prompt, chunk)) + [prompt]
-    return max(window_span(end, min(held, end), block) for end in ends)
+    return max(window_span(end, min(held, end), block) for end in deciding_ends(prompt, chunk, held, block))
 
 
 def request_demand(layout: Layout, settings: ServeSettings, packing: Mapping[str, int], prompt: int,
@@ -142,7 +157,13 @@ def pool_for_test(pool: int, mem_available: int | None, floor: int) -> int:
         raise KvArithError(f"pool of {pool} bytes is not positive", "pass the per-rank KV bytes")
     if mem_available is None:
         return pool
-    return pool + mem_available - floor
+    grown = pool + mem_available - floor
+    if grown <= 0:
+        raise KvArithError(
+            f"MemAvailable {mem_available:,} B is {floor - mem_available:,} B below the floor {floor:,} B, "
+            f"more than the whole pool of {pool:,} B",
+            "check --mem-available and --mem-floor (both per rank)")
+    return grown
 
 
 def render_pressure(verdict: PressureVerdict, inputs: PressureInputs, stride: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbake.kvarith.calculator import Analysis
+from kvbake.kvarith.calculator import Analysis, Solution
 from kvbake.kvarith.capacity import GIB
 from kvbake.kvarith.planner import Layout
 from kvbake.kvarith.specs import LayerSpec
@@ -70,12 +70,35 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         "refusal": cap.refusal,
     }
     if analysis.solve_target is not None:
-        out["solve_tokens"] = {
-            "target": analysis.solve_target,
-            "num_blocks": list(analysis.solved or ()),
-            "pool_bytes_ranges": [[n * cap.stride, (n + 1) * cap.stride - 1] for n in analysis.solved or ()],
-        }
+        out["solve_tokens"] = solve_dict(analysis.solve_target, analysis.solved or (), cap.stride)
     return out
+
+
+def solve_dict(target: int, solved: tuple[int, ...], stride: int) -> dict[str, Any]:
+    return {"target": target, "num_blocks": list(solved),
+            "pool_bytes_ranges": [[n * stride, (n + 1) * stride - 1] for n in solved]}
+
+
+def solution_dict(solution: Solution) -> dict[str, Any]:
+    """A pool-less --solve-tokens answer as plain data."""
+    return {
+        "model": solution.model.title,
+        "family": solution.model.family,
+        "max_model_len": solution.settings.max_model_len,
+        "in_flight_tokens": solution.settings.in_flight_tokens,
+        "stride": solution.stride,
+        "blocks_per_request": solution.blocks_per_request,
+        "solve_tokens": solve_dict(solution.target, solution.solved, solution.stride),
+    }
+
+
+def render_solution(solution: Solution) -> str:
+    """The human report of a pool-less --solve-tokens."""
+    data = solution_dict(solution)
+    lines = [f"{data['model']} at max-model-len {data['max_model_len']:,}, "
+             f"{data['in_flight_tokens']:,} in-flight tokens",
+             f"Stride: {data['stride']:,} B per block    R (blocks per request): {data['blocks_per_request']:,}"]
+    return "\n".join(lines + _solve_lines(data["solve_tokens"], data["blocks_per_request"])) + "\n"
 
 
 def render_text(analysis: Analysis) -> str:
@@ -117,10 +140,12 @@ def _capacity_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"Start-up: vLLM REFUSES to start: {data['refusal']}")
     solve = data.get("solve_tokens")
     if solve is not None:
-        if solve["num_blocks"]:
-            for n, (low, high) in zip(solve["num_blocks"], solve["pool_bytes_ranges"]):
-                lines.append(f"Solve {solve['target']:,}: N = {n:,} (pool {low:,}..{high:,} B)")
-        else:
-            lines.append(f"Solve {solve['target']:,}: no block count N gives this token count at R = "
-                         f"{data['blocks_per_request']:,}")
+        lines += _solve_lines(solve, data["blocks_per_request"])
     return lines
+
+
+def _solve_lines(solve: dict[str, Any], blocks_per_request: int) -> list[str]:
+    if not solve["num_blocks"]:
+        return [f"Solve {solve['target']:,}: no block count N gives this token count at R = {blocks_per_request:,}"]
+    return [f"Solve {solve['target']:,}: N = {n:,} (pool {low:,}..{high:,} B)"
+            for n, (low, high) in zip(solve["num_blocks"], solve["pool_bytes_ranges"])]

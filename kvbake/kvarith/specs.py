@@ -74,7 +74,7 @@ def build_layer_specs(model: ModelConfig, options: SpecOptions) -> tuple[LayerSp
     """Every cache-owning layer of the model, in vLLM's registration order."""
     if options.mtp_layers < 0 or options.spec_tokens < 0:
         raise KvArithError("--mtp-layers and --spec-tokens must be >= 0", "pass a non-negative count")
-    block = options.block_size or DEFAULT_BLOCK_SIZE[model.family]
+    block = DEFAULT_BLOCK_SIZE[model.family] if options.block_size is None else options.block_size
     if block <= 0:
         raise KvArithError(f"block size {block} is not positive", "pass a positive --block-size")
     builder = _v4_layer if model.family == V4 else _v41_layer

@@ -207,7 +207,7 @@ def test_cli_several_ranks_take_the_minimum(tmp_path: Path) -> None:
     (["--pool-bytes", "10GiB", "--pack", "mla=2"], "more than the stride"),
     (["--pool-bytes", "10GiB", "--pack", "nothing=2"], "unknown group"),
     (["--pool-bytes", "10GiB", "--pack", "mla"], "is not GROUP=k"),
-    (["--num-blocks", "-3"], "not positive"),
+    (["--num-blocks", "-3"], "--num-blocks -3 is below 1"),
 ])
 def test_cli_bad_input_exits_17_with_one_line(tmp_path: Path, argv: list[str], fragment: str) -> None:
     config = write(tmp_path, V41_CONFIG)
