@@ -11,6 +11,7 @@ from kvbake.digests import sha256_hex
 from kvbake.errors import PatchError
 from kvbake.lock import Lock, PatchFileHashes
 from kvbake.manifest import ChainPatch, Manifest
+from kvbake.nofollow import NotRegularFile, read_regular
 
 
 class Applier(Protocol):
@@ -36,7 +37,13 @@ def read_patch(patch: ChainPatch) -> tuple[bytes, tuple[FileChange, ...]]:
         data = patch.path.read_bytes()
     except FileNotFoundError:
         raise PatchError(f"patch {patch.id}: file {patch.file} is missing", "restore it, or run python build.py lock --donor DIR to import it") from None
-    return data, parse_patch(patch.id, data.decode("utf-8", "replace"))
+    except IsADirectoryError:
+        raise PatchError(f"patch {patch.id}: {patch.file} is a directory, not a patch file", "point chain[].file at the patch file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PatchError(f"patch {patch.id}: {patch.file} is not UTF-8 text (byte {err.start})", "save the patch as UTF-8") from None
+    return data, parse_patch(patch.id, text)
 
 
 def first_touches(manifest: Manifest) -> dict[str, str]:
@@ -48,9 +55,29 @@ def first_touches(manifest: Manifest) -> dict[str, str]:
     return first
 
 
-def file_hash(tree: Path, path: str) -> str | None:
-    target = tree / path
-    return sha256_hex(target.read_bytes()) if target.is_file() else None
+def read_tree_file(label: str, tree: Path, path: str) -> bytes | None:
+    """A touched file's bytes, opened without following symlinks; None when absent; PatchError when not a regular file."""
+    try:
+        return read_regular(tree, path)
+    except NotRegularFile as err:
+        raise PatchError(f"{label}: {path} in the patched tree is {err.kind}, not a regular file",
+                         "the chain may only edit and create regular files; check the patch and the base image") from None
+
+
+def read_patched_tree(tree: Path, paths) -> dict[str, bytes]:
+    """The final bytes of every touched path (for the layer and overlay/), each a regular file read without following links."""
+    files = {}
+    for path in paths:
+        data = read_tree_file("the patched tree", tree, path)
+        if data is None:
+            raise PatchError(f"the patched tree: {path} is missing after the chain", "check the chain; every touched file must exist at the end")
+        files[path] = data
+    return files
+
+
+def file_hash(tree: Path, path: str, label: str = "the patched tree") -> str | None:
+    data = read_tree_file(label, tree, path)
+    return None if data is None else sha256_hex(data)
 
 
 def apply_chain(manifest: Manifest, tree: Path, applier: Applier, lock: Lock | None = None) -> tuple[ChainStep, ...]:
@@ -61,17 +88,19 @@ def apply_chain(manifest: Manifest, tree: Path, applier: Applier, lock: Lock | N
     if lock is not None and [p.id for p in lock.patches] != [p.id for p in manifest.chain]:
         raise PatchError(f"the lock pins patches {', '.join(p.id for p in lock.patches)} but the chain is {', '.join(p.id for p in manifest.chain)}",
                          "review the chain and run python build.py lock")
-    for index, patch in enumerate(manifest.chain, start=1):
+    parsed = [read_patch(patch) for patch in manifest.chain]  # every patch is refused or accepted before the first is applied
+    for index, (patch, read) in enumerate(zip(manifest.chain, parsed), start=1):
         label = f"patch {patch.id} ({index}/{total})"
-        step = apply_one(label, patch, tree, applier, touched_so_far, lock.patches[index - 1] if lock else None)
+        step = apply_one(label, patch, read, tree, applier, touched_so_far, lock.patches[index - 1] if lock else None)
         for item in step.files:
             touched_so_far[item.path] = patch.id
         steps.append(step)
     return tuple(steps)
 
 
-def apply_one(label: str, patch: ChainPatch, tree: Path, applier: Applier, touched: dict[str, str], locked) -> ChainStep:
-    data, changes = read_patch(patch)
+def apply_one(label: str, patch: ChainPatch, read: tuple[bytes, tuple[FileChange, ...]], tree: Path, applier: Applier,
+              touched: dict[str, str], locked) -> ChainStep:
+    data, changes = read
     digest = sha256_hex(data)
     if locked is not None and (locked.id != patch.id or locked.sha256 != digest):
         raise PatchError(f"{label}: sha256 {digest[:12]}… differs from the lock's {locked.sha256[:12]}…",
@@ -81,14 +110,21 @@ def apply_one(label: str, patch: ChainPatch, tree: Path, applier: Applier, touch
         applier.apply_strictly(label, patch.path, tree)
     except PatchError as err:
         raise _diagnose(label, patch, tree, applier, changes, touched) or err
-    files = tuple(PatchFileHashes(c.path, c.change, before[c.path], file_hash(tree, c.path) or "") for c in changes)
+    files = tuple(PatchFileHashes(c.path, c.change, before[c.path], _after_hash(label, tree, c.path)) for c in changes)
     if locked is not None:
         _check_after_hashes(label, files, locked.files)
     return ChainStep(patch, digest, files)
 
 
+def _after_hash(label: str, tree: Path, path: str) -> str:
+    after = file_hash(tree, path, label)
+    if after is None:
+        raise PatchError(f"{label}: {path} is missing after the patch", "report this: git applied the patch but the file is gone")
+    return after
+
+
 def _before_state(label: str, tree: Path, change: FileChange) -> str | None:
-    current = file_hash(tree, change.path)
+    current = file_hash(tree, change.path, label)
     if change.change == CREATE and current is not None:
         raise PatchError(f"{label}: creates {change.path}, which already exists (already applied?)", "drop the duplicate patch or regenerate it")
     if change.change != CREATE and current is None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
 from kvbake.errors import DonorError
 from kvbake.manifest import Manifest
+from kvbake.nofollow import NotRegularFile, read_regular
 
 
 def _git(donor: Path, *args: str) -> str:
@@ -48,15 +48,26 @@ def find_in_donor(tracked: list[str], patch_file: str, patch_id: str) -> str:
     return matches[0]
 
 
+def read_donor_patch(donor: Path, relative: str, patch_id: str) -> bytes:
+    """The donor entry's bytes; it must be a regular file reached without following a symlink."""
+    try:
+        data = read_regular(donor, relative)
+    except NotRegularFile as err:
+        raise DonorError(f"patch {patch_id}: the donor entry {relative} is {err.kind}, not a regular file",
+                         "the donor must hold each selected patch as a plain tracked file; fix the donor or chain[].file") from None
+    if data is None:
+        raise DonorError(f"patch {patch_id}: the donor entry {relative} is tracked but absent from the checkout", "use a fresh clone of the donor")
+    return data
+
+
 def import_patches(manifest: Manifest, donor: Path) -> list[str]:
-    """Copy exactly the selected patches (tracked files at the pinned revision) into the manifest's patch paths."""
+    """Copy exactly the selected patches (tracked regular files at the pinned revision) into the manifest's patch paths;
+    every entry is read and checked before the first one is written."""
     donor = Path(donor)
     check_donor(manifest, donor)
-    tracked = _git(donor, "ls-files").splitlines()
-    imported = []
-    for patch in manifest.chain:
-        source = donor / find_in_donor(tracked, patch.file, patch.id)
+    tracked = _git(donor, "ls-files", "-z").split("\0")
+    found = [(patch, read_donor_patch(donor, find_in_donor([t for t in tracked if t], patch.file, patch.id), patch.id)) for patch in manifest.chain]
+    for patch, data in found:
         patch.path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, patch.path)
-        imported.append(patch.id)
-    return imported
+        patch.path.write_bytes(data)
+    return [patch.id for patch, _ in found]

@@ -1,4 +1,5 @@
-"""Adapter: `git apply`, wrapped strictly: isolated from any git config and repository, check first, no fuzz, no offsets."""
+"""Adapter: `git apply`, wrapped strictly: isolated from any git config and repository, check first, no fuzz, no offsets;
+git reads the normalized patch (diffs.normalized_patch), never the raw file."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbake.diffs import normalized_patch
 from kvbake.errors import PatchError
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,18 @@ def _first(output: str, needle: str) -> str:
     return next((line.strip() for line in output.splitlines() if needle in line), needle)
 
 
+def normalized_bytes(patch: Path) -> bytes:
+    """The patch as parsed (see diffs.normalized_patch), UTF-8: git applies and identifies exactly what kvbake checked."""
+    try:
+        text = patch.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PatchError(f"patch {patch.name} is not UTF-8 text (byte {err.start})", "save the patch as UTF-8") from None
+    return normalized_patch(patch.name, text).encode("utf-8")
+
+
 def can_apply(patch: Path, tree: Path, reverse: bool = False) -> GitResult:
-    args = [*BASE_ARGS, "--check", *(["-R"] if reverse else []), str(patch)]
-    return run_git(args, tree)
+    args = [*BASE_ARGS, "--check", *(["-R"] if reverse else [])]
+    return run_git(args, tree, stdin=normalized_bytes(patch))
 
 
 def apply_strictly(label: str, patch: Path, tree: Path) -> None:
@@ -68,7 +79,7 @@ def apply_strictly(label: str, patch: Path, tree: Path) -> None:
     if check.returncode != 0:
         raise PatchError(f"{label}: does not apply ({_reason(check.output)})", "regenerate the patch against the pinned base files, or fix the chain order")
     check_strict_output(label, check.output)
-    applied = run_git([*BASE_ARGS, str(patch)], tree)
+    applied = run_git(list(BASE_ARGS), tree, stdin=normalized_bytes(patch))
     if applied.returncode != 0:
         raise PatchError(f"{label}: failed while applying ({_reason(applied.output)})", "report this: --check passed but apply failed")
     check_strict_output(label, applied.output)
@@ -80,11 +91,12 @@ def _reason(output: str) -> str:
 
 
 def patch_id(patch: Path, tree: Path) -> str:
-    """git patch-id --stable of the patch: the same change gives the same id whatever its line numbers."""
-    result = run_git(["patch-id", "--stable"], tree, stdin=patch.read_bytes())
+    """git patch-id --stable of the normalized patch: the same change gives the same id whatever its line numbers,
+    file-name prefixes, timestamps or form (git diff, format-patch or plain diff -u)."""
+    result = run_git(["patch-id", "--stable"], tree, stdin=normalized_bytes(patch))
     fields = result.output.split()
     if result.returncode != 0 or not fields or not re.fullmatch(r"[0-9a-f]{40}", fields[0]):
-        raise PatchError(f"git patch-id failed for {patch.name}", "check that the file is a unified diff")
+        raise PatchError(f"git patch-id gave no id for {patch.name} (it changes no line)", "give the patch at least one changed line")
     return fields[0]
 
 

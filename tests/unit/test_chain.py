@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.chain import apply_chain, first_touches, read_patch
+from kvbake.chain import apply_chain, first_touches, read_patch, read_patched_tree
 from kvbake.errors import PatchError
 from kvbake.gitapply import GitApplier, check_strict_output, patch_id
 from kvbake.lock import LockedPatch, PatchFileHashes
@@ -274,3 +274,125 @@ def test_a_lock_with_fewer_patches_than_the_chain_is_a_typed_error(tmp_path: Pat
     manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
     with pytest.raises(PatchError, match="0001"):
         apply_chain(manifest, base_tree(tmp_path), FakeApplier({"0001-modify.patch": {"pkg/mod.py": PATCHED}}), make_lock(patches=()))
+
+
+PLAIN_MODIFY = "".join(difflib.unified_diff(BASE.splitlines(keepends=True), PATCHED.splitlines(keepends=True),
+                                            "vllm.orig/pkg/mod.py\t2024-05-01 10:00:00.000000000 +0000",
+                                            "vllm/pkg/mod.py\t2024-05-02 10:00:00.000000000 +0000", n=3, lineterm="\n")).encode()
+SYMLINK = (b"diff --git a/pkg/link.py b/pkg/link.py\nnew file mode 120000\nindex 0000000..48980ad\n--- /dev/null\n+++ b/pkg/link.py\n"
+           b"@@ -0,0 +1 @@\n+../../secret\n\\ No newline at end of file\n")
+
+
+def test_a_plain_diff_u_patch_applies_like_its_git_form(tmp_path: Path) -> None:
+    manifest = project(tmp_path, {"0001-plain.patch": PLAIN_MODIFY})
+    tree = base_tree(tmp_path)
+    steps = apply_chain(manifest, tree, GitApplier())
+    assert steps[0].files == (PatchFileHashes("pkg/mod.py", "modify", sha(BASE.encode()), sha(PATCHED.encode())),)
+    assert (tree / "pkg" / "mod.py").read_text() == PATCHED
+
+
+def test_a_plain_diff_has_the_patch_id_of_its_git_form(tmp_path: Path) -> None:
+    (tmp_path / "plain.patch").write_bytes(PLAIN_MODIFY)
+    (tmp_path / "git.patch").write_bytes(MODIFY)
+    tree = base_tree(tmp_path)
+    assert patch_id(tmp_path / "plain.patch", tree) == patch_id(tmp_path / "git.patch", tree)
+
+
+def test_a_symlink_patch_is_refused_before_anything_is_applied(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("registry password\n")
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY, "0002-link.patch": SYMLINK})
+    tree = base_tree(tmp_path)
+    fake = FakeApplier({"0001-modify.patch": {"pkg/mod.py": PATCHED}})
+    with pytest.raises(PatchError) as caught:
+        apply_chain(manifest, tree, fake)
+    assert caught.value.exit_code == 5
+    assert caught.value.one_line().startswith("patch 0002 creates pkg/link.py as a symlink (new file mode 120000)")
+    assert fake.labels == []
+    assert not (tree / "pkg" / "link.py").exists() and (tree / "pkg" / "mod.py").read_text() == BASE
+
+
+class LinkingApplier(FakeApplier):
+    """Replaces each touched file by a symlink to `target` (what git apply does for a mode 120000 section)."""
+
+    def __init__(self, target: Path) -> None:
+        super().__init__()
+        self.target = target
+
+    def apply_strictly(self, label: str, patch: Path, tree: Path) -> None:
+        self.labels.append(label)
+        (tree / "pkg" / "mod.py").unlink()
+        (tree / "pkg" / "mod.py").symlink_to(self.target)
+
+
+def test_a_touched_file_that_became_a_symlink_is_never_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("registry password\n")
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
+    with pytest.raises(PatchError) as caught:
+        apply_chain(manifest, base_tree(tmp_path), LinkingApplier(secret))
+    assert caught.value.exit_code == 5
+    assert caught.value.one_line().startswith("patch 0001 (1/1): pkg/mod.py in the patched tree is a symlink, not a regular file")
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    (lambda tree, out: (tree / "pkg" / "mod.py").unlink() or (tree / "pkg" / "mod.py").symlink_to(out / "secret"), "is a symlink"),
+    (lambda tree, out: (tree / "pkg" / "mod.py").unlink() or (tree / "pkg" / "mod.py").mkdir(), "is a directory"),
+    (lambda tree, out: (tree / "pkg" / "mod.py").unlink() or os.mkfifo(tree / "pkg" / "mod.py"), "is a named pipe"),
+    (lambda tree, out: (tree / "pkg").rename(out / "moved") and (tree / "pkg").symlink_to(out / "moved"), "is below a symlink (pkg)"),
+], ids=["symlink", "directory", "fifo", "parent-symlink"])
+def test_a_touched_path_that_is_not_a_regular_file_is_refused_before_applying(tmp_path: Path, make, kind: str) -> None:
+    (tmp_path / "secret").write_text("registry password\n")
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
+    tree = base_tree(tmp_path)
+    make(tree, tmp_path)
+    fake = FakeApplier()
+    with pytest.raises(PatchError) as caught:
+        apply_chain(manifest, tree, fake)
+    assert caught.value.exit_code == 5
+    assert caught.value.one_line().startswith(f"patch 0001 (1/1): pkg/mod.py in the patched tree {kind}, not a regular file")
+    assert fake.labels == []
+
+
+def test_read_patched_tree_reads_regular_files_and_refuses_links(tmp_path: Path) -> None:
+    tree = base_tree(tmp_path)
+    assert read_patched_tree(tree, ["pkg/mod.py"]) == {"pkg/mod.py": BASE.encode()}
+    (tree / "pkg" / "link.py").symlink_to(tree / "pkg" / "mod.py")
+    with pytest.raises(PatchError, match="the patched tree: pkg/link.py in the patched tree is a symlink"):
+        read_patched_tree(tree, ["pkg/link.py"])
+    with pytest.raises(PatchError, match="the patched tree: pkg/gone.py is missing after the chain"):
+        read_patched_tree(tree, ["pkg/gone.py"])
+
+
+def test_a_patch_that_leaves_its_file_missing_is_refused(tmp_path: Path) -> None:
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
+    tree = base_tree(tmp_path)
+
+    class Deleting(FakeApplier):
+        def apply_strictly(self, label: str, patch: Path, tree: Path) -> None:
+            (tree / "pkg" / "mod.py").unlink()
+
+    with pytest.raises(PatchError, match=r"^patch 0001 \(1/1\): pkg/mod.py is missing after the patch"):
+        apply_chain(manifest, tree, Deleting())
+
+
+def test_a_patch_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY.replace(b"line 6 patched", b"line 6 \xff")})
+    with pytest.raises(PatchError, match=r"^patch 0001: patches/0001-modify.patch is not UTF-8 text \(byte \d+\)") as caught:
+        read_patch(manifest.chain[0])
+    assert caught.value.exit_code == 5
+
+
+def test_a_patch_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
+    manifest.chain[0].path.unlink()
+    manifest.chain[0].path.mkdir()
+    with pytest.raises(PatchError, match="patch 0001: patches/0001-modify.patch is a directory, not a patch file"):
+        read_patch(manifest.chain[0])
+
+
+def test_git_applies_the_normalized_patch_not_the_raw_file(tmp_path: Path) -> None:
+    """A trailing section git would read but the parse drops (text after the last hunk) never reaches git."""
+    manifest = project(tmp_path, {"0001-modify.patch": MODIFY + b"-- \n2.39.5\n"})
+    tree = base_tree(tmp_path)
+    apply_chain(manifest, tree, GitApplier())
+    assert (tree / "pkg" / "mod.py").read_text() == PATCHED
