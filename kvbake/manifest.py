@@ -8,12 +8,14 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from collections.abc import Hashable
 from typing import Any, Mapping
 
 import jsonschema
 import yaml
 
 from kvbake.errors import ManifestError
+from kvbake.manifest_text import check_strings
 from kvbake.safepath import resolve_inside
 
 TAG_FIELDS = ("base_tag", "short_id", "name")
@@ -119,9 +121,13 @@ def load_manifest(path: Path) -> Manifest:
     path = Path(path).absolute()
     raw_bytes = _read_bytes(path)
     document = parse_yaml(raw_bytes, path.name)
+    check_strings(document, path.name)
     validate_schema(document, path.name)
     check_semantics(document, path.name)
-    return freeze(document, path, hashlib.sha256(raw_bytes).hexdigest())
+    try:
+        return freeze(document, path, hashlib.sha256(raw_bytes).hexdigest())
+    except ManifestError as err:
+        raise ManifestError(f"{path.name}: {err.message}", err.fix) from None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -141,6 +147,8 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) 
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
@@ -159,6 +167,10 @@ def parse_yaml(raw: bytes, name: str) -> Any:
         line = f" line {where.line + 1}" if where else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ManifestError(f"{name}{line}: malformed YAML: {problem}", "fix the YAML syntax at that line") from None
+    except RecursionError:
+        raise ManifestError(f"{name}: YAML nested too deeply to read", "flatten the document to the schema's shape") from None
+    except (ValueError, TypeError, OverflowError) as err:
+        raise ManifestError(f"{name}: a YAML value cannot be read: {err}", "quote the value (a date or number YAML cannot represent)") from None
 
 
 def manifest_schema() -> dict:
@@ -189,7 +201,9 @@ def describe_schema_error(err: jsonschema.ValidationError) -> str:
     return f"{location}: {err.message}"
 
 
-def did_you_mean(word: str, choices: list[str]) -> str:
+def did_you_mean(word: Any, choices: list[str]) -> str:
+    if not isinstance(word, str):
+        return ""
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from kvbake.errors import PresetError
 from kvbake.manifest import Manifest, Preset, did_you_mean
+from kvbake.manifest_text import control_character
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,10 @@ def switch_problems(manifest: Manifest, switches: Mapping[str, str]) -> list[str
     """Every rule a switch set breaks: forbidden, undeclared, value outside the allowed set, missing requirement."""
     problems = []
     for name, value in sorted(switches.items()):
-        if name in manifest.forbidden:
+        char = control_character(name) or control_character(value)
+        if char:
+            problems.append(f"{name!r} carries control character {char} in its name or value")
+        elif name in manifest.forbidden:
             problems.append(f"{name} is forbidden ({manifest.forbidden[name]})")
         elif name not in manifest.switches:
             problems.append(f"{name} is not a declared switch{did_you_mean(name, list(manifest.switches))}")
@@ -35,14 +39,23 @@ def switch_problems(manifest: Manifest, switches: Mapping[str, str]) -> list[str
     return problems
 
 
+def field_problems(preset: Preset) -> list[str]:
+    """The preset's written fields (note, launcher_args) that carry a control character."""
+    fields = {"note": preset.note, **{f"launcher_args[{i}]": arg for i, arg in enumerate(preset.launcher_args)}}
+    return [f"{field} contains control character {char}" for field, text in fields.items() if (char := control_character(text))]
+
+
 def choose_preset(manifest: Manifest, name: str, allow_held: bool = False, allow_untested: bool = False,
                   reason: str | None = None) -> ChosenPreset:
     """The named preset, or a PresetError naming every rule it breaks and the fix."""
     if name not in manifest.presets:
         raise PresetError(f"unknown preset {name!r}{did_you_mean(name, list(manifest.presets))}",
                           f"choose one of: {', '.join(manifest.presets)}")
+    char = control_character(reason) if reason else None
+    if char:
+        raise PresetError(f"--reason contains control character {char}", "give the reason on one line without control characters; it is recorded")
     preset = manifest.presets[name]
-    problems = switch_problems(manifest, preset.switches)
+    problems = switch_problems(manifest, preset.switches) + field_problems(preset)
     if problems:
         raise PresetError(f"preset {name}: {'; '.join(problems)}", "fix the preset's switches in the manifest")
     if manifest.drafter_max_positions is not None and preset.max_model_len > manifest.drafter_max_positions:

@@ -6,6 +6,7 @@ from kvbake import FORMAT_VERSION
 from kvbake.image import rfc3339
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
+from kvbake.secretscan import refuse_credentials
 
 OCI = "org.opencontainers.image."
 OWN = "org.kvbake."
@@ -46,6 +47,7 @@ def labels(manifest: Manifest, lock: Lock, version: str) -> dict[str, str]:
     }
     if manifest.standin:
         result[OWN + "standin"] = "true"
+    refuse_credentials(result, "image labels")
     return result
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbake import __version__
 from kvbake.plan import plan_summary
+from kvbake.secretscan import refuse_credentials
 
 RECORDS_DIR = ".kvbake/builds"
 
@@ -30,7 +31,8 @@ def build_record(built: Any, builder: str) -> dict[str, Any]:
 
 
 def write_json_record(folder: Path, reference: str, record: dict[str, Any]) -> Path:
-    """Write `record` as `<folder>/<tag of reference>.json`; the one writer of build and push records."""
+    """Write `record` as `<folder>/<tag of reference>.json`; the one writer of build and push records; never a credential."""
+    refuse_credentials(record, f"record {reference}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (reference.rsplit(":", 1)[1] + ".json")
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvbake.errors import ManifestError
 from kvbake.manifest import load_manifest, manifest_schema
@@ -175,3 +176,99 @@ def test_a_tag_template_with_a_conversion_or_format_spec_is_refused(tag: str, tm
     document["output"]["tag"] = tag
     with pytest.raises(ManifestError, match="output.tag"):
         tiny_manifest(tmp_path, document)
+
+
+def test_a_multiline_description_is_kept(tmp_path: Path) -> None:
+    manifest = load_manifest(stage(DATA / "valid" / "multiline-description.yaml", tmp_path))
+    assert manifest.description == "First line.\nSecond line,\tafter a tab.\n"
+
+
+def _set(document: dict, field: str, value: object) -> None:
+    *parents, last = field.split(".")
+    node = document
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[int(last) if last.isdigit() else last] = value
+
+
+@pytest.mark.parametrize("field,value,shown", [
+    ("switches.TINY_SWITCH.values.0", "3\n", "switches.TINY_SWITCH.values[0] contains control character U+000A"),
+    ("presets.control.note", "all\roff", "presets.control.note contains control character U+000D"),
+    ("presets.control.launcher_args", ["--x", "--y\x7f"], "presets.control.launcher_args[1] contains control character U+007F"),
+    ("presets.control.switches", {"TINY_SWITCH": "3\t"}, "presets.control.switches.TINY_SWITCH contains control character U+0009"),
+    ("output.tag", "{base_tag}\x1b", "output.tag contains control character U+001B"),
+    ("licenses", "MIT\x00", "licenses contains control character U+0000"),
+    ("forbidden.TINY_BAD", "why\nnot", "forbidden.TINY_BAD contains control character U+000A"),
+    ("chain.0.file", "patches/0001-tiny.patch\x00", "chain[0].file contains control character U+0000"),
+    ("chain.0.summary", "one\ntwo", "chain[0].summary contains control character U+000A"),
+    ("description", "bell\x07", "description contains control character U+0007"),
+])
+def test_a_control_character_in_a_written_string_is_refused_by_field(field: str, value: object, shown: str, tmp_path: Path) -> None:
+    document = minimal_document()
+    _set(document, field, value)
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "manifest.yaml")
+    assert caught.value.exit_code == 3
+    assert f"manifest.yaml: {shown}" in caught.value.one_line()
+    assert "remove control characters" in caught.value.one_line()
+
+
+@pytest.mark.parametrize("url", [
+    "https://builder:s3cret-value@example.invalid/tiny.git",
+    "https://ghp_0123456789abcdefghijABCDEFGHIJ012345@example.invalid/tiny.git",
+    "https://builder@example.invalid/tiny.git",
+    "https://:only-a-password@example.invalid/tiny.git",
+])
+def test_userinfo_in_the_donor_url_is_refused_without_echoing_it(url: str, tmp_path: Path) -> None:
+    document = minimal_document()
+    document["donor"]["url"] = url
+    with pytest.raises(ManifestError) as caught:
+        tiny_manifest(tmp_path, document)
+    text = caught.value.one_line()
+    assert caught.value.exit_code == 3
+    assert "manifest.yaml: donor.url holds URL userinfo (user:token@)" in text
+    assert "credential helper" in text
+    assert url.split("//")[1].split("@")[0] not in text
+
+
+def test_a_url_with_userinfo_in_any_string_is_refused(tmp_path: Path) -> None:
+    document = minimal_document()
+    document["chain"][0]["summary"] = "from http://ci:abc123@mirror.invalid/x.git"
+    with pytest.raises(ManifestError, match=r"chain\[0\]\.summary holds URL userinfo") as caught:
+        tiny_manifest(tmp_path, document)
+    assert "abc123" not in caught.value.one_line()
+
+
+def test_a_patch_path_error_names_the_manifest_file(tmp_path: Path) -> None:
+    document = minimal_document()
+    document["chain"][0]["file"] = "/etc/passwd"
+    with pytest.raises(ManifestError, match=r"^manifest\.yaml: chain 0001 file '/etc/passwd' is absolute"):
+        tiny_manifest(tmp_path, document)
+
+
+def test_a_nesting_deeper_than_the_limit_is_refused(tmp_path: Path) -> None:
+    text = MINIMAL + "extra: " + "[" * 40 + "]" * 40 + "\n"
+    with pytest.raises(ManifestError, match="is nested more than 32 levels deep"):
+        tiny_manifest(tmp_path, text)
+
+
+def test_a_nesting_too_deep_for_the_yaml_reader_is_refused(tmp_path: Path) -> None:
+    text = MINIMAL + "extra: " + "[" * 1500 + "]" * 1500 + "\n"
+    with pytest.raises(ManifestError, match="manifest.yaml: YAML nested too deeply to read"):
+        tiny_manifest(tmp_path, text)
+
+
+@pytest.mark.parametrize("key,shown", [
+    ("TINY\x1bX", "a key of presets.control.switches contains control character U+001B"),
+    ("password=hunter2", "a key of presets.control.switches holds a password or token query pair"),
+])
+def test_a_bad_mapping_key_is_named_by_its_parent_and_never_echoed(key: str, shown: str, tmp_path: Path) -> None:
+    document = minimal_document()
+    document["presets"]["control"]["switches"] = {key: "3"}
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "manifest.yaml")
+    assert caught.value.exit_code == 3
+    assert f"manifest.yaml: {shown}" in caught.value.one_line()
+    assert key not in caught.value.one_line()

@@ -58,3 +58,39 @@ def test_statuses_need_flags_and_reasons(tmp_path):
         choose_preset(manifest, "longctx-524288", allow_held=True)
     assert choose_preset(manifest, "longctx-524288", allow_held=True, reason="prefill study").override == "--allow-held: prefill study"
     assert choose_preset(manifest, "packing-327680").override is None
+
+
+def test_a_reason_with_a_control_character_is_refused(tmp_path):
+    manifest = manifest_with(tmp_path, {})
+    with pytest.raises(PresetError) as caught:
+        choose_preset(manifest, "longctx-524288", allow_held=True, reason="study\nINJECTED=1")
+    assert caught.value.exit_code == 14
+    assert "--reason contains control character U+000A" in caught.value.one_line()
+
+
+@pytest.mark.parametrize("switches,note,args,fragment", [
+    ({"VLLM_DSV41_KV_PAIR": "3\n"}, "n", (), "'VLLM_DSV41_KV_PAIR' carries control character U+000A in its name or value"),
+    ({}, "two\nlines", (), "note contains control character U+000A"),
+    ({}, "n", ("--ok", "--x\x1b"), "launcher_args[1] contains control character U+001B"),
+])
+def test_a_preset_value_built_in_code_with_a_control_character_is_refused(tmp_path, switches, note, args, fragment):
+    import dataclasses
+
+    manifest = manifest_with(tmp_path, {})
+    trial = dataclasses.replace(manifest.presets["trial"], switches=switches, note=note, launcher_args=args)
+    manifest = dataclasses.replace(manifest, presets={**manifest.presets, "trial": trial})
+    with pytest.raises(PresetError, match="preset trial") as caught:
+        choose_preset(manifest, "trial")
+    assert fragment in caught.value.one_line() and caught.value.exit_code == 14
+
+
+def test_a_manifest_preset_note_with_a_newline_is_refused_at_load(tmp_path):
+    from kvbake.errors import ManifestError
+
+    shutil.copytree(STANDIN / "patches", tmp_path / "patches")
+    document = yaml.safe_load((STANDIN / "manifest.yaml").read_text())
+    document["presets"]["control"]["note"] = "line one\nline two"
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump(document))
+    with pytest.raises(ManifestError, match=r"presets\.control\.note contains control character U\+000A") as caught:
+        load_manifest(tmp_path / "manifest.yaml")
+    assert caught.value.exit_code == 3
