@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kvbake import FORMAT_VERSION
+from kvbake.atomicfile import write_atomic
+from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import LockError
+from kvbake.lockfields import Fields, kind_of, read_document, shown
 from kvbake.manifest import Manifest
 
 
@@ -119,11 +122,9 @@ def lock_bytes(lock: Lock) -> bytes:
     return (json.dumps(lock_to_dict(lock), sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def write_lock(path: Path, lock: Lock) -> None:
-    """Write atomically: a sibling temp file, then a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(lock_bytes(lock))
-    tmp.replace(path)
+def write_lock(path: Path, lock: Lock, before_rename: Callable[[], None] | None = None) -> None:
+    """Write atomically: a unique temporary file in the same folder, fsync, rename, fsync the folder."""
+    write_atomic(path, lock_bytes(lock), before_rename)
 
 
 def read_lock(manifest: Manifest) -> Lock:
@@ -132,12 +133,25 @@ def read_lock(manifest: Manifest) -> Lock:
     if not path.exists():
         raise LockError(f"{manifest.path.name} is not locked ({path.name} is missing)",
                         f"run: python build.py lock --manifest {manifest.path.name} (with --donor DIR to import the patches)")
-    try:
-        lock = lock_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError) as err:
-        raise LockError(f"{path.name} is malformed ({type(err).__name__}: {err})", "regenerate it with python build.py lock") from None
+    lock = load_lock_file(path)
     check_lock_matches(manifest, lock)
     return lock
+
+
+def load_lock_file(path: Path) -> Lock:
+    """The lock in `path`; an unreadable, empty, non-UTF-8, non-JSON or ill-typed file is a LockError naming it."""
+    return lock_from_dict(read_document(path), path.name)
+
+
+def locked_source_date_epoch(path: Path) -> int:
+    """The previous lock's SOURCE_DATE_EPOCH, read leniently (lock replaces the rest of it) but never guessed."""
+    document = read_document(path)
+    epoch = document.get("source_date_epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise LockError(f"{path.name} is malformed: source_date_epoch must be a whole number ≥ 0, not {kind_of(epoch)}, "
+                        "so lock cannot keep the image's timestamps",
+                        f"restore it from version control, or set SOURCE_DATE_EPOCH, or delete {path.name} to start a new epoch")
+    return epoch
 
 
 def check_lock_matches(manifest: Manifest, lock: Lock) -> None:
@@ -148,26 +162,64 @@ def check_lock_matches(manifest: Manifest, lock: Lock) -> None:
                         "review the change, then run python build.py lock")
 
 
-def lock_from_dict(d: dict[str, Any]) -> Lock:
-    base = d["base"]
+TOP_KEYS = ("format", "manifest_sha256", "source_root", "source_date_epoch", "donor_url", "donor_revision", "base", "patches",
+            "files", "dirs", "new_dirs", "overlay_tree_sha256", "derived")
+BASE_KEYS = ("reference", "platform", "config_digest", "diff_ids", "layer_sizes", "repo_digest", "config")
+PATCH_KEYS = ("id", "file", "sha256", "patch_id", "files")
+CHANGE_KEYS = ("path", "change", "before", "after")
+FILE_KEYS = ("path", "base_sha256", "overlay_sha256", "mode", "uid", "gid", "stale_bytecode")
+DIR_KEYS = ("path", "mode", "uid", "gid", "mtime")
+DERIVED_KEYS = ("layer_diff_id", "image_id")
+MAX_MODE = 0o7777
+
+
+def lock_from_dict(document: Any, source: str = "the lock") -> Lock:
+    """The Lock a JSON document describes; a foreign format, a missing or unknown key or a wrong type is a LockError
+    naming `source` and the field."""
+    if isinstance(document, dict) and type(document.get("format")) is int and document["format"] != FORMAT_VERSION:
+        raise LockError(f"{source} has format {document['format']}, this kvbake writes {FORMAT_VERSION}", "run python build.py lock")
+    top = Fields(source, document, "", TOP_KEYS)
     return Lock(
-        format=int(d["format"]), manifest_sha256=str(d["manifest_sha256"]), source_root=str(d["source_root"]),
-        source_date_epoch=int(d["source_date_epoch"]), donor_url=str(d["donor_url"]), donor_revision=str(d["donor_revision"]),
-        base=LockedBase(
-            reference=base["reference"], platform=base["platform"], config_digest=base["config_digest"],
-            diff_ids=tuple(base["diff_ids"]), layer_sizes=tuple(int(s) for s in base["layer_sizes"]),
-            repo_digest=base["repo_digest"], config=dict(base["config"]),
-        ),
-        patches=tuple(
-            LockedPatch(p["id"], p["file"], p["sha256"], p["patch_id"], tuple(PatchFileHashes(**f) for f in p["files"]))
-            for p in d["patches"]
-        ),
-        files=tuple(
-            LockedFile(f["path"], f["base_sha256"], f["overlay_sha256"], int(f["mode"]), int(f["uid"]), int(f["gid"]), tuple(f["stale_bytecode"]))
-            for f in d["files"]
-        ),
-        dirs=tuple(LockedDir(x["path"], int(x["mode"]), int(x["uid"]), int(x["gid"]), int(x["mtime"])) for x in d["dirs"]),
-        new_dirs=tuple(d["new_dirs"]),
-        overlay_tree_sha256=str(d["overlay_tree_sha256"]),
-        derived=Derived(**d["derived"]),
+        format=top.number("format"), manifest_sha256=top.text("manifest_sha256"), source_root=top.text("source_root"),
+        source_date_epoch=top.number("source_date_epoch"), donor_url=top.text("donor_url"), donor_revision=top.text("donor_revision"),
+        base=_base(top.child("base", BASE_KEYS)),
+        patches=tuple(_patch(Fields(source, item, where, PATCH_KEYS)) for where, item in top.items("patches")),
+        files=tuple(_file(Fields(source, item, where, FILE_KEYS)) for where, item in top.items("files")),
+        dirs=tuple(_dir(Fields(source, item, where, DIR_KEYS)) for where, item in top.items("dirs")),
+        new_dirs=top.texts("new_dirs", relative=True),
+        overlay_tree_sha256=top.text("overlay_tree_sha256"),
+        derived=_derived(top.child("derived", DERIVED_KEYS)),
     )
+
+
+def _derived(derived: Fields) -> Derived:
+    return Derived(layer_diff_id=derived.text("layer_diff_id"), image_id=derived.text("image_id"))
+
+
+def _base(base: Fields) -> LockedBase:
+    return LockedBase(
+        reference=base.text("reference"), platform=base.text("platform"), config_digest=base.text("config_digest"),
+        diff_ids=base.texts("diff_ids"), layer_sizes=tuple(base.check_number(item, where) for where, item in base.items("layer_sizes")),
+        repo_digest=base.text("repo_digest", optional=True), config=base.plain_object("config"),
+    )
+
+
+def _patch(patch: Fields) -> LockedPatch:
+    changes = tuple(_change(Fields(patch.source, item, where, CHANGE_KEYS)) for where, item in patch.items("files"))
+    return LockedPatch(patch.text("id"), patch.relative("file"), patch.text("sha256"), patch.text("patch_id"), changes)
+
+
+def _change(change: Fields) -> PatchFileHashes:
+    kind = change.text("change")
+    if kind not in (MODIFY, CREATE):
+        raise change.malformed(change.path_of("change"), f"must be {MODIFY!r} or {CREATE!r}, not {shown(kind)}")
+    return PatchFileHashes(change.relative("path"), kind, change.text("before", optional=True), change.text("after"))
+
+
+def _file(item: Fields) -> LockedFile:
+    return LockedFile(item.relative("path"), item.text("base_sha256", optional=True), item.text("overlay_sha256"),
+                      item.number("mode", MAX_MODE), item.number("uid"), item.number("gid"), item.texts("stale_bytecode", relative=True))
+
+
+def _dir(item: Fields) -> LockedDir:
+    return LockedDir(item.relative("path"), item.number("mode", MAX_MODE), item.number("uid"), item.number("gid"), item.number("mtime"))

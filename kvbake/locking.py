@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kvbake import FORMAT_VERSION
 from kvbake.basecapture import capture_base
 from kvbake.bytecode import python_tags, shadow_candidates
 from kvbake.chain import ChainStep, apply_chain, first_touches, read_patch
 from kvbake.coverage import check_coverage, raise_for_coverage
-from kvbake.diffs import MODIFY
+from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.engine import Engine
-from kvbake.errors import BaseImageError
+from kvbake.errors import BaseImageError, LockError, PatchError
 from kvbake.extract import BaseFile, Extractor
 from kvbake.gitapply import GitApplier, patch_id
 from kvbake.layer import in_image, parent_dirs
-from kvbake.lock import Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, lock_from_dict, write_lock
+from kvbake.lock import Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, load_lock_file, lock_bytes, locked_source_date_epoch
 from kvbake.manifest import Manifest
 from kvbake.profile import CONTAINERD
 from kvbake.savefile import DirMeta, SavedImage
-from kvbake.plan import make_plan, overlay_root
+from kvbake.overlayswap import exclusive, recover_overlay, swap_overlay
+from kvbake.plan import make_plan
 from kvbake.verify import platform_of
 
 log = logging.getLogger(__name__)
@@ -43,13 +42,16 @@ class BaseSnapshot:
 
 
 def source_date_epoch(manifest: Manifest) -> int:
-    """SOURCE_DATE_EPOCH when set, else the previous lock's value, else now."""
-    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
-        return int(os.environ["SOURCE_DATE_EPOCH"])
-    try:
-        return int(json.loads(manifest.lock_path.read_text())["source_date_epoch"])
-    except (OSError, ValueError, KeyError):
-        return int(time.time())
+    """SOURCE_DATE_EPOCH when set, else the previous lock's value (a malformed one is refused, never guessed), else now."""
+    given = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if given:
+        if not (given.isascii() and given.isdigit()):
+            raise LockError(f"SOURCE_DATE_EPOCH={given[:40]!r} is not a whole number of seconds",
+                            "set it to digits only (e.g. the commit time: git log -1 --format=%ct), or unset it")
+        return int(given)
+    if manifest.lock_path.exists():
+        return locked_source_date_epoch(manifest.lock_path)
+    return int(time.time())
 
 
 def registry_digest_of(reference: str, repo_digests: list[str], store: str) -> str | None:
@@ -96,10 +98,31 @@ def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> t
     return base, captured.dirs
 
 
+def first_creators(manifest: Manifest) -> dict[str, str]:
+    """Each path the chain first touches with a new-file section, and the id of the patch that creates it."""
+    first: dict[str, tuple[str, str]] = {}
+    for patch in manifest.chain:
+        for change in read_patch(patch)[1]:
+            first.setdefault(change.path, (change.change, patch.id))
+    return {path: patch_id for path, (change, patch_id) in first.items() if change == CREATE}
+
+
+def refuse_created_over_base(engine: Engine, container: str, manifest: Manifest, creators: dict[str, str]) -> None:
+    """A new-file section must not land on anything the base already has at that path (file, folder or link)."""
+    for path, patch in sorted(creators.items()):
+        with tempfile.TemporaryDirectory(prefix="kvbake-cp-") as tmp:
+            found = engine.copy_out(container, str(PurePosixPath(manifest.base.source_root) / path), Path(tmp) / "found")
+        if found:
+            raise PatchError(f"patch {patch} creates {path} as a new file, but {manifest.base.image} already has {path} "
+                             f"under {manifest.base.source_root}",
+                             "regenerate the patch as a change of the base file (git diff against the base), or create another path")
+
+
 def snapshot_base(engine: Engine, manifest: Manifest, touches: dict[str, str]) -> BaseSnapshot:
     files: dict[str, BaseFile] = {}
     stale: dict[str, tuple[str, ...]] = {}
     with engine.created_container(manifest.base.image) as container:
+        refuse_created_over_base(engine, container, manifest, first_creators(manifest))
         extractor = Extractor(engine, container, manifest.base.source_root)
         for path, change in sorted(touches.items()):
             if change == MODIFY:
@@ -165,7 +188,18 @@ def check_switch_coverage(manifest: Manifest, tree: dict[str, bytes]) -> None:
 
 
 def create_lock(engine: Engine, manifest: Manifest) -> Lock:
-    """Pin everything and write overlay/ and the lock; nothing is written when any step fails."""
+    """Pin everything and write overlay/ and the lock; nothing is written when any step fails. An earlier `lock`
+    that was interrupted is first finished or rolled back (kvbake.overlayswap)."""
+    with exclusive(manifest.path):
+        recover_overlay(manifest.root, manifest.lock_path)
+        epoch = source_date_epoch(manifest)
+        lock, tree = pinned_lock(engine, manifest, epoch)
+        swap_overlay(manifest.root, tree, manifest.lock_path, lock_bytes(lock))
+    return load_lock_file(manifest.lock_path)
+
+
+def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, dict[str, bytes]]:
+    """The new lock and the patched files, computed in memory (and a temporary folder that is always removed)."""
     engine.ping()
     touches = first_touches(manifest)
     snapshot = snapshot_base(engine, manifest, touches)
@@ -183,32 +217,7 @@ def create_lock(engine: Engine, manifest: Manifest) -> Lock:
         patches = locked_patches(steps, tree_root)
     check_switch_coverage(manifest, tree)
     files = locked_files(snapshot, tree)
-    lock = Lock(FORMAT_VERSION, manifest.sha256, manifest.base.source_root, source_date_epoch(manifest),
+    lock = Lock(FORMAT_VERSION, manifest.sha256, manifest.base.source_root, epoch,
                 manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,
                 tree_sha256((f.path, f.overlay_sha256) for f in files), PENDING)
-    lock = lock.with_derived(make_plan(manifest, lock, tree).derived())
-    write_overlay(manifest, tree)
-    write_lock(manifest.lock_path, lock)
-    return lock_from_dict(json.loads(manifest.lock_path.read_text()))
-
-
-def write_overlay(manifest: Manifest, tree: dict[str, bytes]) -> None:
-    """Replace overlay/ with exactly the patched files (the README in it is kept)."""
-    root = overlay_root(manifest)
-    staging = root.with_name(root.name + ".new")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    readme = root / "README.md"
-    if readme.exists():
-        shutil.copy2(readme, staging / "README.md")
-    for path, data in tree.items():
-        (staging / path).parent.mkdir(parents=True, exist_ok=True)
-        (staging / path).write_bytes(data)
-    old = root.with_name(root.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if root.exists():
-        root.rename(old)
-    staging.rename(root)
-    shutil.rmtree(old, ignore_errors=True)
-
-
+    return lock.with_derived(make_plan(manifest, lock, tree).derived()), tree

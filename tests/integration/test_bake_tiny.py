@@ -119,12 +119,20 @@ def test_patch_hash_differs_from_lock(capsys, engine, tiny):
 
 
 def _relock_with(capsys, engine, tiny: Path, patch_text: str, code: int, fragment: str) -> None:
+    assert_clean_failure_after_relock(capsys, engine, tiny, patch_text, code, fragment)
+
+
+def assert_clean_failure_after_relock(capsys, engine, tiny: Path, patch_text: str, code: int, fragment: str) -> str:
+    """`lock` with a new feature patch fails cleanly and leaves the lock, overlay/ and the project folder as they were."""
     (tiny.with_name("patches") / "0002-new-module.patch").write_text(patch_text)
     lock_before = tiny.with_name("manifest.lock.json").read_bytes()
     overlay_before = sorted(p.name for p in tiny.with_name("overlay").rglob("*"))
-    assert_clean_failure(capsys, engine, tiny, code, fragment, "lock")
+    folder_before = sorted(p.name for p in tiny.parent.iterdir())
+    line = assert_clean_failure(capsys, engine, tiny, code, fragment, "lock")
     assert tiny.with_name("manifest.lock.json").read_bytes() == lock_before
     assert sorted(p.name for p in tiny.with_name("overlay").rglob("*")) == overlay_before
+    assert sorted(p.name for p in tiny.parent.iterdir()) == folder_before
+    return line
 
 
 def test_patch_that_does_not_apply(capsys, engine, tiny):
@@ -153,6 +161,16 @@ def test_reversed_patch(capsys, engine, tiny):
     tiny.write_text(manifest)
     (tiny.with_name("patches") / "0001-switch.patch").write_text(diff("pkg/mod.py", MOD_V2, MOD_V1))
     assert_clean_failure(capsys, engine, tiny, 5, "reversed", "lock")
+
+
+@pytest.mark.parametrize("existing", ["pkg/other.py", "pkg/__pycache__"])
+def test_patch_creating_a_path_the_base_already_has(capsys, engine, tiny, existing):
+    from tiny import MOD_V2, MOD_V3, NEW
+
+    creating = diff("pkg/mod.py", MOD_V2, MOD_V3) + diff("pkg/new.py", None, NEW) + diff(existing, None, "y = 2\n")
+    line = assert_clean_failure_after_relock(capsys, engine, tiny, creating, 5,
+                                             f"patch 0002 creates {existing} as a new file, but kvbake-test/tiny:1 already has {existing}")
+    assert "git diff against the base" in line
 
 
 def test_patch_outside_the_source_root(capsys, engine, tiny):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
+from kvbake.cli import main
 from kvbake.errors import LockError
-from kvbake.lock import Derived, LockedDir, lock_bytes, lock_from_dict, read_lock, write_lock
+from kvbake.lock import Derived, LockedDir, lock_bytes, lock_from_dict, lock_to_dict, read_lock, write_lock
+from kvbake.overlayswap import exclusive
 from tests.unit.helpers_manifest import locked_file, make_lock, tiny_manifest
 
 
@@ -100,3 +103,185 @@ def test_a_malformed_lock_is_a_lock_error(text: str, tmp_path: Path) -> None:
     with pytest.raises(LockError, match="manifest.lock.json is malformed") as caught:
         read_lock(manifest)
     assert "\n" not in caught.value.one_line()
+
+
+class Crash(BaseException):
+    """Stands for the process dying between writing the temporary file and renaming it."""
+
+
+def test_write_lock_uses_a_unique_temporary_name_and_leaves_an_existing_tmp_file_alone(tmp_path: Path) -> None:
+    target = tmp_path / "manifest.lock.json"
+    foreign = tmp_path / "manifest.lock.json.tmp"
+    foreign.write_bytes(b"someone else's file")
+    seen: list[str] = []
+    write_lock(target, full_lock(), before_rename=lambda: seen.extend(sorted(p.name for p in tmp_path.iterdir())))
+    assert foreign.read_bytes() == b"someone else's file"
+    temporary = [name for name in seen if name.startswith(".manifest.lock.json.") and name.endswith(".partial")]
+    assert len(temporary) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.lock.json", "manifest.lock.json.tmp"]
+
+
+def test_write_lock_cut_short_before_the_rename_keeps_the_old_lock(tmp_path: Path) -> None:
+    target = tmp_path / "manifest.lock.json"
+    target.write_bytes(b"old lock")
+
+    def crash() -> None:
+        raise Crash()
+
+    with pytest.raises(Crash):
+        write_lock(target, full_lock(), before_rename=crash)
+    assert target.read_bytes() == b"old lock"
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.lock.json"]
+
+
+def mutated(change: Callable[[dict[str, Any]], None]) -> str:
+    document = json.loads(lock_bytes(full_lock()))
+    change(document)
+    return json.dumps(document)
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set a field named like `files.0.mode` in a lock document."""
+    def change(document: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = document
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+    return change
+
+
+def _drop(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(document: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = document
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        del target[last]
+    return change
+
+
+VALID = lock_bytes(full_lock())
+CORRUPT: list[tuple[str, bytes, str]] = [
+    ("empty", b"", "manifest.lock.json is empty"),
+    ("blank", b"  \n\n", "manifest.lock.json is empty"),
+    ("truncated", VALID[: len(VALID) // 2], "manifest.lock.json is malformed: not JSON"),
+    ("not utf-8", b'{"format": 1, "x": "\xff\xfe"}', "manifest.lock.json is malformed: not UTF-8 text (byte 20)"),
+    ("yaml", b"format: 1\nbase: {}\n", "manifest.lock.json is malformed: not JSON"),
+    ("a string", b'"lock"', "the top level must be an object, not a string"),
+    ("null", b"null", "the top level must be an object, not null"),
+    ("NaN", mutated(_set("base.config.x", 1)).replace('"x": 1', '"x": NaN').encode(), "NaN is not a JSON number"),
+    ("duplicate key", VALID.replace(b'"format": 1,', b'"format": 1, "format": 1,'), "the key 'format' appears twice"),
+    ("deep", b"[" * 100_000, "nested too deeply"),
+    ("missing key", mutated(_drop("derived")).encode(), "the top level lacks the key 'derived'"),
+    ("unknown key", mutated(_set("extra", 1)).encode(), "the top level has the unknown key 'extra'"),
+    ("format as text", mutated(_set("format", "1")).encode(), "format must be a whole number ≥ 0, not a string"),
+    ("base not an object", mutated(_set("base", [])).encode(), "base must be an object, not a list"),
+    ("diff id a number", mutated(_set("base.diff_ids.1", 7)).encode(), "base.diff_ids[1] must be a string, not a number"),
+    ("layer size negative", mutated(_set("base.layer_sizes.0", -1)).encode(), "base.layer_sizes[0] must be a whole number ≥ 0"),
+    ("config a list", mutated(_set("base.config", [])).encode(), "base.config must be an object, not a list"),
+    ("infinite number in config", mutated(_set("base.config.x", 1)).replace('"x": 1', '"x": 1e400').encode(),
+     "base.config holds a number that is not finite"),
+    ("repo digest a number", mutated(_set("base.repo_digest", 5)).encode(), "base.repo_digest must be a string or null, not a number"),
+    ("patches an object", mutated(_set("patches", {})).encode(), "patches must be a list, not an object"),
+    ("patch change unknown", mutated(_set("patches.0.files.0.change", "delete")).encode(),
+     "patches[0].files[0].change must be 'modify' or 'create', not 'delete'"),
+    ("patch path escapes", mutated(_set("patches.0.files.0.path", "../etc/passwd")).encode(),
+     "patches[0].files[0].path must be a relative path without '..'"),
+    ("file mode as text", mutated(_set("files.0.mode", "420")).encode(), "files[0].mode must be a whole number ≥ 0 and ≤ 4095, not a string"),
+    ("file mode a boolean", mutated(_set("files.0.mode", True)).encode(), "files[0].mode must be a whole number ≥ 0 and ≤ 4095, not a boolean"),
+    ("file uid negative", mutated(_set("files.1.uid", -5)).encode(), "files[1].uid must be a whole number ≥ 0"),
+    ("file path absolute", mutated(_set("files.0.path", "/etc/passwd")).encode(), "files[0].path must be a relative path without '..'"),
+    ("stale bytecode a string", mutated(_set("files.0.stale_bytecode", "x.pyc")).encode(), "files[0].stale_bytecode must be a list, not a string"),
+    ("dir mtime a float", mutated(_set("dirs.0.mtime", 1.5)).encode(), "dirs[0].mtime must be a whole number ≥ 0"),
+    ("new dir null", mutated(_set("new_dirs.0", None)).encode(), "new_dirs[0] must be a string, not null"),
+    ("derived not an object", mutated(_set("derived", [])).encode(), "derived must be an object, not a list"),
+    ("derived image id missing", mutated(_drop("derived.image_id")).encode(), "derived lacks the key 'image_id'"),
+]
+
+
+@pytest.mark.parametrize("data,fragment", [(data, fragment) for _, data, fragment in CORRUPT], ids=[name for name, _, _ in CORRUPT])
+def test_a_corrupt_lock_is_a_one_line_lock_error_naming_the_file_and_the_fix(data: bytes, fragment: str, tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.write_bytes(data)
+    with pytest.raises(LockError) as caught:
+        read_lock(manifest)
+    text = caught.value.one_line()
+    assert caught.value.exit_code == 4
+    assert fragment in text, text
+    assert text.startswith("manifest.lock.json ")
+    assert text.endswith("fix: restore it from version control, or delete it and run python build.py lock")
+    assert "\n" not in text
+
+
+def test_a_lock_that_is_a_folder_cannot_be_read(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.mkdir()
+    with pytest.raises(LockError, match="manifest.lock.json cannot be read \\(Is a directory\\)"):
+        read_lock(manifest)
+
+
+def test_a_foreign_format_is_named_before_its_fields_are_checked(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.write_text('{"format": 2, "shape": "new"}')
+    with pytest.raises(LockError, match="manifest.lock.json has format 2, this kvbake writes 1"):
+        read_lock(manifest)
+
+
+def test_lock_from_dict_names_its_source_without_a_file() -> None:
+    document = lock_to_dict(full_lock())
+    document["files"] = None
+    with pytest.raises(LockError, match="^the lock is malformed: files must be a list, not null"):
+        lock_from_dict(document)
+
+
+def test_lock_from_dict_refuses_text_that_cannot_be_written_back() -> None:
+    document = json.loads(lock_bytes(full_lock()))
+    document["donor_url"] = "\ud800"
+    with pytest.raises(LockError, match="donor_url is not valid Unicode text"):
+        lock_from_dict(document)
+
+
+def test_the_cli_reports_a_corrupt_lock_in_one_line_with_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.write_bytes(VALID[:100])
+    assert main(["plan", "--manifest", str(manifest.path)]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error (lock): manifest.lock.json is malformed: not JSON"), err
+
+
+def test_lock_refuses_a_previous_lock_whose_epoch_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.write_text('{"source_date_epoch": "yesterday"}')
+    assert main(["lock", "--manifest", str(manifest.path), "--host", f"unix://{tmp_path}/no.sock"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "manifest.lock.json is malformed: source_date_epoch must be a whole number ≥ 0, not a string" in err
+    assert "or set SOURCE_DATE_EPOCH, or delete manifest.lock.json to start a new epoch" in err
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff", b"[1]"])
+def test_lock_refuses_an_empty_binary_or_ill_shaped_previous_lock(data: bytes, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    manifest = tiny_manifest(tmp_path)
+    manifest.lock_path.write_bytes(data)
+    assert main(["lock", "--manifest", str(manifest.path), "--host", f"unix://{tmp_path}/no.sock"]) == 4
+    assert capsys.readouterr().err.startswith("error (lock): manifest.lock.json is ")
+
+
+def test_lock_refuses_a_source_date_epoch_that_is_not_digits(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "2024-01-01")
+    manifest = tiny_manifest(tmp_path)
+    assert main(["lock", "--manifest", str(manifest.path), "--host", f"unix://{tmp_path}/no.sock"]) == 4
+    assert "SOURCE_DATE_EPOCH='2024-01-01' is not a whole number of seconds" in capsys.readouterr().err
+
+
+def test_a_second_lock_run_on_the_same_manifest_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    manifest = tiny_manifest(tmp_path)
+    with exclusive(manifest.path):
+        assert main(["lock", "--manifest", str(manifest.path), "--host", f"unix://{tmp_path}/no.sock"]) == 4
+    assert "another python build.py lock is running on manifest.yaml" in capsys.readouterr().err
