@@ -56,8 +56,8 @@ def _decode_auth(registry: str, entry: dict[str, Any]) -> RegistryAuth | None:
     if not encoded:
         return None
     try:
-        username, _, secret = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+        username, _, secret = base64.b64decode(str(encoded), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
         raise RegistryError(f"the login entry for {registry} in the docker config is not valid base64 user:password",
                             f"run docker login {registry} again") from None
     return RegistryAuth(username, secret) if username else None
@@ -71,13 +71,18 @@ def _helper_auth(helper: str, registry: str) -> RegistryAuth | None:
     except FileNotFoundError:
         raise RegistryError(f"the docker config names the credential helper {program}, which is not installed",
                             f"install {program} or remove it from the docker config, then docker login {registry}") from None
+    except OSError as err:
+        raise RegistryError(f"the credential helper {program} cannot be run ({err.strerror})",
+                            f"make {program} executable, or remove it from the docker config") from None
     if done.returncode != 0:
         return None  # helpers exit non-zero with "credentials not found" for an unknown server
     try:
         reply = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise RegistryError(f"{program} answered with something that is not JSON",
-                            f"check the helper, or docker logout and docker login {registry}") from None
+        reply = None
+    if not isinstance(reply, dict):
+        raise RegistryError(f"{program} answered with something that is not a JSON object",
+                            f"check the helper, or docker logout and docker login {registry}")
     username, secret = str(reply.get("Username") or ""), str(reply.get("Secret") or "")
     return RegistryAuth(username, secret) if username and secret else None
 
@@ -94,15 +99,35 @@ def read_config(folder: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _section(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """A mapping section of the config ({} when absent); another shape is a one-line error."""
+    value = config.get(key) or {}
+    if not isinstance(value, dict):
+        raise RegistryError(f"the docker config of the engine client has a {key} that is not an object",
+                            "repair it or docker login again")
+    return value
+
+
+def _helper_name(value: Any, key: str) -> str | None:
+    """A credential helper's name from the config (None or "" means none, as for the docker CLI)."""
+    if value in (None, ""):
+        return None
+    if not (isinstance(value, str) and value.strip()):
+        raise RegistryError(f"the docker config of the engine client names a {key} that is not a helper name",
+                            "repair it or docker login again")
+    return value
+
+
 def lookup(config: dict[str, Any], registry: str) -> RegistryAuth | None:
     """The credentials a docker CLI with this config would send to `registry`, or None (anonymous)."""
-    helper = (config.get("credHelpers") or {}).get(registry)
+    helper = _helper_name(_section(config, "credHelpers").get(registry), "credHelpers entry")
     if helper:
         return _helper_auth(helper, registry)
-    auths = {_server_key(key): value for key, value in (config.get("auths") or {}).items()}
+    auths = {_server_key(str(key)): value for key, value in _section(config, "auths").items()}
     entry = auths.get(_server_key(_store_key(registry)))
-    if config.get("credsStore"):
-        found = _helper_auth(config["credsStore"], registry)
+    store = _helper_name(config.get("credsStore"), "credsStore")
+    if store:
+        found = _helper_auth(store, registry)
         if found is not None:
             return found
     return _decode_auth(registry, entry) if isinstance(entry, dict) else None

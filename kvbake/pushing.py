@@ -156,12 +156,27 @@ def present_blobs(client: RegistryClient, target: Target, config_digest: str) ->
     return {digest for digest in sorted(candidates) if client.has_blob(target.name, digest)}
 
 
+def remote_config(client: RegistryClient, target: Target, manifest: RemoteManifest) -> Mapping[str, Any]:
+    """The image config blob the manifest names, as a JSON object ({} for an index)."""
+    if not manifest.config_digest:
+        return {}
+    blob = client.blob(target.name, manifest.config_digest)
+    try:
+        config = json.loads(blob)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        config = None
+    if not isinstance(config, dict):
+        raise RegistryError(f"the config blob {manifest.config_digest} of {target.reference} is not a JSON object",
+                            "the manifest names another blob as its config; inspect the registry, then push under a new tag")
+    return config
+
+
 def read_back(client: RegistryClient, target: Target, expected: Expected, engine_digests: list[str] | None) -> RemoteManifest:
     """The registry's manifest for the tag, checked against the local image; the engine's RepoDigest must agree."""
     manifest = client.manifest(target.name, target.tag)
     if manifest is None:
         raise RegistryError(f"{target.reference} is absent from the registry right after the push", "check the registry, then push again")
-    config = json.loads(client.blob(target.name, manifest.config_digest)) if manifest.config_digest else {}
+    config = remote_config(client, target, manifest)
     failures = readback_failures(manifest, config, expected)
     pinned = f"{target.repository}@{manifest.digest}"
     if engine_digests is not None and pinned not in engine_digests:
@@ -201,19 +216,24 @@ def push_image(engine: Engine, plan: Plan, registry: str | None = None) -> PushR
     target = target_for(plan.reference, registry)
     expected, store_id = _expected(engine, plan)
     with RegistryClient(target.registry, credentials_for(target.registry, engine.config_dir())) as client:
-        existing = client.manifest(target.name, target.tag)
-        if existing is not None:
-            refusal = overwrite_refusal(existing, expected.config_digest, target)
-            if refusal is not None:
-                raise refusal
-            manifest = read_back(client, target, expected, None)
-            log.info("%s already holds %s; nothing to push", target.reference, manifest.digest)
-            return PushResult(target, manifest, account(manifest, {d for d, _ in manifest.layers} | {expected.config_digest}), store_id, True)
-        present = present_blobs(client, target, expected.config_digest)
-        with local_tag(engine, store_id, target.reference):
-            engine.push(target.reference)
-            digests = [d for d in engine.require_image(target.reference)["RepoDigests"] if d.startswith(target.repository + "@")]
-        manifest = read_back(client, target, expected, digests)
+        return ship(engine, client, target, expected, store_id)
+
+
+def ship(engine: Engine, client: RegistryClient, target: Target, expected: Expected, store_id: str) -> PushResult:
+    """The push itself, on a checked local image: refuse to overwrite, push once, read back, count the new bytes."""
+    existing = client.manifest(target.name, target.tag)
+    if existing is not None:
+        refusal = overwrite_refusal(existing, expected.config_digest, target)
+        if refusal is not None:
+            raise refusal
+        manifest = read_back(client, target, expected, None)
+        log.info("%s already holds %s; nothing to push", target.reference, manifest.digest)
+        return PushResult(target, manifest, account(manifest, {d for d, _ in manifest.layers} | {expected.config_digest}), store_id, True)
+    present = present_blobs(client, target, expected.config_digest)
+    with local_tag(engine, store_id, target.reference):
+        engine.push(target.reference)
+        digests = [d for d in engine.require_image(target.reference).get("RepoDigests") or [] if d.startswith(target.repository + "@")]
+    manifest = read_back(client, target, expected, digests)
     if manifest.raw:
         engine.remember_manifest(manifest.raw)
     return PushResult(target, manifest, account(manifest, present), store_id, False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import json
 import logging
 import ssl
 from dataclasses import dataclass
@@ -14,19 +13,28 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kvbake import __version__
 from kvbake.credentials import RegistryAuth
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
+from kvbake.registry_replies import detail, expect, follow, json_object, shown, token_of
+from kvbake.remote_manifest import (  # re-exported: callers read manifests through this module
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    MANIFEST_ACCEPT,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RemoteManifest,
+    parse_manifest,
+)
 
 log = logging.getLogger(__name__)
+__all__ = ["DOCKER_LIST", "DOCKER_MANIFEST", "MANIFEST_ACCEPT", "OCI_INDEX", "OCI_MANIFEST", "Challenge", "RegistryClient",
+           "RemoteManifest", "is_loopback", "parse_challenge", "parse_manifest", "split_repository", "tls_context"]
 
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-MANIFEST_ACCEPT = ", ".join((DOCKER_MANIFEST, OCI_MANIFEST, DOCKER_LIST, OCI_INDEX))
 ENGINE_CERTS_ROOT = Path("/etc/docker/certs.d")
 HUB_API = "registry-1.docker.io"
+USER_AGENT = f"kvbake/{__version__}"
 TIMEOUT_SECONDS = 30.0
 
 
@@ -71,39 +79,6 @@ def parse_challenge(header: str) -> Challenge:
     return Challenge(scheme.lower(), params)
 
 
-@dataclass(frozen=True)
-class RemoteManifest:
-    """A manifest as the registry serves it: its digest, media type and parsed body."""
-
-    digest: str
-    media_type: str
-    data: Mapping[str, Any]
-    raw: bytes = b""
-
-    @property
-    def config_digest(self) -> str | None:
-        """The config blob's digest (None for an index or list)."""
-        return (self.data.get("config") or {}).get("digest")
-
-    @property
-    def layers(self) -> list[tuple[str, int]]:
-        """(digest, compressed size) of every layer, in order."""
-        return [(layer["digest"], int(layer["size"])) for layer in self.data.get("layers") or []]
-
-
-def parse_manifest(body: bytes, header_digest: str | None, content_type: str) -> RemoteManifest:
-    """Check that the body hashes to the registry's digest header and parse it."""
-    digest = sha256_digest(body)
-    if header_digest and header_digest != digest:
-        raise RegistryError(f"the registry says the manifest is {header_digest} but its bytes hash to {digest}",
-                            "the registry or a proxy altered the manifest; check the registry")
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RegistryError(f"the manifest {digest} is not JSON", "check the registry") from None
-    return RemoteManifest(digest, str(data.get("mediaType") or content_type.split(";")[0]), data, body)
-
-
 def tls_context(address: str, certs_root: Path = ENGINE_CERTS_ROOT) -> ssl.SSLContext:
     """System trust plus the CA engines use for this registry (certs.d/<host:port>/ca.crt), when present."""
     context = ssl.create_default_context()
@@ -135,20 +110,29 @@ class RegistryClient:
         self.address = HUB_API if registry == "docker.io" else registry
         self.auth = auth
         self.loopback = is_loopback(self.address)
-        self._options: dict[str, Any] = {"timeout": TIMEOUT_SECONDS, "trust_env": not self.loopback, "transport": transport}
+        self._options: dict[str, Any] = {"timeout": TIMEOUT_SECONDS, "transport": transport, "headers": {"User-Agent": USER_AGENT}}
         self._verify = tls_context(self.address, certs_root)
         self._http: httpx.Client | None = None
+        self._storage: dict[bool, httpx.Client] = {}  # clients for hosts blobs redirect to, by trust_env
         self._authorization: str | None = None
 
     def __enter__(self) -> RegistryClient:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._http is not None:
-            self._http.close()
+        for client in (self._http, *self._storage.values()):
+            if client is not None:
+                client.close()
 
     def _client(self, scheme: str) -> httpx.Client:
-        return httpx.Client(base_url=f"{scheme}://{self.address}", verify=self._verify, **self._options)
+        return httpx.Client(base_url=f"{scheme}://{self.address}", verify=self._verify, trust_env=not self.loopback, **self._options)
+
+    def _storage_client(self, url: httpx.URL) -> httpx.Client:
+        """A client without registry credentials for another host (proxy variables honoured unless it is loopback)."""
+        trust_env = not is_loopback(url.netloc.decode("ascii"))
+        if trust_env not in self._storage:
+            self._storage[trust_env] = httpx.Client(verify=self._verify, trust_env=trust_env, **self._options)
+        return self._storage[trust_env]
 
     def _ping(self) -> httpx.Client:
         """Connect over HTTPS; fall back to plain HTTP only when the registry is on loopback."""
@@ -210,7 +194,11 @@ class RegistryClient:
                              f"docker login {self.registry} again with the right password")
 
     def _authorize(self, response: httpx.Response, name: str) -> None:
-        challenge = parse_challenge(response.headers.get("WWW-Authenticate", ""))
+        header = response.headers.get("WWW-Authenticate", "")
+        if not header.strip():
+            raise RegistryError(f"registry {self.address} answered 401 without a WWW-Authenticate challenge",
+                                "check the registry's auth settings and any proxy in front of it")
+        challenge = parse_challenge(header)
         if self.auth is None:
             if challenge.scheme != "bearer":
                 raise self._refused()
@@ -242,34 +230,50 @@ class RegistryClient:
                                 "check the registry's token realm, then retry") from None
         if reply.status_code in (401, 403):
             raise self._refused()
-        token = _json(reply).get("token") or _json(reply).get("access_token")
-        if reply.status_code != 200 or not token:
-            raise RegistryError(f"the token service of {self.address} answered {reply.status_code} without a token",
-                                "check the registry's token service")
-        return str(token)
+        if reply.status_code != 200:
+            raise RegistryError(f"the token service of {self.address} answered {reply.status_code}{detail(reply)}",
+                                "check the registry's token service, then retry")
+        return token_of(reply, self.address)
 
     def manifest(self, name: str, reference: str) -> RemoteManifest | None:
         """The manifest at a tag or digest, or None when the registry has none."""
         reply = self._send("GET", name, f"manifests/{reference}", MANIFEST_ACCEPT)
         if reply.status_code == 404:
             return None
-        _expect(reply, f"{name}:{reference}", self.address)
-        return parse_manifest(reply.content, reply.headers.get("Docker-Content-Digest"), reply.headers.get("Content-Type", ""))
+        expect(reply, f"{name}:{reference}", self.address)
+        return parse_manifest(reply.content, reply.headers.get("Docker-Content-Digest"), reply.headers.get("Content-Type", ""),
+                              reference)
+
+    def _blob_reply(self, method: str, name: str, digest: str) -> httpx.Response:
+        """GET or HEAD a blob, following redirects (to object storage) without sending credentials to other hosts."""
+        first = self._send(method, name, f"blobs/{digest}")
+        return follow(first, self._hop, self.http.base_url, self.address, f"blob {digest}")
+
+    def _hop(self, method: str, url: httpx.URL, same_origin: bool) -> httpx.Response:
+        """One redirect hop: the registry's own client and credentials on its origin, a bare client elsewhere."""
+        log.debug("blob read redirected to %s", shown(url))
+        client = self.http if same_origin else self._storage_client(url)
+        headers = {"Authorization": self._authorization} if same_origin and self._authorization else {}
+        try:
+            return client.request(method, url, headers=headers)
+        except httpx.HTTPError as err:
+            raise RegistryError(f"registry {self.address} redirected a blob read to {shown(url)}, which failed ({type(err).__name__})",
+                                "check that the registry's storage is reachable from here, then retry") from None
 
     def blob(self, name: str, digest: str) -> bytes:
         """A blob's bytes, checked against its digest."""
-        reply = self._send("GET", name, f"blobs/{digest}")
-        _expect(reply, f"blob {digest}", self.address)
+        reply = self._blob_reply("GET", name, digest)
+        expect(reply, f"blob {digest}", self.address)
         if sha256_digest(reply.content) != digest:
             raise RegistryError(f"blob {digest} from {self.address} does not hash to its digest", "check the registry's storage")
         return reply.content
 
     def has_blob(self, name: str, digest: str) -> bool:
         """HEAD a blob: True when the registry holds it for this repository."""
-        reply = self._send("HEAD", name, f"blobs/{digest}")
+        reply = self._blob_reply("HEAD", name, digest)
         if reply.status_code == 404:
             return False
-        _expect(reply, f"blob {digest}", self.address)
+        expect(reply, f"blob {digest}", self.address)
         return True
 
     def tags(self, name: str) -> list[str]:
@@ -277,18 +281,9 @@ class RegistryClient:
         reply = self._send("GET", name, "tags/list")
         if reply.status_code == 404:
             return []
-        _expect(reply, f"tags of {name}", self.address)
-        return list(_json(reply).get("tags") or [])
-
-
-def _json(reply: httpx.Response) -> dict[str, Any]:
-    try:
-        data = reply.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _expect(reply: httpx.Response, what: str, address: str) -> None:
-    if reply.status_code >= 300:
-        raise RegistryError(f"registry {address} answered {reply.status_code} for {what}", "check the registry's log")
+        expect(reply, f"tags of {name}", self.address)
+        tags = json_object(reply).get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise RegistryError(f"registry {self.address} listed the tags of {name} in a form that is not a list of names",
+                                "check the registry and any proxy in front of it")
+        return tags
