@@ -11,6 +11,10 @@ import jsonschema
 
 from kvbake.errors import ManifestError
 from kvbake.manifest import describe_schema_error, parse_yaml
+from kvbake.manifest_text import check_strings
+
+HOST_CREDENTIAL_FIX = ("remove it from the file; an ssh host may name a user (ssh://user@node), "
+                       "the key or password comes from the ssh agent or ~/.ssh/config")
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,16 @@ class Deployment:
 
 
 def load_deployment(path: Path) -> Deployment:
+    """Read, check and freeze the deployment file; every failure is a ManifestError naming the file."""
     path = Path(path).absolute()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ManifestError(f"deployment file {path.name} not found", "pass --deploy PATH (see README: Deploy)") from None
+    except OSError as err:
+        raise ManifestError(f"deployment file {path.name} unreadable: {err.strerror}", "pass --deploy PATH of a readable file") from None
     document = parse_yaml(raw, path.name)
+    check_strings(document, path.name, prose_fields=(), any_userinfo=False, credential_fix=HOST_CREDENTIAL_FIX)
     schema = json.loads(resources.files("kvbake").joinpath("schema/deploy.schema.json").read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

@@ -42,8 +42,8 @@ def check_store_changes(changes: Mapping[str, tuple[str, str]], reseat: set[str]
     """A changed node must be named by --reseat; --reseat of a node that did not change is refused."""
     unknown = sorted(reseat - set(changes))
     if unknown:
-        raise RolloutError(f"--reseat {', '.join(unknown)}: that node's image store did not change since the last deploy",
-                           "reseat only a node whose store was switched; drop the option")
+        raise RolloutError(f"--reseat {', '.join(unknown)}: that node's image store did not change since the last deploy and its "
+                           "records are intact", "reseat only a node whose store was switched or whose records are damaged; drop the option")
     missing = {node: change for node, change in changes.items() if node not in reseat}
     if missing:
         node, (old, new) = next(iter(sorted(missing.items())))

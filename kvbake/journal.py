@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.atomicfile import write_atomic
+from kvbake.errors import DivergedError, RolloutError
 
 JOURNAL = "journal.json"
 DIVERGED = "DIVERGED.json"
@@ -45,17 +46,36 @@ class Journal:
 
 
 def write_journal(folder: Path, journal: Journal) -> None:
-    write_atomic(folder / JOURNAL, (json.dumps(asdict(journal), indent=1, sort_keys=True) + "\n").encode())
+    write_atomic(folder / JOURNAL, (json.dumps(journal_to_dict(journal), indent=1, sort_keys=True) + "\n").encode())
+
+
+def journal_to_dict(journal: Journal) -> dict[str, Any]:
+    return asdict(journal)
+
+
+def journal_from_dict(data: Any) -> Journal:
+    """A journal from its JSON form; ValueError names what is wrong."""
+    try:
+        fields = dict(data)
+        fields["nodes"] = tuple(NodePlan(**n) for n in fields["nodes"])
+        fields["done"] = tuple(fields.get("done", ()))
+        journal = Journal(**fields)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"not a journal ({err.__class__.__name__}: {err})") from None
+    if not isinstance(journal.id, str) or not journal.nodes:
+        raise ValueError("not a journal (no id or no nodes)")
+    return journal
 
 
 def read_journal(folder: Path) -> Journal | None:
     path = folder / JOURNAL
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    data["nodes"] = tuple(NodePlan(**n) for n in data["nodes"])
-    data["done"] = tuple(data["done"])
-    return Journal(**data)
+    try:
+        return journal_from_dict(json.loads(path.read_bytes().decode("utf-8")))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise RolloutError(f"the deploy journal {path} is corrupt ({err})",
+                           "move it aside; python build.py deploy --revert (or --resume) then reads the copy every node keeps") from None
 
 
 def clear_journal(folder: Path) -> None:
@@ -68,7 +88,19 @@ def mark_diverged(folder: Path, details: dict[str, Any]) -> None:
 
 def read_diverged(folder: Path) -> dict[str, Any] | None:
     path = folder / DIVERGED
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        data = None
+        reason = err.__class__.__name__
+    else:
+        reason = "not an object"
+    if not isinstance(data, dict):
+        raise DivergedError(f"the diverged marker {path} is corrupt ({reason}); the deployment was marked diverged",
+                            "move it aside and run python build.py deploy --revert (the nodes keep the journal and their own mark)")
+    return data
 
 
 def clear_diverged(folder: Path) -> None:

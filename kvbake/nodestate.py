@@ -8,30 +8,22 @@ import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from kvbake.engine import Engine
 from kvbake.errors import RolloutError
-from kvbake.release import Release, release_from_json, release_to_json
+from kvbake.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
+from kvbake.release import release_to_json
 
 LOCK_NAME = "kvbake-lock"
 STATE_NAME = "kvbake-state"
 STATE_DIR = "/kvbake"
-CURRENT, PREVIOUS, AUDIT = "current.json", "previous.json", "audit.log"
+AUDIT = "audit.log"
 
 
 def who() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class NodeRecords:
-    """The release records a node holds and its audit log."""
-
-    current: Release | None
-    previous: Release | None
-    audit: str
 
 
 class NodeState:
@@ -69,28 +61,42 @@ class NodeState:
         self.engine.remove_container(LOCK_NAME)
 
     def read(self) -> NodeRecords:
+        """The node's newest intact records (empty when it has none); a corrupt record is a typed error."""
         with tempfile.TemporaryDirectory(prefix="kvbake-state-") as tmp:
             target = Path(tmp) / "s"
             if self.engine.container_inspect(STATE_NAME) is None or not self.engine.copy_out(STATE_NAME, STATE_DIR, target):
-                return NodeRecords(None, None, "")
-            return NodeRecords(_release(target / CURRENT), _release(target / PREVIOUS), _text(target / AUDIT))
+                return NodeRecords()
+            files = {name: (target / name).read_bytes() for name in (*SLOTS, *LEGACY) if (target / name).is_file()}
+            return decode(self.node, files, _text(target / AUDIT))
 
-    def write(self, image: str, current: Release | None, previous: Release | None, audit_line: str) -> None:
-        """Replace the records and append one audit line (under the node lock)."""
-        records = self.read()
+    def write(self, image: str, records: NodeRecords, audit_line: str) -> NodeRecords:
+        """Write the whole record (under the node lock) into the slot that does not hold the newest copy, and append
+        one audit line. Every field is written, so a release or transition that became none is cleared."""
+        old = self._read_or_fresh()
+        written = replace(records, audit=old.audit + _audit_line(audit_line), seq=old.seq + 1, slot=next_slot(old))
         with tempfile.TemporaryDirectory(prefix="kvbake-state-") as tmp:
             folder = Path(tmp) / "kvbake"
             folder.mkdir()
-            for name, release in ((CURRENT, current), (PREVIOUS, previous)):
-                if release is not None:
-                    (folder / name).write_text(release_to_json(release))
-            (folder / AUDIT).write_text(records.audit + _audit_line(audit_line))
+            (folder / written.slot).write_bytes(encode(written, written.seq))
+            (folder / AUDIT).write_text(written.audit)
             self._ensure_state(image)
             self.engine.copy_in(folder, STATE_NAME, "/")
+        return written
+
+    def update(self, image: str, audit_line: str, **fields: object) -> NodeRecords:
+        """Read, change the named fields, write whole."""
+        return self.write(image, replace(self._read_or_fresh(), **fields), audit_line)
+
+    def _read_or_fresh(self) -> NodeRecords:
+        """Damaged records are overwritten only on a node being reseated: every transition reads the nodes' records
+        first and refuses damaged ones."""
+        try:
+            return self.read()
+        except RolloutError:
+            return NodeRecords()
 
     def append_audit(self, image: str, line: str) -> None:
-        records = self.read()
-        self.write(image, records.current, records.previous, line)
+        self.write(image, self.read(), line)
 
     def _ensure_state(self, image: str) -> None:
         if self.engine.container_inspect(STATE_NAME) is None:
@@ -100,10 +106,6 @@ class NodeState:
 def _audit_line(text: str) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return f"{stamp} {who()} {' '.join(text.split())}\n"
-
-
-def _release(path: Path) -> Release | None:
-    return release_from_json(path.read_text()) if path.is_file() else None
 
 
 def _text(path: Path) -> str:

@@ -13,8 +13,9 @@ from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
-from kvbake.journal import Journal, NodePlan, read_diverged, read_journal
-from kvbake.nodestate import NodeRecords, NodeState
+from kvbake.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.noderecords import NodeRecords
+from kvbake.nodestate import NodeState
 from kvbake.profile import EngineProfile
 from kvbake.release import Release
 from kvbake.transitions import Fleet, records_of, revert, run_transition
@@ -30,12 +31,6 @@ class NodeView:
     previous_id: str | None
 
 
-def refuse_if_diverged(deployment: Deployment) -> None:
-    diverged = read_diverged(deployment.state_dir)
-    if diverged:
-        raise DivergedError(f"the deployment is marked diverged ({diverged.get('revert_error')})", f"repair first: {diverged.get('repair')}")
-
-
 def connect(deployment: Deployment) -> dict[str, Engine]:
     """One engine per node; an unreachable node stops everything before any change."""
     engines = {}
@@ -49,17 +44,42 @@ def connect(deployment: Deployment) -> dict[str, Engine]:
     return engines
 
 
-def view(fleet: Fleet, name: str) -> NodeView:
+def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:
+    """What one node records and which images its tags name; a reseated node's records do not count."""
     engine = fleet.engines[name]
-    return NodeView(name, NodeState(name, engine).read(), engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")))
+    try:
+        records = NodeState(name, engine).read()
+    except RolloutError:
+        if name not in reseat:
+            raise
+        records = NodeRecords()
+    if name in reseat:
+        records = NodeRecords(audit=records.audit)
+    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")))
+
+
+def refuse_marks(views: list[NodeView]) -> None:
+    """A node that keeps a diverged mark or an unfinished transition stops every operator host, not only the one that
+    wrote it."""
+    for v in views:
+        if v.records.diverged:
+            raise DivergedError(f"node {v.name} is marked diverged by {v.records.diverged.get('by', 'another host')} "
+                                f"({v.records.diverged.get('revert_error')})", f"repair first: {v.records.diverged.get('repair')}")
+    for v in views:
+        if v.records.transition:
+            t = v.records.transition
+            raise RolloutError(f"node {v.name} holds the journal of an interrupted {t.get('kind')} {t.get('id')} (release {t.get('release_id')})",
+                               "run python build.py deploy --resume to finish it or deploy --revert to undo it, from any operator host")
 
 
 def check_views(views: list[NodeView], reseat: frozenset[str] = frozenset()) -> None:
     """Ranks must agree on their current release before anything changes; a recorded current must exist. A node being
     reseated after a store switch starts empty and is left out of the agreement."""
+    refuse_marks(views)
     for v in views:
         if v.records.current and not v.current_id:
-            raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image", "repair the node (deploy --revert) first")
+            raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image",
+                               f"re-create its records with: python build.py deploy --preset NAME --reseat {v.name}")
     currents = {(v.records.current.id if v.records.current else None) for v in views if v.name not in reseat}
     if len(currents) > 1:
         raise DivergedError(f"the nodes run different releases: {', '.join(f'{v.name}={v.records.current.id if v.records.current else None}' for v in views)}",
@@ -118,43 +138,65 @@ def _release_all(states: list[NodeState]) -> None:
             pass
 
 
-def new_journal(kind: str, release_id: str, plans: list[NodePlan]) -> Journal:
-    return Journal(id=f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}", kind=kind,
-                   release_id=release_id, nodes=tuple(plans))
+def new_journal_id(kind: str) -> str:
+    return f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def damaged_records(fleet: Fleet, names: frozenset[str]) -> frozenset[str]:
+    """Which of these nodes keep records that cannot be read."""
+    damaged = set()
+    for name in names:
+        try:
+            NodeState(name, fleet.engines[name]).read()
+        except RolloutError:
+            damaged.add(name)
+    return frozenset(damaged)
 
 
 def checked_stores(fleet: Fleet, reseat: frozenset[str]) -> tuple[dict[str, EngineProfile], frozenset[str]]:
-    """Every node's profile now; a node whose image store changed since the last deploy must be reseated."""
+    """Every node's profile now; a node whose image store changed since the last deploy must be reseated. A node whose
+    records are damaged may be reseated too: its images stay, its records are written afresh."""
     profiles = {name: engine.profile() for name, engine in fleet.engines.items()}
     changes = store_changes(read_stores(fleet.deployment.state_dir), profiles)
-    check_store_changes(changes, set(reseat))
-    return profiles, frozenset(changes)
+    damaged = damaged_records(fleet, reseat - set(changes))
+    check_store_changes(changes, set(reseat - damaged))
+    return profiles, frozenset(changes) | damaged
+
+
+def refuse_if_diverged(deployment: Deployment) -> None:
+    diverged = read_diverged(deployment.state_dir)
+    if diverged:
+        raise DivergedError(f"the deployment is marked diverged ({diverged.get('revert_error')})", f"repair first: {diverged.get('repair')}")
+
+
+def refuse_pending(deployment: Deployment) -> None:
+    """This host's own marks: a diverged deployment, or a journal it left."""
+    refuse_if_diverged(deployment)
+    pending = read_journal(deployment.state_dir)
+    if pending:
+        raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
+                           "run deploy --resume to finish it or deploy --revert to undo it")
 
 
 def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
            reseat: frozenset[str] = frozenset()) -> Journal:
-    """Both phases; on failure every node is reverted (or the deployment is marked diverged)."""
+    """Phase 1 (pull and check) needs no lock; then every lock, then the state is read and the plan fixed, then phase
+    2. On failure every node is reverted (or the deployment is marked diverged)."""
     folder = fleet.deployment.state_dir
-    refuse_if_diverged(fleet.deployment)
-    pending = read_journal(folder)
-    if pending:
-        raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
-                           "run deploy --resume to finish it or deploy --revert to undo it")
+    refuse_pending(fleet.deployment)
     profiles, reseated = checked_stores(fleet, reseat)
-    require_base(fleet, base_image, base_layers)
-    views = [view(fleet, name) for name in fleet.engines]
-    check_views(views, reseated)
     staged = stage_release(fleet, release, base_image, base_layers)
     for name, image_id in staged.items():
         try:
             fleet.engines[name].tag(image_id, fleet.tag("staged"))
         except EngineError as err:
             raise RolloutError(f"node {name}: staging failed ({err.message})", "bring the node back, then retry; nothing serving was changed") from None
-    plans = [NodePlan(v.name, v.current_id, v.previous_id, staged[v.name], v.current_id,
-                      records_of(v.records.current, v.records.previous), records_of(release, v.records.current)) for v in views]
-    journal = new_journal("deploy", release.id, plans)
-    unlock = locked(fleet, journal.id, break_lock, fleet.tag("staged"))
+    journal_id = new_journal_id("deploy")
+    unlock = locked(fleet, journal_id, break_lock, fleet.tag("staged"))
     try:
+        views = [view(fleet, name, reseated) for name in fleet.engines]
+        check_views(views, reseated)
+        journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
         run_transition(fleet, journal, folder)
     finally:
         unlock()
@@ -165,20 +207,17 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
 def rollback(fleet: Fleet, break_lock: bool) -> Journal:
     """Swap current and previous on every rank; nothing is pulled; the previous switch set comes back with it."""
     folder = fleet.deployment.state_dir
-    refuse_if_diverged(fleet.deployment)
-    if read_journal(folder):
-        raise RolloutError("an interrupted deploy left a journal", "run deploy --resume or deploy --revert first")
+    refuse_pending(fleet.deployment)
     profiles, _ = checked_stores(fleet, frozenset())
-    views = [view(fleet, name) for name in fleet.engines]
-    check_views(views)
-    missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
-    if missing:
-        raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
-    plans = [NodePlan(v.name, v.current_id, v.previous_id, v.previous_id, v.current_id,
-                      records_of(v.records.current, v.records.previous), records_of(v.records.previous, v.records.current)) for v in views]
-    journal = new_journal("rollback", views[0].records.previous.id, plans)
-    unlock = locked(fleet, journal.id, break_lock, fleet.tag("current"))
+    journal_id = new_journal_id("rollback")
+    unlock = locked(fleet, journal_id, break_lock, fleet.tag("current"))
     try:
+        views = [view(fleet, name) for name in fleet.engines]
+        check_views(views)
+        missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
+        if missing:
+            raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
+        journal = Journal(journal_id, "rollback", views[0].records.previous.id, tuple(rollback_plan(v) for v in views))
         run_transition(fleet, journal, folder)
     finally:
         unlock()
@@ -186,27 +225,64 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
     return journal
 
 
+def journal_on_nodes(fleet: Fleet) -> Journal | None:
+    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it)."""
+    for name, engine in fleet.engines.items():
+        transition = NodeState(name, engine).read().transition
+        if transition:
+            try:
+                return journal_from_dict(transition)
+            except ValueError as err:
+                raise RolloutError(f"node {name}: the journal it keeps is corrupt ({err})",
+                                   f"re-create the node's records with: python build.py deploy --preset NAME --reseat {name}") from None
+    return None
+
+
+def kept_by_any_node(fleet: Fleet, journal_id: str) -> bool:
+    return any((NodeState(name, engine).read().transition or {}).get("id") == journal_id for name, engine in fleet.engines.items())
+
+
 def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None) -> Journal:
-    """Finish (resume) or undo (revert) an interrupted transition from its journal."""
+    """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy."""
     folder = fleet.deployment.state_dir
-    journal = read_journal(folder)
+    local = read_journal(folder)
+    journal = journal_on_nodes(fleet) if local is None else local
     if journal is None:
+        if read_diverged(folder):
+            raise RolloutError("the deployment is marked diverged, but neither this host nor any node keeps its journal",
+                               f"check python build.py status; once every rank is on one release, move {folder / 'DIVERGED.json'} aside")
         raise RolloutError("there is no interrupted deploy to resume or revert", "nothing to do")
     if mode == "resume" and release_id is not None and journal.release_id != release_id:
         raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
     marker = next((fleet.tag(kind) for kind in ("staged", "current", "previous") if all(e.image_id_of(fleet.tag(kind)) for e in fleet.engines.values())), fleet.tag("staged"))
     unlock = locked(fleet, journal.id, break_lock, marker)
     try:
+        if local is not None and not kept_by_any_node(fleet, journal.id):
+            clear_journal(folder)
+            raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
+                               "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
         if mode == "resume":
             run_transition(fleet, journal, folder)
         else:
             revert(fleet, journal, folder)
-            from kvbake.journal import clear_diverged
-
-            clear_diverged(folder)
     finally:
         unlock()
     return journal
+
+
+def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
+    """`current` becomes the release; `previous` becomes the old current, unless the release is already current:
+    then the real rollback target is kept."""
+    before = records_of(v.records.current, v.records.previous)
+    if v.records.current is not None and v.records.current.id == release.id and v.current_id == staged_id:
+        return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before, records_of(release, v.records.previous))
+    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current))
+
+
+def rollback_plan(v: NodeView) -> NodePlan:
+    """Swap: `current` and `previous` trade image and record."""
+    return NodePlan(v.name, v.current_id, v.previous_id, v.previous_id, v.current_id,
+                    records_of(v.records.current, v.records.previous), records_of(v.records.previous, v.records.current))
 
 
 def who_deploys() -> str:

@@ -87,25 +87,34 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
 
 
 def status(fleet: Fleet) -> dict[str, Any]:
-    """Per node: current and previous release, what runs, the switch set; plus divergence and pending journal."""
-    rows = []
+    """Per node: current and previous release, what runs, the switch set; plus divergence and any pending journal, as
+    this host and the nodes keep them. A recorded release whose image the node no longer holds is not shown as current."""
+    rows, node_marks, node_journals = [], [], []
     for node in fleet.deployment.nodes:
-        records = NodeState(node.name, fleet.engines[node.name]).read()
+        engine = fleet.engines[node.name]
+        records = NodeState(node.name, engine).read()
         container, image = observe(fleet, node.name)
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        held = bool(records.current and engine.image_id_of(fleet.tag("current")))
         rows.append({
             "node": node.name, "role": node.role,
-            "current": _brief(records.current), "previous": _brief(records.previous),
+            "current": _brief(records.current) if held else None, "recorded_current_missing": bool(records.current and not held),
+            "previous": _brief(records.previous),
             "running": bool((container or {}).get("State", {}).get("Running")),
             "running_layers": len((image or {}).get("RootFS", {}).get("Layers", [])),
-            "running_matches_current": bool(records.current and image and tuple(image["RootFS"]["Layers"]) == records.current.layers),
+            "running_matches_current": bool(held and image and tuple(image["RootFS"]["Layers"]) == records.current.layers),
             "switches": env,
         })
+        node_marks += [dict(records.diverged)] if records.diverged else []
+        node_journals += [records.transition.get("id")] if records.transition else []
     currents = {r["current"]["id"] if r["current"] else None for r in rows}
     switch_sets = {tuple(sorted(r["switches"].items())) for r in rows}
     journal = read_journal(fleet.deployment.state_dir)
-    return {"nodes": rows, "diverged": len(currents) > 1 or len(switch_sets) > 1 or not all(r["running_matches_current"] for r in rows if r["current"]),
-            "marked_diverged": read_diverged(fleet.deployment.state_dir), "pending_journal": journal.id if journal else None}
+    pending = journal.id if journal else (node_journals[0] if node_journals else None)
+    disagree = len(currents) > 1 or len(switch_sets) > 1 or any(r["recorded_current_missing"] for r in rows)
+    return {"nodes": rows, "diverged": disagree or not all(r["running_matches_current"] for r in rows if r["current"]),
+            "marked_diverged": read_diverged(fleet.deployment.state_dir) or (node_marks[0] if node_marks else None),
+            "pending_journal": pending}
 
 
 def _brief(release: Release | None) -> dict[str, Any] | None:

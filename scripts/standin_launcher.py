@@ -1,8 +1,9 @@
 """Stand-in launcher: recreates the serving container on $DOCKER_HOST from $KVBAKE_IMAGE with the release's env file.
 
 An operator's real launcher does the same with `vllm serve` and its arguments; kvbake runs it once per node with
-DOCKER_HOST, KVBAKE_IMAGE, KVBAKE_CONTAINER, KVBAKE_ENV_FILE, KVBAKE_MAX_MODEL_LEN, KVBAKE_LAUNCHER_ARGS, KVBAKE_NODE,
-KVBAKE_ROLE set, and KVBAKE_STOP=1 when the node must end up with nothing running.
+DOCKER_HOST, KVBAKE_IMAGE, KVBAKE_CONTAINER, KVBAKE_ENV_FILE, KVBAKE_MAX_MODEL_LEN, KVBAKE_LAUNCHER_ARGS (shell-quoted),
+KVBAKE_LAUNCHER_ARGS_JSON (a JSON array), KVBAKE_NODE and KVBAKE_ROLE set. The arguments are recorded in a label, as
+the JSON array, so that tests can see they arrived whole.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ def main() -> int:
         client.container.remove(name, force=True)
     except DockerException:
         pass
-    if os.environ.get("KVBAKE_STOP"):
-        return 0
     labels = {"kvbake.node": os.environ.get("KVBAKE_NODE", ""), "kvbake.role": os.environ.get("KVBAKE_ROLE", ""),
-              "kvbake.max-model-len": os.environ.get("KVBAKE_MAX_MODEL_LEN", "")}
+              "kvbake.max-model-len": os.environ.get("KVBAKE_MAX_MODEL_LEN", ""),
+              "kvbake.launcher-args": os.environ.get("KVBAKE_LAUNCHER_ARGS_JSON", "[]")}
     try:
         client.run(os.environ["KVBAKE_IMAGE"], ["-c", SERVE], entrypoint="python3", name=name, detach=True,
                    networks=["none"], env_files=[os.environ["KVBAKE_ENV_FILE"]], labels=labels, pull="never",

@@ -7,11 +7,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from kvbake.cli import main
 from kvbake.engine import Engine
+from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
 
 from tiny import import_base, write_project
 
@@ -71,3 +73,32 @@ def ship_standin(folder: Path, registry_address: str) -> tuple[Path, dict]:
     record = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())
     assert record["pinned"].startswith(repository + "@sha256:")
     return manifest, record
+
+
+@pytest.fixture(scope="session")
+def rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The ship rig, shared by the deploy test modules: a plain registry, node A on a unix socket, node B through ssh;
+    both hold the stand-in base."""
+    from shiprig import BASE
+
+    root = tmp_path_factory.mktemp("ship")
+    ssh_client = prepare_ssh_client(root / "ssh-client")
+    with pytest.MonkeyPatch.context() as patch, LocalRegistry(root / "registry") as registry, \
+            NodeEngine(root / "a", name="a") as node_a, NodeEngine(root / "b", name="b") as node_b, \
+            LoopbackSshd(root / "sshd", ssh_client, node_b.host) as gateway:
+        patch.setenv("PATH", ssh_client.env()["PATH"])
+        for node in (node_a, node_b):
+            node.client().image.load(engine.client.image.save(BASE))
+        yield {"root": root, "registry": registry, "a": node_a, "b": node_b, "b_host": gateway.ssh_host()}
+
+
+@pytest.fixture(scope="session")
+def shipped(engine: Engine, rig: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The stand-in, locked for the rig's registry, built and pushed; returns paths and the digest reference."""
+    from shiprig import STANDIN_LAUNCHER, write_deploy
+
+    folder = tmp_path_factory.mktemp("standin") / "standin"
+    manifest, record = ship_standin(folder, rig["registry"].address)
+    digest = record["pinned"]
+    return {"manifest": manifest, "digest": digest, "deploy": write_deploy(folder, rig, STANDIN_LAUNCHER), "folder": folder,
+            "repository": digest.split("@")[0]}

@@ -3,69 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import sys
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from kvbake.engine import Engine
-from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
+from kvbake.rig import NodeEngine
 
-from conftest import run, ship_standin
+from conftest import run
+from shiprig import BAKED, CONTAINER, REPO_ROOT, assert_invariant, deploy_control, serving_env, ship, write_deploy
 
 pytestmark = pytest.mark.docker
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BASE = "kvbake-standin/vllm-base:0.33.0"
-CONTAINER = "kvbake-serve"
-BAKED = "/usr/local/lib/python3.11/dist-packages/vllm/v1/kv_cache_interface.py"
-
-
-@pytest.fixture(scope="module")
-def rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """A plain registry, node A on a unix socket, node B through ssh; both hold the stand-in base."""
-    root = tmp_path_factory.mktemp("ship")
-    ssh_client = prepare_ssh_client(root / "ssh-client")
-    with pytest.MonkeyPatch.context() as patch, LocalRegistry(root / "registry") as registry, \
-            NodeEngine(root / "a", name="a") as node_a, NodeEngine(root / "b", name="b") as node_b, \
-            LoopbackSshd(root / "sshd", ssh_client, node_b.host) as gateway:
-        patch.setenv("PATH", ssh_client.env()["PATH"])
-        for node in (node_a, node_b):
-            node.client().image.load(engine.client.image.save(BASE))
-        yield {"root": root, "registry": registry, "a": node_a, "b": node_b, "b_host": gateway.ssh_host()}
-
-
-def write_deploy(folder: Path, rig: dict, launcher: list[str]) -> Path:
-    path = folder / "deploy.yaml"
-    path.write_text(json.dumps({
-        "format": 1,
-        "nodes": [{"name": "spark-a", "host": rig["a"].host, "role": "head"}, {"name": "spark-b", "host": rig["b_host"], "role": "worker"}],
-        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120},
-    }))
-    return path
-
-
-@pytest.fixture(scope="module")
-def shipped(engine: Engine, rig: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The stand-in, locked for the rig's registry, built and pushed; returns paths and the digest reference."""
-    folder = tmp_path_factory.mktemp("standin") / "standin"
-    manifest, record = ship_standin(folder, rig["registry"].address)
-    digest = record["pinned"]
-    repository = digest.split("@")[0]
-    launcher = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
-    return {"manifest": manifest, "digest": digest, "deploy": write_deploy(folder, rig, launcher), "folder": folder,
-            "repository": repository}
-
-
-def ship(capsys, shipped: dict, *argv: str) -> tuple[int, str, str]:
-    return run(capsys, *argv, "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]))
-
-
-def serving_env(node: NodeEngine) -> set[str]:
-    return {e for e in Engine(node.host).container_inspect(CONTAINER)["Config"]["Env"] if e.startswith("VLLM_")}
 
 
 def test_deploy_verify_rollback_status(capsys, shipped, rig):
@@ -140,19 +90,6 @@ def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig,
     assert code == 0, err
 
 
-def deploy_control(capsys, shipped, reason: str) -> None:
-    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", reason)
-    assert code == 0, f"deploy failed: {err}"
-
-
-def assert_invariant(capsys, shipped, rig, expect_env: set[str]) -> None:
-    """Every rank is on one release with one switch set, and verify-running agrees."""
-    assert serving_env(rig["a"]) == serving_env(rig["b"]) == expect_env
-    code, out, err = ship(capsys, shipped, "status", "--json")
-    assert code == 0 and not json.loads(out)["diverged"], out + err
-    assert ship(capsys, shipped, "verify-running")[0] == 0
-
-
 def test_node_b_down_after_phase_one_changes_nothing(capsys, shipped, rig, monkeypatch):
     import kvbake.rollout as rollout
 
@@ -193,45 +130,6 @@ def test_node_b_down_after_a_was_retagged_is_diverged_then_repaired(capsys, ship
     assert code == 13 and "repair first" in err
     rig["b"].start()
     code, out, err = ship(capsys, shipped, "deploy", "--revert")
-    assert code == 0, err
-    assert_invariant(capsys, shipped, rig, set())
-
-
-KILLER = """
-import os, signal, sys
-import kvbake.transitions as transitions
-from kvbake.cli import main
-original = transitions.write_journal
-def write_then_die(folder, journal):
-    original(folder, journal)
-    os.kill(os.getpid(), signal.SIGKILL)
-transitions.write_journal = write_then_die
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def test_sigkill_after_the_first_journal_write_then_resume_then_revert(capsys, shipped, rig, tmp_path):
-    import subprocess
-
-    deploy_control(capsys, shipped, "baseline")
-    runner = tmp_path / "killer.py"
-    runner.write_text(KILLER)
-    argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
-            "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"])]
-    killed = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert killed.returncode == -9
-    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "blocked")
-    assert code == 12 and "deploy --resume" in err
-    code, _, err = ship(capsys, shipped, "deploy", "--resume", "--preset", "control", "--image", shipped["digest"])
-    assert code == 12 and "the journal is for release" in err, err
-    code, _, err = ship(capsys, shipped, "deploy", "--resume")
-    assert code == 0, err
-    assert_invariant(capsys, shipped, rig, {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
-                                           "VLLM_EXL3_TF_PROMPT_TRANSIENT=1", "VLLM_INDEXER_PREFILL_BUFFER_FACTOR=4"})
-    deploy_control(capsys, shipped, "baseline again")
-    killed = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert killed.returncode == -9
-    code, _, err = ship(capsys, shipped, "deploy", "--revert")
     assert code == 0, err
     assert_invariant(capsys, shipped, rig, set())
 

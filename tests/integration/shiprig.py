@@ -1,0 +1,90 @@
+"""The ship rig shared by the deploy tests: a registry, node A on a unix socket, node B through ssh, the stand-in
+shipped once; helpers to run commands against it and to snapshot every node's whole state."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvbake.engine import Engine
+from kvbake.journal import DIVERGED, JOURNAL
+from kvbake.nodestate import LOCK_NAME, NodeState
+from kvbake.rig import NodeEngine
+
+from conftest import run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BASE = "kvbake-standin/vllm-base:0.33.0"
+CONTAINER = "kvbake-serve"
+BAKED = "/usr/local/lib/python3.11/dist-packages/vllm/v1/kv_cache_interface.py"
+PACKING_ENV = {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
+               "VLLM_EXL3_TF_PROMPT_TRANSIENT=1", "VLLM_INDEXER_PREFILL_BUFFER_FACTOR=4"}
+STANDIN_LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
+
+
+def write_deploy(folder: Path, rig: dict, launcher: list[str]) -> Path:
+    path = folder / "deploy.yaml"
+    path.write_text(json.dumps({
+        "format": 1,
+        "nodes": [{"name": "spark-a", "host": rig["a"].host, "role": "head"}, {"name": "spark-b", "host": rig["b_host"], "role": "worker"}],
+        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120},
+    }))
+    return path
+
+
+def ship(capsys, shipped: dict, *argv: str) -> tuple[int, str, str]:
+    return run(capsys, *argv, "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]))
+
+
+def ship_with(capsys, shipped: dict, deploy_file: Path, *argv: str) -> tuple[int, str, str]:
+    return run(capsys, *argv, "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file))
+
+
+def serving_env(node: NodeEngine) -> set[str]:
+    return {e for e in Engine(node.host).container_inspect(CONTAINER)["Config"]["Env"] if e.startswith("VLLM_")}
+
+
+def deploy_control(capsys, shipped, reason: str) -> None:
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", reason)
+    assert code == 0, f"deploy failed: {err}"
+
+
+def assert_invariant(capsys, shipped, rig, expect_env: set[str]) -> None:
+    """Every rank is on one release with one switch set, and verify-running agrees."""
+    assert serving_env(rig["a"]) == serving_env(rig["b"]) == expect_env
+    code, out, err = ship(capsys, shipped, "status", "--json")
+    assert code == 0 and not json.loads(out)["diverged"], out + err
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+
+
+def node_snapshot(node: NodeEngine, name: str, repository: str) -> dict[str, Any]:
+    """One node's whole state: the IDs `current` and `previous` name, both records, the journal and diverged mark it
+    keeps, its lock marker and what serves (image and switches)."""
+    engine = Engine(node.host)
+    records = NodeState(name, engine).read()
+    serving = engine.container_inspect(CONTAINER)
+    return {"current": engine.image_id_of(f"{repository}:current"), "previous": engine.image_id_of(f"{repository}:previous"),
+            "records": (records.current.id if records.current else None, records.previous.id if records.previous else None),
+            "transition": (records.transition or {}).get("id"), "diverged": records.diverged,
+            "lock": engine.container_inspect(LOCK_NAME) is not None,
+            "serving": (serving["Image"], sorted(e for e in serving["Config"]["Env"] if e.startswith("VLLM_")),
+                        serving["State"]["Running"]) if serving else None}
+
+
+def fleet_snapshot(rig: dict, shipped: dict, deploy_file: Path | None = None) -> dict[str, Any]:
+    """Every node's whole state, plus this host's journal and diverged marker."""
+    state = (deploy_file or shipped["deploy"]).parent / ".kvbake" / "deploy"
+    return {"a": node_snapshot(rig["a"], "spark-a", shipped["repository"]), "b": node_snapshot(rig["b"], "spark-b", shipped["repository"]),
+            "journal": (state / JOURNAL).exists(), "diverged": (state / DIVERGED).exists()}
+
+
+def reset_nodes(rig: dict, repository: str) -> None:
+    """Make both nodes new to kvbake: no serving container, no records, no lock, no current or previous tag."""
+    for key in ("a", "b"):
+        engine = Engine(rig[key].host)
+        for container in (CONTAINER, "kvbake-state", LOCK_NAME):
+            engine.remove_container(container)
+        for kind in ("current", "previous", "staged"):
+            engine.untag(f"{repository}:{kind}")

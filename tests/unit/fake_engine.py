@@ -1,0 +1,101 @@
+"""A fake node engine for the ship core's unit tests: images by ID and tag, marker and serving containers, and the
+files `docker cp` would put into a state container. Only the calls rollout, transitions and nodestate make."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kvbake.errors import EngineError
+from kvbake.profile import EngineProfile
+
+
+class FakeEngine:
+    """One node. `images` maps an image ID to its inspect document; `down` makes every call fail like a dead engine."""
+
+    def __init__(self, name: str, store: str = "classic") -> None:
+        self.label = name
+        self.images: dict[str, dict[str, Any]] = {}
+        self.tags: dict[str, str] = {}
+        self.registry: dict[str, dict[str, Any]] = {}
+        self.containers: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, dict[str, bytes]] = {}
+        self.down = False
+        self._profile = EngineProfile("26.1.5", store, "overlay2")
+
+    def _up(self) -> None:
+        if self.down:
+            raise EngineError(f"{self.label}: the engine is unreachable", "start it")
+
+    def ping(self) -> dict[str, Any]:
+        self._up()
+        return {}
+
+    def profile(self) -> EngineProfile:
+        self._up()
+        return self._profile
+
+    def image_id_of(self, reference: str) -> str | None:
+        self._up()
+        return reference if reference in self.images else self.tags.get(reference)
+
+    def inspect_image(self, reference: str) -> dict[str, Any] | None:
+        image_id = self.image_id_of(reference)
+        return self.images.get(image_id) if image_id else None
+
+    def pull(self, reference: str) -> None:
+        self._up()
+        image = self.registry[reference]
+        self.images[image["Id"]] = image
+        self.tags[reference] = image["Id"]
+
+    def tag(self, image_id: str, reference: str) -> None:
+        self._up()
+        self.tags[reference] = image_id
+
+    def untag(self, reference: str) -> None:
+        self._up()
+        self.tags.pop(reference, None)
+
+    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> bool:
+        self._up()
+        if name in self.containers:
+            return False
+        self.containers[name] = {"Name": name, "Image": self.image_id_of(image), "Config": {"Labels": dict(labels), "Env": []},
+                                 "State": {"Running": False}}
+        return True
+
+    def container_inspect(self, name: str) -> dict[str, Any] | None:
+        self._up()
+        return self.containers.get(name)
+
+    def remove_container(self, name: str) -> None:
+        self._up()
+        self.containers.pop(name, None)
+        self.files.pop(name, None)
+
+    def copy_in(self, source: Path, container: str, path: str) -> None:
+        self._up()
+        folder = self.files.setdefault(container, {})
+        for item in source.iterdir():
+            folder[item.name] = item.read_bytes()
+
+    def copy_out(self, container: str, path: str, destination: Path) -> bool:
+        self._up()
+        if container not in self.files:
+            return False
+        destination.mkdir(parents=True)
+        for name, data in self.files[container].items():
+            (destination / name).write_bytes(data)
+        return True
+
+    def run_serving(self, name: str, reference: str, env: list[str]) -> None:
+        """What a launcher does: (re)create the serving container from `reference` with `env`."""
+        self._up()
+        self.containers[name] = {"Name": name, "Image": self.image_id_of(reference), "Config": {"Env": list(env), "Labels": {}},
+                                 "State": {"Running": True}, "Mounts": []}
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, dirs_exist_ok=True)
