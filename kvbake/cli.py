@@ -37,15 +37,28 @@ COMMANDS_HELP = """commands:
 """
 
 
-def parser() -> argparse.ArgumentParser:
+BEFORE = "before_command_"
+COMMON_DEFAULTS = {"manifest": Path("manifest.yaml"), "host": None, "json": False, "debug": False}
+
+
+def common_options(dest_prefix: str) -> argparse.ArgumentParser:
+    """The options every command takes, before or after the command; unset ones stay absent (filled once later)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--manifest", default="manifest.yaml", type=Path, help="manifest path (default: ./manifest.yaml)")
-    common.add_argument("--host", default=None, help="docker host (default: the local engine / DOCKER_HOST)")
-    common.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
-    common.add_argument("--debug", action="store_true", help="log every step and show tracebacks")
+    unset = argparse.SUPPRESS
+    common.add_argument("--manifest", dest=dest_prefix + "manifest", default=unset, type=Path, metavar="PATH",
+                        help="manifest path (default: ./manifest.yaml)")
+    common.add_argument("--host", dest=dest_prefix + "host", default=unset, metavar="HOST",
+                        help="docker host (default: the local engine / DOCKER_HOST)")
+    common.add_argument("--json", dest=dest_prefix + "json", default=unset, action="store_true", help="print machine-readable JSON on stdout")
+    common.add_argument("--debug", dest=dest_prefix + "debug", default=unset, action="store_true", help="log every step and show tracebacks")
+    return common
+
+
+def parser() -> argparse.ArgumentParser:
+    common = common_options("")
     top = argparse.ArgumentParser(prog="build.py", description="kvbake: bake a pinned patch chain into a verified derived image.",
                                   epilog=COMMANDS_HELP + "\n" + exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  parents=[common])
+                                  parents=[common_options(BEFORE)])
     top.add_argument("--version", action="version", version=f"kvbake {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
     build = sub.add_parser("build", parents=[common], help="bake the image")
@@ -121,11 +134,31 @@ def emit(args: argparse.Namespace, data: dict, text: str) -> None:
     print(json.dumps(data, indent=1, sort_keys=True) if args.json else text)
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def merge_common(top: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Each common option from either side of the command, or its default; a different value on each side is a usage error."""
+    for name, default in COMMON_DEFAULTS.items():
+        given = [getattr(args, key) for key in (BEFORE + name, name) if hasattr(args, key)]
+        if len(given) == 2 and given[0] != given[1]:
+            top.error(f"--{name} is given before and after the command with different values "
+                      f"({given[0]} and {given[1]}); give it once")
+        if hasattr(args, BEFORE + name):
+            delattr(args, BEFORE + name)
+        setattr(args, name, given[-1] if given else default)
+    return args
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse the command line; common options may come before or after the command."""
+    top = parser()
+    args = merge_common(top, top.parse_args(argv))
     args.command = args.command or "build"
     if not hasattr(args, "builder"):
         args.builder = "kvbake"
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     configure_logging(args.debug)
     from kvbake import commands
     from kvbake.engine import show_progress
