@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvbake.corpus import Corpus, load_corpus
+from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
 from kvbake.errors import KvbakeError, ValidationStop
@@ -18,7 +18,7 @@ from kvbake.manifest import Manifest
 from kvbake.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
 from kvbake.needle import build_corruption_set, build_needle_prompt, make_needle_codes
 from kvbake.nodestate import NodeState
-from kvbake.openai_client import Completion, CompletionRequest, OpenAIClient
+from kvbake.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
 from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.presets import ChosenPreset
 from kvbake.validate_plan import (
@@ -48,6 +48,7 @@ class ValidateRequest:
     mem_floor_gib: float = 1.5
     mem_interval_s: float = 5.0
     meminfo_path: str = DEFAULT_MEMINFO
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per request; a request that takes longer stops the run
 
 
 def _complete(client: OpenAIClient, prompt: str, salt: str) -> Completion:
@@ -82,8 +83,19 @@ class PlanRun:
         return score_prefix(PrefixObservations(_observe(cold), _observe(hit), _observe(fresh), _observe(part), _observe(part_control),
                                                shared, self.controls, o.preset.prefix_block))
 
+    def check_fits(self, what: str, prompts: Sequence[str]) -> None:
+        """Measure prompts with the server's tokenizer: the estimate sized them, only the server knows their length."""
+        max_len = self.options.preset.max_model_len
+        longest, text = max((len(self.client.tokenize(p)), p) for p in prompts)
+        if longest > max_len - ANSWER_TOKENS:
+            raise ValidationStop(f"the {what} prompt is {longest} tokens by the server's tokenizer ({estimate_tokens(text)} "
+                                 f"estimated), over max-model-len {max_len} less {ANSWER_TOKENS} for the answer",
+                                 "pass smaller --depths, --corruption-tokens or --pressure-tokens: the 4-character "
+                                 "estimate undercounts this model's tokenizer")
+
     def needle_set(self, name: str, tokens: int, size: int) -> StepResult:
         prompts = build_corruption_set(self.corpus, tokens, f"{self.options.seed}:{name}", size=size)
+        self.check_fits(name, [p.text for p in prompts])
         requests = [CompletionRequest(p.text, ANSWER_TOKENS, self.options.salt(f"{name}-{i}")) for i, p in enumerate(prompts)]
         return score_needle_set(name, prompts, self.client.complete_many(requests, max_workers=size))
 
@@ -91,6 +103,7 @@ class PlanRun:
         o = self.options
         codes = make_needle_codes(f"{o.seed}:needles", len(o.depths))
         prompt = build_needle_prompt(self.corpus, o.needle_tokens, o.depths, codes, start=3)
+        self.check_fits("needle", [prompt.text])
         return score_needles(prompt, _complete(self.client, prompt.text, o.salt("needles")))
 
     def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
@@ -176,7 +189,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
                            request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
                            request.pressure, request.pressure_tokens)
     corpus, corpus_label = _corpus(request)
-    with OpenAIClient(request.endpoint, request.model) as client:
+    with OpenAIClient(request.endpoint, request.model, request.timeout_s) as client:
         watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
                                 request.mem_interval_s, on_breach=client.close)
         plan = PlanRun(client, options, corpus)

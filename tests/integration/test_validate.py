@@ -70,7 +70,9 @@ def validate(capsys, manifest: Path, endpoint: str, *argv: str) -> tuple[int, st
 
 
 def reports(manifest: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((manifest.parent / ".kvbake" / "validate").glob("*.json"))]
+    """Every report, oldest first (names alone do not order runs within one second: a -2 sorts before the first)."""
+    paths = sorted((manifest.parent / ".kvbake" / "validate").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    return [json.loads(p.read_text()) for p in paths]
 
 
 def test_a_clean_run_passes_every_step_and_writes_the_report(capsys, manifest, double):

@@ -8,10 +8,12 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvbake.corpus import Corpus, Document
+from kvbake.corpus import Corpus, Document, estimate_tokens
 from kvbake.errors import ValidationStop
-from kvbake.needle import build_corruption_set, score_corruption
+from kvbake.needle import build_corruption_set, build_needle_prompt, find_codes, make_needle_codes, score_corruption
 from kvbake.openai_client import CompletionRequest, OpenAIClient, completion_payload, parse_completion
 from kvbake.prefix_identity import (
     Observation,
@@ -22,6 +24,9 @@ from kvbake.prefix_identity import (
     score_prefix_sequence,
     shared_prefix_length,
 )
+from kvbake.validate_plan import synthetic_corpus
+from tests.doubles.double_faults import Fault, fault_from_json
+from tests.doubles.double_text import TOKENIZERS, find_needle_codes, token_pieces
 from tests.doubles.openai_double import DEFAULT_MODEL, Misbehaviour, OpenAIDouble
 
 CORPUS = Corpus(
@@ -218,3 +223,118 @@ def test_parse_completion_reads_text_and_counts() -> None:
     body = {"choices": [{"text": "hi"}], "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}}
     done = parse_completion(body, "u")
     assert (done.text, done.prompt_tokens, done.cached_tokens) == ("hi", 9, 4)
+
+
+NEEDLE_PROMPT = build_needle_prompt(synthetic_corpus(), 5000, (1000, 3000), make_needle_codes("ratio", 2)).text
+
+
+@pytest.mark.parametrize(("tokenizer", "low", "high"), [("estimate", 1.0, 1.0), ("words", 1.1, 1.3),
+                                                         ("long-words", 0.7, 0.9)])
+def test_each_tokenizer_counts_its_own_way(tokenizer: str, low: float, high: float) -> None:
+    ratio = len(token_pieces(NEEDLE_PROMPT, tokenizer)) / estimate_tokens(NEEDLE_PROMPT)
+    assert low <= ratio <= high, ratio
+    assert token_pieces(NEEDLE_PROMPT, tokenizer) == token_pieces(NEEDLE_PROMPT, tokenizer)
+
+
+def test_the_double_reports_its_own_token_count_and_refuses_past_max_model_len() -> None:
+    with OpenAIDouble(tokenizer="words", max_model_len=6000) as double, \
+            OpenAIClient(double.url, timeout_s=10.0) as client:
+        done = client.complete(CompletionRequest(prompt=NEEDLE_PROMPT[:12000], cache_salt="w"))
+        assert done.prompt_tokens == double.count_tokens(NEEDLE_PROMPT[:12000]) != estimate_tokens(NEEDLE_PROMPT[:12000])
+        assert len(client.tokenize(NEEDLE_PROMPT[:12000])) == done.prompt_tokens
+        with pytest.raises(ValidationStop, match="answered HTTP 400: .*maximum context length is 6000 tokens"):
+            client.complete(CompletionRequest(prompt=NEEDLE_PROMPT))
+
+
+def test_the_code_rule_skips_the_placeholder_and_lower_case() -> None:
+    text = "NEEDLE-XXXX-XXXX NEEDLE-7F3A-19C2. NEEDLE-7f3a-19c2 NEEDLE-0000-AAAA NEEDLE-7F3A-19C2 NEEDLE-12"
+    assert find_needle_codes(text) == ("NEEDLE-7F3A-19C2", "NEEDLE-0000-AAAA")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("NEDL-0123456789ABCDEFXabf \n.,"), max_size=120))
+def test_the_code_rule_agrees_with_kvbakes_pattern(text: str) -> None:
+    assert find_needle_codes(text) == find_codes(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.sampled_from(sorted(TOKENIZERS)))
+def test_every_tokenizer_splits_text_into_pieces_that_join_back(text: str, tokenizer: str) -> None:
+    pieces = token_pieces(text, tokenizer)
+    assert "".join(pieces) == text and all(pieces)
+
+
+def test_a_fault_hits_only_the_requests_it_selects(double: OpenAIDouble, client: OpenAIClient) -> None:
+    double.faults = Misbehaviour(faults=(Fault("cached_tokens", 7, request=2), Fault("empty", salt_suffix="-b"),
+                                         Fault("prompt_tokens", 5, prompt_tokens=3)))
+    done = [client.complete(CompletionRequest(prompt=p, cache_salt=salt))
+            for p, salt in (("Hello there.", "x-a"), ("Hello there.", "x-a"), ("Hello there.", "x-b"), ("abcdefghijklmnopq", "y"))]
+    assert [d.cached_tokens for d in done] == [0, 7, 0, 0]
+    assert [d.text == "" for d in done] == [False, False, True, False]
+    assert [d.prompt_tokens for d in done] == [8, 8, 8, 5]
+    assert double.counts == {"completion": 4, "tokenize": 0, "models": 1}
+
+
+def test_a_wrong_code_replaces_the_last_own_code(double: OpenAIDouble, client: OpenAIClient) -> None:
+    codes = make_needle_codes("wrong", 2)
+    prompt = build_needle_prompt(CORPUS, 1000, (100, 600), codes).text
+    double.faults = Misbehaviour(faults=(Fault("code", "NEEDLE-0000-0000"),))
+    assert client.complete(CompletionRequest(prompt=prompt)).text == f"{codes[0]}, NEEDLE-0000-0000"
+    double.faults = Misbehaviour(faults=(Fault("truncate"),))
+    assert client.complete(CompletionRequest(prompt=prompt)).text == f"{codes[0]},"
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    (Fault("invalid_json"), "/v1/completions returned an unexpected body: not JSON"),
+    (Fault("drop_details"), "usage.prompt_tokens_details.cached_tokens is missing"),
+    (Fault("status", 429), "/v1/completions answered HTTP 429: "),
+    (Fault("drop_tokens", kind="tokenize"), "/tokenize returned an unexpected body: no tokens list"),
+    (Fault("invalid_json", kind="tokenize"), "/tokenize returned an unexpected body: not JSON"),
+])
+def test_a_body_fault_becomes_a_validation_stop(double: OpenAIDouble, client: OpenAIClient, fault: Fault,
+                                                  message: str) -> None:
+    double.faults = Misbehaviour(faults=(fault,))
+    call = client.tokenize if fault.kind == "tokenize" else (lambda p: client.complete(CompletionRequest(prompt=p)))
+    with pytest.raises(ValidationStop) as caught:
+        call("Hello there.")
+    assert message in caught.value.message and caught.value.exit_code == 15
+
+
+def test_a_delay_past_the_client_timeout_is_a_read_timeout_stop(double: OpenAIDouble) -> None:
+    double.faults = Misbehaviour(faults=(Fault("delay", 60.0, kind="models"),))
+    with OpenAIClient(double.url, timeout_s=0.2) as client, pytest.raises(ValidationStop) as caught:
+        client.resolve_model()
+    assert caught.value.message == f"cannot reach {double.url}/v1/models: ReadTimeout: timed out"
+
+
+def test_faults_set_at_runtime_are_checked_and_reset_clears_them(client: OpenAIClient) -> None:
+    body = _control(client, faults=[{"effect": "status", "value": 503, "kind": "tokenize", "request": 1}])
+    assert body["faults"] == [{"effect": "status", "value": 503, "kind": "tokenize", "request": 1,
+                               "salt_suffix": None, "prompt_tokens": None}]
+    with pytest.raises(ValidationStop, match="/tokenize answered HTTP 503"):
+        client.tokenize("Hello there.")
+    assert client.tokenize("Hello there.") == client.tokenize("Hello there.")
+    for bad, fragment in [([{"effect": "explode"}], "effect 'explode' does not apply to completion requests"),
+                          ([{"effect": "drop_tokens"}], "effect 'drop_tokens' does not apply to completion requests"),
+                          ([{"effect": "status"}], "effect 'status' needs a value of type int"),
+                          ([{"effect": "empty", "value": 3}], "effect 'empty' takes no value"),
+                          ([{"effect": "empty", "request": 0}], "request 0 must be a request number from 1"),
+                          ([{"value": 3}], "a fault is an object with 'effect'"), ("nope", "faults must be a list")]:
+        status, answer = _post(f"{client.base_url}/control/misbehave", {"faults": bad})
+        assert (status, fragment in answer["message"]) == (400, True), answer
+    status, cleared = _post(f"{client.base_url}/control/reset", {})
+    assert (status, cleared["faults"]) == (200, [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["effect", "value", "kind", "request", "salt_suffix", "prompt_tokens", "x"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(-3, 600), st.floats(allow_nan=False),
+                                 st.sampled_from(["status", "delay", "empty", "code", "tokenize", "models", "-b"]),
+                                 st.lists(st.integers(), max_size=2))))
+def test_a_fault_from_json_is_a_fault_or_a_value_error(body: dict) -> None:
+    try:
+        fault = fault_from_json(body)
+    except ValueError as err:
+        assert str(err) and "\n" not in str(err)
+    else:
+        assert isinstance(fault, Fault)
