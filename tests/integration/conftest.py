@@ -20,6 +20,12 @@ from tiny import import_base, write_project
 pytestmark = pytest.mark.docker
 
 
+@pytest.fixture(scope="session", autouse=True)
+def engine_gate(engine: Engine) -> Engine:
+    """Every integration test first passes the engine check: no engine fails the run, or is a loud skip when asked."""
+    return engine
+
+
 @pytest.fixture(scope="session")
 def tiny_base(engine: Engine) -> str:
     return import_base(engine)
