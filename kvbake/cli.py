@@ -7,16 +7,16 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from kvbake import __version__
-from kvbake.errors import EXIT_CODES, KvbakeError
+from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
 
 log = logging.getLogger("kvbake")
 
 
 def exit_code_table() -> str:
-    rows = ["  0  success", "  2  usage error (bad command-line arguments)"]
+    rows = ["  0  success"]
     rows += [f"  {cls.exit_code:<2} {cls.title}: {(cls.__doc__ or '').strip()}" for cls in EXIT_CODES]
     return "exit codes:\n" + "\n".join(sorted(rows, key=lambda r: int(r.split()[0])))
 
@@ -41,9 +41,17 @@ BEFORE = "before_command_"
 COMMON_DEFAULTS = {"manifest": Path("manifest.yaml"), "host": None, "json": False, "debug": False}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are a UsageError (one line and exit 2), not usage text and SystemExit."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        raise UsageError(message, f"see python build.py {command + ' ' if command else ''}--help")
+
+
 def common_options(dest_prefix: str) -> argparse.ArgumentParser:
     """The options every command takes, before or after the command; unset ones stay absent (filled once later)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     unset = argparse.SUPPRESS
     common.add_argument("--manifest", dest=dest_prefix + "manifest", default=unset, type=Path, metavar="PATH",
                         help="manifest path (default: ./manifest.yaml)")
@@ -56,7 +64,7 @@ def common_options(dest_prefix: str) -> argparse.ArgumentParser:
 
 def parser() -> argparse.ArgumentParser:
     common = common_options("")
-    top = argparse.ArgumentParser(prog="build.py", description="kvbake: bake a pinned patch chain into a verified derived image.",
+    top = OneLineParser(prog="build.py", description="kvbake: bake a pinned patch chain into a verified derived image.",
                                   epilog=COMMANDS_HELP + "\n" + exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
                                   parents=[common_options(BEFORE)])
     top.add_argument("--version", action="version", version=f"kvbake {__version__}")
@@ -81,8 +89,9 @@ def parser() -> argparse.ArgumentParser:
 def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     ship = argparse.ArgumentParser(add_help=False)
     ship.add_argument("--deploy", default="deploy.yaml", type=Path, help="deployment file: nodes, roles, launcher (default: ./deploy.yaml)")
-    ship.add_argument("--break-lock", action="store_true", help="break a stale node lock (recorded in the audit log)")
-    deploy = sub.add_parser("deploy", parents=[common, ship], help="roll the release out to every node (two phases, reverted on failure)")
+    changes = argparse.ArgumentParser(add_help=False)
+    changes.add_argument("--break-lock", action="store_true", help="break a stale node lock (recorded in the audit log)")
+    deploy = sub.add_parser("deploy", parents=[common, ship, changes], help="roll the release out to every node (two phases, reverted on failure)")
     deploy.add_argument("--preset", help="the preset (switch set and max-model-len) to run on every rank")
     deploy.add_argument("--image", help="pull reference repo@sha256:… (default: from the push record)")
     deploy.add_argument("--reason", help="why (recorded in the release record and the audit logs)")
@@ -92,7 +101,7 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     deploy.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
-    sub.add_parser("rollback", parents=[common, ship], help="swap current and previous on every rank, restart, verify")
+    sub.add_parser("rollback", parents=[common, ship, changes], help="swap current and previous on every rank, restart, verify")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
     sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")
@@ -157,8 +166,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def report(err: KvbakeError, debug: bool) -> int:
+    """The one place an error becomes its line on stderr and its exit code."""
+    if debug:
+        log.exception("failed")
+    print(f"error ({err.title}): {err.one_line()}", file=sys.stderr)
+    return err.exit_code
+
+
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as err:
+        return report(err, debug=False)
     configure_logging(args.debug)
     from kvbake import commands
     from kvbake.engine import show_progress
@@ -169,9 +189,6 @@ def main(argv: list[str]) -> int:
     try:
         data, text = handler(args)
     except KvbakeError as err:
-        if args.debug:
-            log.exception("failed")
-        print(f"error ({err.title}): {err.one_line()}", file=sys.stderr)
-        return err.exit_code
+        return report(err, args.debug)
     emit(args, data, text)
     return 0

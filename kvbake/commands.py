@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kvbake.building import build_image, build_with_docker
 from kvbake.engine import Engine
+from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.plan import make_plan, plan_summary, read_overlay, tag_for
@@ -145,6 +146,8 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.rollout import deploy, recover
     from kvbake.shipping import make_release, pushed_reference
 
+    if not (args.preset or args.resume or args.revert):
+        raise_usage("deploy needs --preset NAME (or --resume / --revert)")
     manifest, lock, plan, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
         release_id = None
@@ -154,8 +157,6 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
         journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, release_id)
         verb = "resumed" if args.resume else "reverted"
         return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
-    if not args.preset:
-        raise_usage("deploy needs --preset NAME (or --resume / --revert)")
     chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
     image = args.image or pushed_reference(manifest, plan)
     release = make_release(plan, image, chosen, args.reason or "")
@@ -200,12 +201,13 @@ def cmd_status(args: argparse.Namespace) -> Result:
 
 def cmd_config(args: argparse.Namespace) -> Result:
     from kvbake import runtime_config as rc
-    from kvbake.errors import PresetError
     from kvbake.presets import choose_preset
 
     manifest = _manifest(args)
     out = args.out if args.out is not None else manifest.root / "configs"
     shown = _shown(manifest, out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {shown} is not a folder", "pass a folder for the configuration (it is created when missing)")
     provenance = rc.Provenance(manifest.path.name, manifest.sha256,
                                read_lock(manifest).core_sha256() if manifest.lock_path.exists() else None)
     if args.check:
@@ -216,7 +218,7 @@ def cmd_config(args: argparse.Namespace) -> Result:
             raise rc.drift_error(drift, shown)
         return {"ok": True, "out": shown, "presets": list(names)}, f"{shown}: {', '.join(names)} match the manifest and lock"
     if args.all == bool(args.preset):
-        raise PresetError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
+        raise UsageError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
     if args.all:
         configs = rc.render_many(manifest, manifest.presets, provenance)
     else:
@@ -247,10 +249,13 @@ def _write_tree(folder: Path, tree: dict[str, str]) -> None:
 
     for relative, text in sorted(tree.items()):
         target = folder / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, target)
+        except OSError as err:
+            raise ResourceError(f"cannot write {target}: {err.strerror}", "pass an --out folder this user can write") from None
 
 
 def cmd_validate(args: argparse.Namespace) -> Result:
@@ -271,12 +276,10 @@ def cmd_validate(args: argparse.Namespace) -> Result:
 
 
 def _validate_rollback(args: argparse.Namespace, manifest: Manifest, deployment):
-    from kvbake.errors import KvbakeError
-
     if not args.rollback_on_failure:
         return None
     if deployment is None:
-        raise KvbakeError("--rollback-on-failure needs --deploy", "pass --deploy deploy.yaml so the nodes are known")
+        raise UsageError("--rollback-on-failure needs --deploy", "pass --deploy deploy.yaml so the nodes are known")
 
     def roll_back() -> str:
         from kvbake.rollout import rollback
@@ -289,6 +292,4 @@ def _validate_rollback(args: argparse.Namespace, manifest: Manifest, deployment)
 
 
 def raise_usage(message: str) -> None:
-    from kvbake.errors import PresetError
-
-    raise PresetError(message, "see python build.py deploy --help")
+    raise UsageError(message, "see python build.py deploy --help")

@@ -55,7 +55,7 @@ class Engine(ContainerOps):
             info = self.client.system.info()
         except DockerException as err:
             raise EngineError(f"{self.label} is unreachable ({_stderr(err)})",
-                              "start dockerd (see README: Set-up) or pass the right --host") from None
+                              "start dockerd (see README: Two commands) or pass the right --host") from None
         facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
                  "architecture": info.architecture, "os_type": info.os_type}
         self._profile = profile_from_info(facts, self.label)

@@ -22,6 +22,13 @@ class KvbakeError(Exception):
         return text
 
 
+class UsageError(KvbakeError):
+    """The command line cannot be used: an unknown command or option, a missing or conflicting argument."""
+
+    exit_code = 2
+    title = "usage"
+
+
 class ManifestError(KvbakeError):
     """The manifest is malformed, violates the schema or breaks a semantic rule."""
 
@@ -129,6 +136,7 @@ class KvArithError(KvbakeError):
 
 EXIT_CODES: tuple[type[KvbakeError], ...] = (
     KvbakeError,
+    UsageError,
     ManifestError,
     LockError,
     PatchError,

@@ -30,9 +30,13 @@ def pushed_reference(manifest: Manifest, plan: Plan) -> str:
     path = manifest.root / PUSHES_DIR / f"{plan.tag}.json"
     if not path.exists():
         raise RegistryError(f"{plan.reference} has not been pushed (no push record)", "run python build.py push first")
-    record = json.loads(path.read_text())
-    reference = record.get("pinned")
-    if not reference or "@sha256:" not in reference:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RegistryError(f"the push record of {plan.tag} ({path.name}) is unreadable or not JSON ({err})",
+                            "run python build.py push again to rewrite it") from None
+    reference = record.get("pinned") if isinstance(record, dict) else None
+    if not isinstance(reference, str) or "@sha256:" not in reference:
         raise RegistryError(f"the push record of {plan.tag} has no digest reference", "run python build.py push again")
     return reference
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbake.corpus import Corpus, Document
-from kvbake.errors import KvbakeError, PresetError
+from kvbake.errors import PresetError, UsageError
 from kvbake.manifest import Preset
 from kvbake.needle import NeedlePrompt, default_depths, score_corruption, score_recall
 from kvbake.openai_client import Completion
@@ -50,9 +50,9 @@ def parse_depths(text: str | None) -> tuple[int, ...] | None:
     try:
         depths = tuple(sorted(int(part) for part in text.split(",") if part.strip()))
     except ValueError:
-        raise KvbakeError(f"--depths {text!r} is not a list of token counts", "pass e.g. --depths 450000,500000") from None
+        raise UsageError(f"--depths {text!r} is not a list of token counts", "pass e.g. --depths 450000,500000") from None
     if not depths or depths[0] < 0:
-        raise KvbakeError(f"--depths {text!r} needs one or more non-negative token counts", "pass e.g. --depths 450000,500000")
+        raise UsageError(f"--depths {text!r} needs one or more non-negative token counts", "pass e.g. --depths 450000,500000")
     return depths
 
 
@@ -98,7 +98,7 @@ def make_options(preset: Preset, salt_prefix: str, seed: str, depths: tuple[int,
         raise PresetError(f"too long for preset {preset.name} (max-model-len {preset.max_model_len}): {', '.join(too_long)}",
                           f"keep prompts and depths below {limit} tokens (the answer needs {ANSWER_TOKENS})")
     if pressure < 0:
-        raise KvbakeError(f"--pressure {pressure} is negative", "pass the number of concurrent long requests, e.g. 4")
+        raise UsageError(f"--pressure {pressure} is negative", "pass the number of concurrent long requests, e.g. 4")
     return options
 
 

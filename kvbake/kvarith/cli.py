@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
-from kvbake.errors import KvArithError, KvbakeError
+from kvbake.errors import KvArithError, KvbakeError, UsageError
 from kvbake.kvarith.anchors import run_anchors
 from kvbake.kvarith.calculator import Analysis, analyze, solve_without_pool
 from kvbake.kvarith.capacity import ServeSettings, lookahead_extra_retained, parse_bytes
@@ -18,18 +18,14 @@ from kvbake.kvarith.pressure import DEFAULT_MEM_FLOOR, PressureInputs, parse_mix
 from kvbake.kvarith.report import render_solution, render_text, solution_dict, to_dict
 from kvbake.kvarith.specs import SpecOptions
 
-USAGE_EXIT_CODE = 2  # kvbake's exit code for a command line that cannot be parsed
-
-
-class UsageError(Exception):
-    """A command line argparse cannot read; like every kvbake usage error it exits 2."""
+USAGE_EXIT_CODE = UsageError.exit_code
 
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors end in one line and an exit code, not in usage text and SystemExit."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(message, "see kv_arith --help")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +166,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        err.write(f"error: {' '.join(str(exc).split())}; fix: see kv_arith --help\n")
+        err.write(f"error: {exc.one_line()}\n")
         return USAGE_EXIT_CODE
     try:
         return run(args, out)

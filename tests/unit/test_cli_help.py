@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from kvbake.cli import exit_code_table, parser
-from kvbake.errors import EXIT_CODES, KvbakeError
+from kvbake.cli import exit_code_table, main, parser
+from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
 
 
 @pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "rollback", "verify-running",
@@ -17,10 +17,18 @@ def test_every_listed_command_parses(command: str) -> None:
 
 
 def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(UsageError, match=r"^argument COMMAND: invalid choice: 'bake-everything' .*; fix: see python build.py --help$"):
         parser().parse_args(["bake-everything"])
-    assert caught.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+    assert main(["bake-everything"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error (usage): argument COMMAND: invalid choice: 'bake-everything'") and err.count("\n") == 1, err
+
+
+def test_an_unknown_option_of_a_command_names_that_command_s_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--dry-run"]) == 2
+    assert capsys.readouterr().err == "error (usage): unrecognized arguments: --dry-run; fix: see python build.py --help\n"
+    assert main(["verify", "--deep=yes"]) == 2
+    assert "fix: see python build.py verify --help" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "deploy", "rollback",
@@ -37,15 +45,15 @@ def test_help_lists_every_exit_code(error: type[KvbakeError]) -> None:
 def test_help_lists_success_and_usage_codes() -> None:
     text = parser().format_help()
     assert re.search(r"^  0 +success$", text, re.MULTILINE)
-    assert re.search(r"^  2 +usage error", text, re.MULTILINE)
+    assert re.search(r"^  2 +usage: ", text, re.MULTILINE)
 
 
 def test_exit_codes_are_unique_and_the_table_is_in_order() -> None:
     codes = [cls.exit_code for cls in EXIT_CODES]
     assert len(set(codes)) == len(codes)
-    assert 0 not in codes and 2 not in codes
+    assert 0 not in codes and UsageError.exit_code == 2
     listed = [int(line.split()[0]) for line in exit_code_table().splitlines()[1:]]
-    assert listed == sorted([0, 2, *codes])
+    assert listed == sorted([0, *codes])
 
 
 def test_every_error_class_has_a_docstring_in_the_table() -> None:

@@ -1,0 +1,80 @@
+"""The CLI agrees with its documentation: the README's exit-code table, the options each command offers, usage errors
+raised before any file or engine is read, and every README section an error message points to."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvbake.cli import exit_code_table, main
+from kvbake.errors import EXIT_CODES
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+PACKAGE = Path(__file__).resolve().parents[2] / "kvbake"
+
+
+def readme_exit_rows() -> dict[int, str]:
+    """Code -> the README's meaning, from the table under "Exit codes"."""
+    section = README.read_text().split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        code, meaning = (cell.strip() for cell in line.strip("|").split("|", 1))
+        rows[int(code)] = meaning
+    return rows
+
+
+def help_exit_rows() -> dict[int, str]:
+    """Code -> the title `--help` prints for it."""
+    rows = {}
+    for line in exit_code_table().splitlines()[1:]:
+        code, text = line.split(None, 1)
+        rows[int(code)] = text.split(":", 1)[0]
+    return rows
+
+
+def test_the_readme_exit_code_table_equals_the_help_table() -> None:
+    readme, shown = readme_exit_rows(), help_exit_rows()
+    assert sorted(readme) == sorted(shown) == sorted([0, *(cls.exit_code for cls in EXIT_CODES)])
+    for code, title in shown.items():
+        assert readme[code] == title or readme[code].startswith(title + ": "), (code, title, readme[code])
+
+
+@pytest.mark.parametrize("command", ["verify-running", "status"])
+def test_break_lock_is_offered_only_where_it_acts(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--break-lock"]) == 2
+    assert capsys.readouterr().err == f"error (usage): unrecognized arguments: --break-lock; fix: see python build.py --help\n"
+
+
+@pytest.mark.parametrize("command", ["deploy", "rollback"])
+def test_break_lock_is_offered_where_a_lock_is_taken(command: str) -> None:
+    from kvbake.cli import parse_args
+
+    assert parse_args([command, "--break-lock"]).break_lock is True
+
+
+def test_deploy_without_a_preset_is_a_usage_error_before_any_file_is_read(tmp_path: Path, capsys) -> None:
+    assert main(["deploy", "--manifest", str(tmp_path / "absent.yaml"), "--deploy", str(tmp_path / "absent.yaml")]) == 2
+    assert capsys.readouterr().err == ("error (usage): deploy needs --preset NAME (or --resume / --revert); "
+                                       "fix: see python build.py deploy --help\n")
+
+
+def readme_headings() -> list[str]:
+    return [line.lstrip("#").strip() for line in README.read_text().splitlines() if line.startswith("#")]
+
+
+def test_every_readme_section_an_error_points_to_exists() -> None:
+    pointers = {match for path in PACKAGE.rglob("*.py") for match in re.findall(r"see README: ([^)\"]+)\)", path.read_text())}
+    assert pointers, "no message points to the README"
+    for pointer in sorted(pointers):
+        assert any(heading.startswith(pointer) for heading in readme_headings()), f"README has no section {pointer!r}"
+
+
+def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Path, capsys) -> None:
+    from kvbake.deployfile import load_deployment
+    from kvbake.errors import ManifestError
+
+    with pytest.raises(ManifestError, match=r"^deployment file gone\.yaml not found; fix: pass --deploy PATH "
+                                            r"\(see README: Deploy, rollback and recovery\)$"):
+        load_deployment(tmp_path / "gone.yaml")
