@@ -225,7 +225,8 @@ def test_a_failure_that_does_not_reverse_keeps_the_appliers_error(tmp_path: Path
 
 def test_a_failure_that_reverses_without_an_earlier_patch_is_reversed(tmp_path: Path) -> None:
     manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
-    with pytest.raises(PatchError, match="is reversed"):
+    with pytest.raises(PatchError, match=r"^patch 0001 \(1/1\): is reversed, or its change is already in the base image; "
+                                         r"fix: regenerate the patch as base→patched \(git diff a/ b/\), or pick the right base$"):
         apply_chain(manifest, base_tree(tmp_path), FakeApplier(fail=True, reverses=True))
 
 
@@ -272,7 +273,7 @@ def test_first_touches_records_how_the_chain_first_meets_each_path(tmp_path: Pat
 
 def test_a_lock_with_fewer_patches_than_the_chain_is_a_typed_error(tmp_path: Path) -> None:
     manifest = project(tmp_path, {"0001-modify.patch": MODIFY})
-    with pytest.raises(PatchError, match="0001"):
+    with pytest.raises(PatchError, match=r"^the lock pins patches but the chain is 0001; fix: review the chain and run python build\.py lock$"):
         apply_chain(manifest, base_tree(tmp_path), FakeApplier({"0001-modify.patch": {"pkg/mod.py": PATCHED}}), make_lock(patches=()))
 
 

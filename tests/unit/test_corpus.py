@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -34,16 +35,16 @@ def test_blank_lines_are_skipped_and_line_numbers_kept() -> None:
 
 
 def test_missing_folder_is_a_corpus_error(tmp_path: Path) -> None:
-    with pytest.raises(CorpusError) as caught:
+    with pytest.raises(CorpusError, match=rf"^corpus folder {re.escape(str(tmp_path / 'absent'))} does not exist; "
+                                          r"fix: use a corpus folder that holds opinions_cl\.jsonl and filings_recap\.jsonl$") as caught:
         load_corpus(tmp_path / "absent")
-    assert "absent" in caught.value.message
     assert caught.value.exit_code == 16
 
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "filings_recap.jsonl").unlink()
-    with pytest.raises(CorpusError, match="filings_recap.jsonl is missing"):
+    with pytest.raises(CorpusError, match=rf"^corpus file {re.escape(str(tmp_path / 'filings_recap.jsonl'))} is missing; fix: use a corpus folder"):
         load_corpus(tmp_path)
 
 
@@ -72,14 +73,16 @@ def test_malformed_record_names_file_and_line(tmp_path: Path, line: str, why: st
 def test_file_without_records_is_an_error(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "filings_recap.jsonl").write_text("\n\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match="holds no records"):
+    with pytest.raises(CorpusError, match=rf"^{re.escape(str(tmp_path / 'filings_recap.jsonl'))}: holds no records; "
+                                          r"fix: write one JSON object per line"):
         load_corpus(tmp_path)
 
 
 def test_non_utf8_file_is_an_error(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "opinions_cl.jsonl").write_bytes(b'{"text": "\xff\xfe"}\n')
-    with pytest.raises(CorpusError, match="UTF-8"):
+    with pytest.raises(CorpusError, match=rf"^corpus file {re.escape(str(tmp_path / 'opinions_cl.jsonl'))} cannot be read as UTF-8: "
+                                          r"'utf-8' codec can't decode byte 0xff"):
         load_corpus(tmp_path)
 
 
@@ -104,7 +107,7 @@ def test_corpus_text_has_exact_length_and_cycles_records() -> None:
 
 
 def test_corpus_text_refuses_negative_lengths_and_empty_corpora() -> None:
-    with pytest.raises(CorpusError):
+    with pytest.raises(CorpusError, match=r"^cannot take -1 characters of corpus text; fix: ask for zero or more characters$"):
         corpus_text(Corpus((Document("a", 1, "alpha"),)), -1)
-    with pytest.raises(CorpusError, match="no records"):
+    with pytest.raises(CorpusError, match=r"^the corpus holds no records; fix: use a corpus folder that holds opinions_cl\.jsonl"):
         corpus_text(Corpus(()), 10)

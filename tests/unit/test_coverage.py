@@ -279,7 +279,9 @@ def test_a_standin_copy_without_a_switch_fails_naming_it(tmp_path: Path) -> None
     report = coverage_of(standin_copy(tmp_path, drop_switch("VLLM_INDEXER_PREFILL_BUFFER_FACTOR")))
     assert report.errors == ("VLLM_INDEXER_PREFILL_BUFFER_FACTOR is read by the code but not declared as a switch or forbidden "
                              "(patch 0060 vllm/models/deepseek_v41/attention.py)",)
-    with pytest.raises(ManifestError, match="read by the code but not declared"):
+    with pytest.raises(ManifestError, match=r"^switch coverage: 1 problem\(s\): VLLM_INDEXER_PREFILL_BUFFER_FACTOR is read by the code "
+                                            r"but not declared as a switch or forbidden \(patch 0060 vllm/models/deepseek_v41/attention\.py\); "
+                                            r"fix: declare every name the chain reads"):
         raise_for_coverage(report)
 
 
@@ -297,5 +299,6 @@ def test_a_standin_copy_with_an_extra_switch_has_a_dead_switch(tmp_path: Path) -
     report = coverage_of(standin_copy(tmp_path, edit))
     assert report.errors == ("switch VLLM_DSV41_NEVER_READ is a dead switch: declared in the manifest but no code of the chain reads it",)
     assert "switch VLLM_DSV41_NEVER_READ is not registered in vllm/envs.py" in " ".join(report.warnings)
-    with pytest.raises(ManifestError, match="dead switch"):
+    with pytest.raises(ManifestError, match=r"^switch coverage: 1 problem\(s\): switch VLLM_DSV41_NEVER_READ is a dead switch: declared in "
+                                            r"the manifest but no code of the chain reads it; fix: declare every name the chain reads"):
         raise_for_coverage(report)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvbake.diffs import CREATE, MODIFY, FileChange, normalized_patch, parse_patch, relative_source_path
@@ -280,7 +282,8 @@ def test_refused_patches_raise_patch_error(text: str, fragment: str) -> None:
 
 
 def test_a_hunk_header_that_lies_is_not_a_unified_diff() -> None:
-    with pytest.raises(PatchError, match="patch 0007 is not a unified diff"):
+    with pytest.raises(PatchError, match=r"^patch 0007 is not a unified diff: Hunk is shorter than expected; "
+                                         r"fix: regenerate it with git diff, git format-patch or diff -u$"):
         parse_patch("0007", "--- a/x.py\n+++ b/x.py\n@@ -1,5 +1,5 @@\n-a\n+b\n")
 
 
@@ -291,13 +294,16 @@ def test_relative_source_path_strips_the_first_component(target: str, expected: 
 
 @pytest.mark.parametrize("target", ["b/", "b/.", "/abs.py", "b/pkg/../../x.py", "mod.py"])
 def test_relative_source_path_refuses_paths_outside_the_root(target: str) -> None:
-    with pytest.raises(PatchError, match="outside the source root") as caught:
+    with pytest.raises(PatchError, match=rf"^patch 0001 touches {re.escape(repr(target))}, outside the source root; "
+                                         r"fix: make every name in the patch one leading folder") as caught:
         relative_source_path("0001", target)
     assert caught.value.exit_code == 5
 
 
 @pytest.mark.parametrize("target", ["b//abs.py", "b/pkg/a b.py", '"b/pkg/x.py"', "b/pkg\\x.py", "b/pkg/x\x00.py", "b/pkg/x\u2028.py"])
 def test_relative_source_path_refuses_unusual_names(target: str) -> None:
-    with pytest.raises(PatchError, match="quoted names, whitespace, backslashes, doubled slashes and control characters are refused") as caught:
+    refused = (rf"^patch 0001 names {re.escape(repr(target))}: quoted names, whitespace, backslashes, doubled slashes and control "
+               r"characters are refused; fix: make every name in the patch one leading folder")
+    with pytest.raises(PatchError, match=refused) as caught:
         relative_source_path("0001", target)
     assert caught.value.exit_code == 5

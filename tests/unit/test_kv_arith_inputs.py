@@ -225,13 +225,14 @@ def test_config_that_is_a_directory(tmp_path: Path) -> None:
 
 
 def test_config_that_is_not_a_regular_file() -> None:
-    with pytest.raises(KvArithError, match="config /dev/null is not a regular file") as info:
+    with pytest.raises(KvArithError, match=r"^config /dev/null is not a regular file; fix: pass the model's config\.json with --config$") as info:
         load_config("/dev/null")
     assert info.value.exit_code == 17
 
 
 def test_config_path_with_a_nul_byte() -> None:
-    with pytest.raises(KvArithError, match="is not a valid path") as info:
+    with pytest.raises(KvArithError, match=r"^config path 'conf\\x00ig\.json' is not a valid path \(embedded null byte\); "
+                                           r"fix: pass the model's config\.json with --config$") as info:
         load_config("conf\x00ig.json")
     assert info.value.exit_code == 17
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -92,15 +93,21 @@ def test_a_drifted_manifest_is_refused(tmp_path: Path) -> None:
 def test_another_format_is_refused(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path)
     write_lock(manifest.lock_path, replace(full_lock(manifest.sha256), format=2))
-    with pytest.raises(LockError, match="has format 2, this kvbake writes 1"):
+    with pytest.raises(LockError, match=r"^manifest\.lock\.json has format 2, this kvbake writes 1; fix: run python build\.py lock$"):
         read_lock(manifest)
 
 
-@pytest.mark.parametrize("text", ["{not json", "{}", '{"format": 1}', "[]"])
-def test_a_malformed_lock_is_a_lock_error(text: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("text,problem", [
+    ("{not json", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    ("{}", "the top level lacks the key 'format'"),
+    ('{"format": 1}', "the top level lacks the key 'manifest_sha256'"),
+    ("[]", "the top level must be an object, not a list"),
+], ids=["{not json", "{}", '{"format": 1}', "[]"])
+def test_a_malformed_lock_is_a_lock_error(text: str, problem: str, tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path)
     manifest.lock_path.write_text(text, encoding="utf-8")
-    with pytest.raises(LockError, match="manifest.lock.json is malformed") as caught:
+    with pytest.raises(LockError, match=rf"^manifest\.lock\.json is malformed: {re.escape(problem)}; "
+                                        r"fix: restore it from version control, or delete it and run python build\.py lock$") as caught:
         read_lock(manifest)
     assert "\n" not in caught.value.one_line()
 

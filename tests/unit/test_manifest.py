@@ -145,7 +145,8 @@ def test_a_patch_escaping_through_a_symlinked_file_is_refused(tmp_path: Path) ->
     (project / "patches").mkdir(parents=True)
     (tmp_path / "elsewhere.patch").write_bytes(b"")
     (project / "patches" / "0001-tiny.patch").symlink_to(tmp_path / "elsewhere.patch")
-    with pytest.raises(ManifestError, match="escapes the manifest's folder through a symlink"):
+    with pytest.raises(ManifestError, match=r"^manifest\.yaml: chain 0001 file 'patches/0001-tiny\.patch' escapes the manifest's folder "
+                                            r"through a symlink; fix: replace the symlink with the file itself$"):
         load_manifest(write_manifest(project))
 
 
@@ -156,11 +157,15 @@ def test_every_tag_field_the_loader_accepts_can_be_formatted(tmp_path: Path) -> 
     assert manifest.output.tag.format(name="n", base_tag="b", short_id="s") == "n-b-s"
 
 
-@pytest.mark.parametrize("tag", ["{base_tag", "v}-{short_id}"])
-def test_an_unbalanced_brace_in_the_tag_template_is_a_manifest_error(tag: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tag,problem", [
+    ("{base_tag", "expected '}' before end of string"),
+    ("v}-{short_id}", "Single '}' encountered in format string"),
+], ids=["{base_tag", "v}-{short_id}"])
+def test_an_unbalanced_brace_in_the_tag_template_is_a_manifest_error(tag: str, problem: str, tmp_path: Path) -> None:
     document = minimal_document()
     document["output"]["tag"] = tag
-    with pytest.raises(ManifestError, match="output.tag"):
+    with pytest.raises(ManifestError, match=rf"^manifest\.yaml: output\.tag: {re.escape(problem)} in {re.escape(repr(tag))}; "
+                                            r"fix: correct the manifest entries named above$"):
         tiny_manifest(tmp_path, document)
 
 
@@ -170,11 +175,15 @@ def test_the_schema_is_package_data_and_requires_every_top_level_section() -> No
     assert set(schema["required"]) == {"format", "name", "base", "donor", "chain", "switches", "forbidden", "presets", "output"}
 
 
-@pytest.mark.parametrize("tag", ["{base_tag!r}-{short_id}", "{base_tag}-{short_id:>20}"])
-def test_a_tag_template_with_a_conversion_or_format_spec_is_refused(tag: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tag,field", [
+    ("{base_tag!r}-{short_id}", "{base_tag}"),
+    ("{base_tag}-{short_id:>20}", "{short_id}"),
+], ids=["{base_tag!r}-{short_id}", "{base_tag}-{short_id:>20}"])
+def test_a_tag_template_with_a_conversion_or_format_spec_is_refused(tag: str, field: str, tmp_path: Path) -> None:
     document = minimal_document()
     document["output"]["tag"] = tag
-    with pytest.raises(ManifestError, match="output.tag"):
+    with pytest.raises(ManifestError, match=rf"^manifest\.yaml: output\.tag: {re.escape(field)} may not carry a conversion or format spec; "
+                                            r"fix: correct the manifest entries named above$"):
         tiny_manifest(tmp_path, document)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -193,7 +194,9 @@ def test_control_endpoint_refuses_unknown_faults_and_reset_clears_cache(client: 
 
 def test_unknown_model_is_a_validation_stop(double: OpenAIDouble) -> None:
     with OpenAIClient(double.url, model="other-model", timeout_s=10.0) as client:
-        with pytest.raises(ValidationStop, match="HTTP 404"):
+        refused = (rf"^{re.escape(double.url)}/v1/completions answered HTTP 404: .*model 'other-model' does not exist.*; "
+                   r"fix: read the serve log for this request")
+        with pytest.raises(ValidationStop, match=refused):
             client.complete(CompletionRequest(prompt="Hello there."))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,7 +170,8 @@ def test_recovery_on_disk_refuses_and_changes_nothing(tmp_path: Path) -> None:
     root = project(tmp_path)
     (root / OLD).mkdir()
     (root / OLD / "README.md").write_bytes(README)
-    with pytest.raises(LockError, match="both exist after an interrupted lock"):
+    with pytest.raises(LockError, match=rf"^overlay/ and {re.escape(OLD)}/ both exist after an interrupted lock, and manifest\.lock\.json is not "
+                                        r"the lock they were swapped for; fix: keep the folder you want as overlay/"):
         recover_overlay(root, root / "manifest.lock.json")
     assert names(root) == ["manifest.lock.json", "overlay", OLD]
 

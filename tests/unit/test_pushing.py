@@ -46,7 +46,8 @@ def test_target_keeps_or_replaces_the_registry_host():
     moved = target_for("127.0.0.1:5000/team/tiny:1-kvpack-abc", "127.0.0.1:41234")
     assert moved.reference == "127.0.0.1:41234/team/tiny:1-kvpack-abc" and moved.repository == "127.0.0.1:41234/team/tiny"
     assert target_for("dsv41-kvpack:v5-kvpack-abc", "registry.example:5000").reference == "registry.example:5000/library/dsv41-kvpack:v5-kvpack-abc"
-    with pytest.raises(RegistryError, match="HOST:PORT"):
+    with pytest.raises(RegistryError, match=r"^--registry '127\.0\.0\.1:5000/extra' is not HOST\[:PORT\]; "
+                                            r"fix: pass the registry as HOST:PORT, e\.g\. 127\.0\.0\.1:5000$"):
         target_for("127.0.0.1:5000/tiny:t", "127.0.0.1:5000/extra")
 
 

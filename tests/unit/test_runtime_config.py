@@ -91,7 +91,7 @@ def test_an_undeclared_drafter_limit_is_said_so(tmp_path: Path) -> None:
 
 def test_a_held_preset_needs_its_flag_and_records_the_reason(tmp_path: Path) -> None:
     manifest = manifest_with(tmp_path, held=HELD)
-    with pytest.raises(PresetError, match="held"):
+    with pytest.raises(PresetError, match=r"^preset held is held \(held for a regression\); fix: pass --allow-held with --reason TEXT"):
         choose_preset(manifest, "held")
     chosen = choose_preset(manifest, "held", allow_held=True, reason="supervised window 3")
     assert json.loads(render_config(manifest, chosen, LOCKED).files[JSON_FILE])["override"] == "--allow-held: supervised window 3"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -37,8 +38,9 @@ def test_synthetic_filler_is_deterministic_varied_and_free_of_codes() -> None:
 def test_depths_parse_sorted_and_refuse_garbage() -> None:
     assert parse_depths("500000,450000") == (450000, 500000)
     assert parse_depths(None) is None
-    for bad in ("abc", "", "-5"):
-        with pytest.raises(KvbakeError, match="--depths"):
+    for bad, why in (("abc", "is not a list of token counts"), ("", "needs one or more non-negative token counts"),
+                     ("-5", "needs one or more non-negative token counts")):
+        with pytest.raises(KvbakeError, match=rf"^--depths {re.escape(repr(bad))} {why}; fix: pass e\.g\. --depths 450000,500000$"):
             parse_depths(bad)
 
 
@@ -52,9 +54,11 @@ def test_default_depths_lie_inside_max_model_len() -> None:
 def test_requested_depths_set_the_needle_prompt_and_must_fit() -> None:
     plan = make_options(Preset("held", "held", 524288, {"A": "1"}, "n", 384, ()), "s", "k", (450000, 500000), 8000, 8000, 0, None)
     assert not plan.control and plan.needle_tokens == 500000 + NEEDLE_TAIL
-    with pytest.raises(PresetError, match="needle depth 500000"):
+    with pytest.raises(PresetError, match=r"^too long for preset packing-327680 \(max-model-len 327680\): needle depth 450000, needle depth 500000; "
+                                          r"fix: keep prompts and depths below 327616 tokens \(the answer needs 64\)$"):
         options(PACKED, depths=(450000, 500000))
-    with pytest.raises(PresetError, match="--prefix-tokens 400000"):
+    with pytest.raises(PresetError, match=r"^too long for preset packing-327680 \(max-model-len 327680\): --prefix-tokens 400000; "
+                                          r"fix: keep prompts and depths below 327616 tokens \(the answer needs 64\)$"):
         options(PACKED, prefix=400000)
 
 
@@ -76,7 +80,8 @@ def test_inertness_of_the_control_stops_on_different_outputs_but_a_candidate_rec
 
 
 def test_a_fresh_salt_reporting_hits_invalidates_the_run() -> None:
-    with pytest.raises(ValidationStop, match="run is invalid"):
+    with pytest.raises(ValidationStop, match=r"^inertness fresh-salt request 2 reported 7680 cached tokens instead of 0, so cache hits leak "
+                                              r"across salts and this run is invalid; fix: check that the serve receives cache_salt"):
         score_inertness([completion("same"), completion("same", cached=7680)], control=True)
 
 
@@ -153,9 +158,10 @@ def test_watcher_stops_below_the_floor_once_and_keeps_the_lowest_reading() -> No
     breaches = []
     watcher = MemoryWatcher(lambda: next(readings), int(1.5 * GIB), on_breach=lambda: breaches.append(1))
     watcher.sample()
-    with pytest.raises(ValidationStop, match=r"memory floor: MemAvailable below 1.50 GiB on b 1.00 GiB"):
+    breach = r"^memory floor: MemAvailable below 1\.50 GiB on b 1\.00 GiB; fix: restore the base serve and reduce the context or concurrency"
+    with pytest.raises(ValidationStop, match=breach):
         watcher.sample()
-    with pytest.raises(ValidationStop, match="memory floor"):
+    with pytest.raises(ValidationStop, match=breach):
         watcher.sample()
     assert breaches == [1] and watcher.lowest == {"a": 2 * GIB, "b": GIB} and watcher.samples == 2
 
@@ -165,6 +171,6 @@ def test_an_unreadable_node_stops_the_run() -> None:
         raise ValidationStop("node b: cannot read MemAvailable", "start it")
 
     watcher = MemoryWatcher(unreadable, GIB)
-    with pytest.raises(ValidationStop, match="node b: cannot read"):
+    with pytest.raises(ValidationStop, match=r"^node b: cannot read MemAvailable; fix: start it$"):
         watcher.sample()
     assert watcher.stop_reason is not None
