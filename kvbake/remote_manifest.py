@@ -30,12 +30,16 @@ class RemoteManifest:
 
     @property
     def config_digest(self) -> str | None:
-        """The config blob's digest (None for an index or list)."""
+        """The config blob's digest (None for an index or list, whatever else its body holds)."""
+        if self.media_type in INDEX_TYPES:
+            return None
         return (self.data.get("config") or {}).get("digest")
 
     @property
     def layers(self) -> list[tuple[str, int]]:
-        """(digest, compressed size) of every layer, in order."""
+        """(digest, compressed size) of every layer, in order (none for an index or list)."""
+        if self.media_type in INDEX_TYPES:
+            return []
         return [(layer["digest"], int(layer["size"])) for layer in self.data.get("layers") or []]
 
 

@@ -497,3 +497,11 @@ def test_any_login_store_gives_credentials_none_or_a_one_line_registry_error(con
         assert err.exit_code == 11 and "\n" not in err.one_line()
     else:
         assert found is None or isinstance(found, RegistryAuth)
+
+
+@pytest.mark.parametrize("extra", [{"layers": 5}, {"config": 7}, {"layers": "x", "config": []}])
+def test_an_index_with_stray_image_fields_has_no_layers_and_no_config(extra):
+    """Found by the property test above: an index whose body also carries non-list layers or a non-object config."""
+    body = json.dumps({"mediaType": OCI_INDEX, "manifests": [], **extra}).encode()
+    found = parse_manifest(body, None, OCI_INDEX)
+    assert (found.layers, found.config_digest) == ([], None)
