@@ -47,8 +47,7 @@ class NodeState:
             if self.engine.create_marker(image, LOCK_NAME, labels):
                 return
         if age < stale_after_s:
-            raise RolloutError(f"node {self.node} is locked by {owner} for deploy {held.get('kvbake.lock.deploy')} ({int(age)} s ago)",
-                               "wait for that deploy to finish; two deploys never run at once")
+            raise self._held_lock_error(owner, held.get("kvbake.lock.deploy"), age)
         if not break_stale:
             raise RolloutError(f"node {self.node} holds a stale lock from {owner} ({int(age)} s old)",
                                "check that no deploy is running, then pass --break-lock (it is recorded in the audit log)")
@@ -56,6 +55,17 @@ class NodeState:
         self.engine.remove_container(LOCK_NAME)
         if not self.engine.create_marker(image, LOCK_NAME, labels):
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
+
+    def _held_lock_error(self, owner: str, holder: str | None, age: float) -> RolloutError:
+        """A lock that is not stale: wait for its deploy; if the node also keeps that deploy's journal, it may have died,
+        and any operator host can finish or undo it (resume and revert take the lock over)."""
+        message = f"node {self.node} is locked by {owner} for deploy {holder} ({int(age)} s ago)"
+        transition = self.read().transition or {}
+        if holder and transition.get("id") == holder:
+            return RolloutError(f"{message} and keeps that deploy's journal",
+                                "wait for it to finish; if it is no longer running, finish or undo it from any operator host with "
+                                "python build.py deploy --resume or deploy --revert (they take over its lock)")
+        return RolloutError(message, "wait for that deploy to finish; two deploys never run at once")
 
     def release_lock(self) -> None:
         self.engine.remove_container(LOCK_NAME)
