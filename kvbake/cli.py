@@ -28,6 +28,8 @@ COMMANDS_HELP = """commands:
   verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
   dockerfile        render Dockerfile.overlay next to the manifest
   push              push the built image to the registry and read it back
+  base sync         put the locked base in the registry once and on every node of --deploy (by digest)
+  adopt             record the serve every node of --deploy runs now (kvbake did not deploy it) as the current release
   deploy            roll the release out to every node of --deploy (two phases; reverted on failure)
   rollback          go back to the previous release on every node (tag swap, nothing pulled)
   verify-running    check every rank: layers, labels, exact switch set, no bind mount over baked files
@@ -74,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("plan", parents=[common], help="print the plan; change nothing")
     lock = sub.add_parser("lock", parents=[common], help="create or refresh the lock and overlay/")
     lock.add_argument("--donor", type=Path, default=None, help="import the selected patches from a clean donor checkout")
+    lock.add_argument("--rebase-base", action="store_true",
+                      help="re-pin the base even though its reference now names another image than the lock pins")
+    lock.add_argument("--migrate", action="store_true",
+                      help="rewrite a format-1 lock as format 2 (runtime sections out of the image identity) without the engine")
     verify = sub.add_parser("verify", parents=[common], help="verify a local image")
     verify.add_argument("image", nargs="?", default=None, help="image reference (default: the manifest's output tag)")
     verify.add_argument("--deep", action="store_true", help="read files back and prove the patched code runs")
@@ -101,6 +107,12 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     deploy.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
+    base = sub.add_parser("base", parents=[common, ship], help="put the locked base in the private registry and on every node")
+    base.add_argument("action", choices=("sync",), help="sync: push the base if the registry lacks it, then pull it by digest on every node")
+    base.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")
+    base.add_argument("--force", action="store_true", help="move a node's base tag that names another image (the image stays, untagged)")
+    adopt = sub.add_parser("adopt", parents=[common, ship, changes], help="record the serve every node runs now as the current release")
+    adopt.add_argument("--reason", default="adopted the running serve", help="why (recorded in the release record and the audit logs)")
     sub.add_parser("rollback", parents=[common, ship, changes], help="swap current and previous on every rank, restart, verify")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
@@ -117,6 +129,8 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     config.add_argument("--all", action="store_true", help="every preset; held and untested ones with their status and a review override")
     config.add_argument("--check", action="store_true", help="regenerate and compare with --out; name every drifted, missing or extra file")
     config.add_argument("--out", type=Path, default=None, help="configuration folder (default: configs/ beside the manifest)")
+    config.add_argument("--deploy", type=Path, default=None,
+                        help="with --check: also compare what every node of this deployment file runs with the manifest's presets")
     validate = sub.add_parser("validate", parents=[common, flags], help="run the supervised test plan against an OpenAI-compatible endpoint")
     validate.add_argument("--preset", required=True, help="the preset the endpoint serves")
     validate.add_argument("--endpoint", required=True, metavar="URL", help="base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000")

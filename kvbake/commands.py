@@ -64,10 +64,12 @@ def cmd_lock(args: argparse.Namespace) -> Result:
     from kvbake.locking import create_lock
 
     manifest = _manifest(args)
+    if args.migrate:
+        return _migrate_lock(args, manifest)
     imported = import_patches(manifest, args.donor) if args.donor else []
     if imported:
         manifest = load_manifest(args.manifest)
-    lock = create_lock(Engine(args.host), manifest)
+    lock = create_lock(Engine(args.host), manifest, rebase=args.rebase_base)
     data = {"lock": manifest.lock_path.name, "imported": imported, "files": len(lock.files), "patches": len(lock.patches),
             "image_id": lock.derived.image_id, "layer_diff_id": lock.derived.layer_diff_id, "tag": tag_for(manifest, lock)}
     text = (f"locked {manifest.path.name} → {manifest.lock_path.name}: {len(lock.patches)} patches, {len(lock.files)} files, "
@@ -75,6 +77,20 @@ def cmd_lock(args: argparse.Namespace) -> Result:
     if imported:
         text += f"\nimported from the donor: {', '.join(imported)}"
     return data, text
+
+
+def _migrate_lock(args: argparse.Namespace, manifest: Manifest) -> Result:
+    from kvbake.locking import migrate_lock
+
+    if args.donor:
+        raise UsageError("lock --migrate takes no --donor", "migrate first, then import patches with lock --donor DIR")
+    lock, changed = migrate_lock(manifest)
+    data = {"lock": manifest.lock_path.name, "migrated": changed, "format": lock.format, "image_id": lock.derived.image_id,
+            "tag": tag_for(manifest, lock)}
+    if not changed:
+        return data, f"{manifest.lock_path.name} is already format {lock.format}; nothing to migrate"
+    return data, (f"migrated {manifest.lock_path.name} to format {lock.format}: same pins, runtime sections out of the image identity; "
+                  f"new expected config digest {lock.derived.image_id[:19]} (rebuild and push once)")
 
 
 def cmd_verify(args: argparse.Namespace) -> Result:
@@ -141,6 +157,23 @@ def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
     return manifest, lock, plan, deployment, make_fleet(deployment, manifest, lock)
 
 
+def cmd_base(args: argparse.Namespace) -> Result:
+    from kvbake.basesync import sync_base
+    from kvbake.deployfile import load_deployment
+
+    manifest = _manifest(args)
+    lock = read_lock(manifest)
+    deployment = load_deployment(args.deploy)
+    result = sync_base(Engine(args.host), deployment, manifest, lock, args.registry, args.force)
+    done = {"present": "already held it", "pull": "pulled it", "move": "moved its tag to it (--force)"}
+    lines = [f"base:      {manifest.base.image} (config {lock.base.config_digest[:19]}…)",
+             f"registry:  {result.pinned}" + ("   (pushed now)" if result.pushed else "   (already there: nothing pushed)")]
+    lines += [f"{n.node}: {done[n.action]} as {result.node_name}" for n in result.nodes]
+    data = {"pinned": result.pinned, "pushed": result.pushed, "node_name": result.node_name,
+            "nodes": [{"node": n.node, "action": n.action, "held_before": n.held} for n in result.nodes]}
+    return data, "\n".join(lines)
+
+
 def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.presets import choose_preset
     from kvbake.rollout import deploy, recover
@@ -163,11 +196,22 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
     if unknown:
         raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}")
-    journal = deploy(fleet, release, manifest.base.image, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
+    journal = deploy(fleet, release, manifest.base.node_name, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
     text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
     return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
             "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+
+
+def cmd_adopt(args: argparse.Namespace) -> Result:
+    from kvbake.adoption import adopt
+
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
+    releases = adopt(fleet, args.reason, args.break_lock)
+    lines = [f"{node}: adopted container {r.adopted['container_id'][:12]} ({r.image}, {dict(r.switches) or 'no switches'}) as release {r.id}"
+             for node, r in releases.items()]
+    lines.append("the first deploy keeps it as previous; python build.py rollback then restarts that very container")
+    return {"release": next(iter(releases.values())).id, "nodes": {node: r.adopted["container_id"] for node, r in releases.items()}}, "\n".join(lines)
 
 
 def cmd_rollback(args: argparse.Namespace) -> Result:
@@ -208,15 +252,22 @@ def cmd_config(args: argparse.Namespace) -> Result:
     shown = _shown(manifest, out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {shown} is not a folder", "pass a folder for the configuration (it is created when missing)")
-    provenance = rc.Provenance(manifest.path.name, manifest.sha256,
-                               read_lock(manifest).core_sha256() if manifest.lock_path.exists() else None)
+    provenance = rc.Provenance(manifest.path.name, read_lock(manifest).core_sha256() if manifest.lock_path.exists() else None)
     if args.check:
-        actual = _read_tree(out)
-        names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
-        drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
-        if not drift.clean:
-            raise rc.drift_error(drift, shown)
-        return {"ok": True, "out": shown, "presets": list(names)}, f"{shown}: {', '.join(names)} match the manifest and lock"
+        checked: dict = {"ok": True, "out": shown}
+        lines = []
+        if args.deploy is None or out.is_dir():
+            actual = _read_tree(out)
+            names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
+            drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
+            if not drift.clean:
+                raise rc.drift_error(drift, shown)
+            checked["presets"] = list(names)
+            lines.append(f"{shown}: {', '.join(names)} match the manifest and lock")
+        if args.deploy is not None:
+            checked["nodes"] = _check_what_runs(manifest, args.deploy)
+            lines.append(f"what runs on {', '.join(checked['nodes'])} matches the manifest's runtime settings")
+        return checked, "\n".join(lines)
     if args.all == bool(args.preset):
         raise UsageError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
     if args.all:
@@ -230,6 +281,27 @@ def cmd_config(args: argparse.Namespace) -> Result:
              for c in configs]
     lines.append(f"{rc.drafter_limit(manifest)}; lock: {provenance.lock_sha256 or 'unlocked'}")
     return {"out": shown, "presets": [c.preset for c in configs], "lock_sha256": provenance.lock_sha256}, "\n".join(lines)
+
+
+def _check_what_runs(manifest: Manifest, deploy_file: Path) -> list[str]:
+    """Every node's recorded release and serving switch set against the manifest's presets now."""
+    from kvbake import runtime_config as rc
+    from kvbake.deployfile import load_deployment
+    from kvbake.nodestate import NodeState
+    from kvbake.provenance import switch_names
+    from kvbake.rollout import connect
+    from kvbake.running import switch_env
+
+    deployment = load_deployment(deploy_file)
+    problems = []
+    for name, engine in connect(deployment).items():
+        release = NodeState(name, engine).read().current
+        container = engine.container_inspect(deployment.launcher.container)
+        running = switch_env(container["Config"]["Env"], switch_names(manifest)) if container else None
+        problems += rc.runtime_drift(manifest, name, release, running)
+    if problems:
+        raise rc.running_drift_error(problems)
+    return [n.name for n in deployment.nodes]
 
 
 def _shown(manifest: Manifest, folder: Path) -> str:

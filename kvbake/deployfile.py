@@ -1,11 +1,12 @@
-"""Load deploy.yaml: the nodes (any docker host string), their roles, and the launcher's restart command."""
+"""Load deploy.yaml: the nodes (any docker host string), their roles, the launcher, the start order and readiness probe."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Mapping
 
 import jsonschema
 
@@ -17,6 +18,9 @@ HOST_CREDENTIAL_FIX = ("remove it from the file; an ssh host may name a user (ss
                        "the key or password comes from the ssh agent or ~/.ssh/config")
 
 
+RESERVED_ENV_PREFIX = "KVBAKE_"
+
+
 @dataclass(frozen=True)
 class Node:
     """One serving node: one tensor-parallel rank, reached through its docker host."""
@@ -24,6 +28,7 @@ class Node:
     name: str
     host: str
     role: str
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,25 @@ class Launcher:
     command: tuple[str, ...]
     container: str
     timeout_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """When a serve counts as up: GET `url` answers `status`, within `timeout_s` of the last rank's start."""
+
+    url: str
+    status: int = 200
+    timeout_s: float = 600.0
+    interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """The remote drafter the head uses: its URL and the positions it serves (passed to the launcher)."""
+
+    url: str
+    max_positions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -43,10 +67,26 @@ class Deployment:
     nodes: tuple[Node, ...]
     launcher: Launcher
     lock_stale_after_s: float
+    start: str = "in-order"
+    readiness: Readiness | None = None
+    drafter: Drafter | None = None
 
     @property
     def state_dir(self) -> Path:
         return self.path.parent / ".kvbake" / "deploy"
+
+    def start_groups(self) -> tuple[tuple[str, ...], ...]:
+        """The node names in the order their launchers run; the names of one group start together."""
+        names = tuple(n.name for n in self.nodes)
+        if self.start == "together":
+            return (names,)
+        if self.start == "workers-first":
+            groups = (tuple(n.name for n in self.nodes if n.role == "worker"), tuple(n.name for n in self.nodes if n.role == "head"))
+            return tuple(group for group in groups if group)
+        return tuple((name,) for name in names)
+
+    def head(self) -> Node | None:
+        return next((n for n in self.nodes if n.role == "head"), None)
 
 
 def load_deployment(path: Path) -> Deployment:
@@ -67,10 +107,21 @@ def load_deployment(path: Path) -> Deployment:
     names = [n["name"] for n in document["nodes"]]
     if len(set(names)) != len(names):
         raise ManifestError(f"{path.name}: node names repeat", "give every node a unique name")
+    heads = [n["name"] for n in document["nodes"] if n["role"] == "head"]
+    if len(heads) > 1:
+        raise ManifestError(f"{path.name}: more than one head ({', '.join(heads)})", "give exactly one node role: head; the others are workers")
     launcher = document["launcher"]
+    env = dict(launcher.get("env", {}))
+    reserved = sorted(name for name in env if name.startswith(RESERVED_ENV_PREFIX) or name == "DOCKER_HOST")
+    if reserved:
+        raise ManifestError(f"{path.name}: launcher.env sets {', '.join(reserved)}, which kvbake sets itself",
+                            "remove them; kvbake passes DOCKER_HOST and every KVBAKE_* variable to the launcher")
     return Deployment(
         path=path,
-        nodes=tuple(Node(n["name"], n["host"], n["role"]) for n in document["nodes"]),
-        launcher=Launcher(tuple(launcher["command"]), launcher["container"], float(launcher.get("timeout_s", 300))),
+        nodes=tuple(Node(n["name"], n["host"], n["role"], n.get("address", "")) for n in document["nodes"]),
+        launcher=Launcher(tuple(launcher["command"]), launcher["container"], float(launcher.get("timeout_s", 300)), env),
         lock_stale_after_s=float(document.get("lock_stale_after_s", 900)),
+        start=document.get("start", "in-order"),
+        readiness=Readiness(**document["readiness"]) if "readiness" in document else None,
+        drafter=Drafter(**document["drafter"]) if "drafter" in document else None,
     )

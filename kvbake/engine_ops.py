@@ -48,6 +48,13 @@ class ContainerOps:
 
         return json.loads(raw)[0]
 
+    def container_log_tail(self, name: str, lines: int = 3) -> str:
+        """The last lines a container wrote (stdout and stderr), or "" when there are none."""
+        try:
+            return str(self.client.container.logs(name, tail=lines)).strip()
+        except DockerException:
+            return ""
+
     def remove_container(self, name: str) -> None:
         with contextlib.suppress(NoSuchContainer):
             try:
@@ -55,6 +62,22 @@ class ContainerOps:
             except DockerException as err:
                 if "No such container" not in (err.stderr or ""):
                     raise self._fail(f"remove {name}", err) from None
+
+    def stop_and_rename(self, name: str, new_name: str) -> None:
+        """Stop a container (it is kept, with its whole configuration) and give it another name."""
+        try:
+            self.client.container.stop(name)
+            self.client.container.rename(name, new_name)
+        except DockerException as err:
+            raise self._fail(f"stop and rename {name}", err) from None
+
+    def rename_and_start(self, name: str, new_name: str) -> None:
+        """Give a kept container its name back and start it."""
+        try:
+            self.client.container.rename(name, new_name)
+            self.client.container.start(new_name)
+        except DockerException as err:
+            raise self._fail(f"rename and start {name}", err) from None
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
         try:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from kvbake import FORMAT_VERSION
+from kvbake import FORMAT_VERSION, READABLE_FORMATS
 from kvbake.atomicfile import write_atomic
 from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import canonical_json, sha256_hex
@@ -154,11 +154,17 @@ def locked_source_date_epoch(path: Path) -> int:
     return epoch
 
 
+def pinned_manifest_sha256(manifest: Manifest, lock_format: int) -> str:
+    """The manifest hash a lock of this format pins: the file's bytes (format 1) or its image sections (format 2)."""
+    return manifest.sha256 if lock_format == 1 else manifest.image_sha256
+
+
 def check_lock_matches(manifest: Manifest, lock: Lock) -> None:
-    if lock.format != FORMAT_VERSION:
+    if lock.format not in READABLE_FORMATS:
         raise LockError(f"{manifest.lock_path.name} has format {lock.format}, this kvbake writes {FORMAT_VERSION}", "run python build.py lock")
-    if lock.manifest_sha256 != manifest.sha256:
-        raise LockError(f"{manifest.lock_path.name} drifts from {manifest.path.name} (the manifest changed since it was locked)",
+    if lock.manifest_sha256 != pinned_manifest_sha256(manifest, lock.format):
+        what = "the manifest changed" if lock.format == 1 else "its base, donor, chain, switches, forbidden names or output changed"
+        raise LockError(f"{manifest.lock_path.name} drifts from {manifest.path.name} ({what} since it was locked)",
                         "review the change, then run python build.py lock")
 
 
@@ -176,7 +182,7 @@ MAX_MODE = 0o7777
 def lock_from_dict(document: Any, source: str = "the lock") -> Lock:
     """The Lock a JSON document describes; a foreign format, a missing or unknown key or a wrong type is a LockError
     naming `source` and the field."""
-    if isinstance(document, dict) and type(document.get("format")) is int and document["format"] != FORMAT_VERSION:
+    if isinstance(document, dict) and type(document.get("format")) is int and document["format"] not in READABLE_FORMATS:
         raise LockError(f"{source} has format {document['format']}, this kvbake writes {FORMAT_VERSION}", "run python build.py lock")
     top = Fields(source, document, "", TOP_KEYS)
     return Lock(

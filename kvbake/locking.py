@@ -6,7 +6,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from kvbake import FORMAT_VERSION
@@ -17,16 +17,17 @@ from kvbake.coverage import check_coverage, raise_for_coverage
 from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.engine import Engine
-from kvbake.errors import BaseImageError, LockError, PatchError
+from kvbake.errors import BaseImageError, IntegrityError, LockError, PatchError
 from kvbake.extract import BaseFile, Extractor
 from kvbake.gitapply import GitApplier, patch_id
 from kvbake.layer import in_image, parent_dirs
-from kvbake.lock import Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, load_lock_file, lock_bytes, locked_source_date_epoch
+from kvbake.lock import (Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, check_lock_matches, load_lock_file, lock_bytes,
+                         locked_source_date_epoch, pinned_manifest_sha256, write_lock)
 from kvbake.manifest import Manifest
 from kvbake.profile import CONTAINERD
 from kvbake.savefile import DirMeta, SavedImage
 from kvbake.overlayswap import exclusive, recover_overlay, swap_overlay
-from kvbake.plan import make_plan
+from kvbake.plan import make_plan, read_overlay
 from kvbake.verify import platform_of
 
 log = logging.getLogger(__name__)
@@ -187,12 +188,33 @@ def check_switch_coverage(manifest: Manifest, tree: dict[str, bytes]) -> None:
     raise_for_coverage(coverage)
 
 
-def create_lock(engine: Engine, manifest: Manifest) -> Lock:
+def refuse_silent_repin(engine: Engine, manifest: Manifest, rebase: bool) -> None:
+    """The base reference the lock pinned must still name the pinned image: a re-pushed upstream tag never moves the
+    lock unnoticed. `--rebase-base`, or a changed base reference in the manifest, re-pins on purpose."""
+    if rebase or not manifest.lock_path.exists():
+        return
+    try:
+        previous = load_lock_file(manifest.lock_path).base
+    except LockError:
+        return
+    if previous.reference != manifest.base.image:
+        return
+    inspect = engine.require_image(manifest.base.image)
+    now = engine.config_digest_of(inspect, manifest.base.image)
+    if now != previous.config_digest:
+        raise BaseImageError(f"{manifest.base.image} now names another image (config {now[:19]}), not the one "
+                             f"{manifest.lock_path.name} pins (config {previous.config_digest[:19]})",
+                             "to move to the new base on purpose, run python build.py lock --rebase-base and review the diff; "
+                             "to keep the pinned base, load or pull it again (better: pin base.image by digest)")
+
+
+def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False) -> Lock:
     """Pin everything and write overlay/ and the lock; nothing is written when any step fails. An earlier `lock`
     that was interrupted is first finished or rolled back (kvbake.overlayswap)."""
     with exclusive(manifest.path):
         recover_overlay(manifest.root, manifest.lock_path)
         epoch = source_date_epoch(manifest)
+        refuse_silent_repin(engine, manifest, rebase)
         lock, tree = pinned_lock(engine, manifest, epoch)
         swap_overlay(manifest.root, tree, manifest.lock_path, lock_bytes(lock))
     return load_lock_file(manifest.lock_path)
@@ -217,7 +239,31 @@ def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, d
         patches = locked_patches(steps, tree_root)
     check_switch_coverage(manifest, tree)
     files = locked_files(snapshot, tree)
-    lock = Lock(FORMAT_VERSION, manifest.sha256, manifest.base.source_root, epoch,
+    lock = Lock(FORMAT_VERSION, pinned_manifest_sha256(manifest, FORMAT_VERSION), manifest.base.source_root, epoch,
                 manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,
                 tree_sha256((f.path, f.overlay_sha256) for f in files), PENDING)
     return lock.with_derived(make_plan(manifest, lock, tree).derived()), tree
+
+
+def migrate_lock(manifest: Manifest) -> tuple[Lock, bool]:
+    """Rewrite a format-1 lock as format 2 without the engine or a `docker save`: the same pins, the hash of the
+    manifest's image sections, and the derived section recomputed from overlay/. Returns the lock and whether it
+    changed; a lock already in format 2 is left as it is."""
+    with exclusive(manifest.path):
+        recover_overlay(manifest.root, manifest.lock_path)
+        if not manifest.lock_path.exists():
+            raise LockError(f"{manifest.path.name} is not locked ({manifest.lock_path.name} is missing), so there is nothing to migrate",
+                            f"run: python build.py lock --manifest {manifest.path.name}")
+        old = load_lock_file(manifest.lock_path)
+        check_lock_matches(manifest, old)
+        if old.format == FORMAT_VERSION:
+            return old, False
+        tree = read_overlay(manifest, old)
+        drifted = [f.path for f in old.files if sha256_hex(tree[f.path]) != f.overlay_sha256]
+        if drifted:
+            raise IntegrityError(f"overlay/ drifts from {manifest.lock_path.name} ({', '.join(drifted)}), so the lock cannot be migrated",
+                                 "restore overlay/ from version control, or run python build.py lock")
+        lock = replace(old, format=FORMAT_VERSION, manifest_sha256=pinned_manifest_sha256(manifest, FORMAT_VERSION), derived=PENDING)
+        lock = lock.with_derived(make_plan(manifest, lock, tree).derived())
+        write_lock(manifest.lock_path, lock)
+    return load_lock_file(manifest.lock_path), True

@@ -14,11 +14,17 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from kvbake.digests import canonical_json
 from kvbake.errors import ManifestError
 from kvbake.manifest_text import check_strings
 from kvbake.safepath import resolve_inside
 
 TAG_FIELDS = ("base_tag", "short_id", "name")
+# Runtime sections: what a deploy passes to the ranks. Changing them never changes the lock or the image.
+RUNTIME_SECTIONS = ("presets", "drafter")
+# Prose the build never reads: free to edit without a re-lock.
+PROSE_SECTIONS = ("description",)
+PROSE_KEYS = ("summary",)
 
 
 @dataclass(frozen=True)
@@ -30,8 +36,30 @@ class BaseImage:
     source_root: str
 
     @property
+    def name(self) -> str:
+        """The repository part: `host:port/path`, without tag or digest."""
+        head = self.image.split("@", 1)[0]
+        last = head.rsplit("/", 1)[-1]
+        return head.rsplit(":", 1)[0] if ":" in last else head
+
+    @property
+    def digest(self) -> str | None:
+        """The pinned manifest digest (`name@sha256:…` or `name:tag@sha256:…`), or None."""
+        return self.image.split("@", 1)[1] if "@" in self.image else None
+
+    @property
     def tag(self) -> str:
-        return self.image.rsplit(":", 1)[1]
+        """The tag, or for a digest-only reference `sha256-` and the digest's first 12 hex digits."""
+        head = self.image.split("@", 1)[0]
+        if head != self.name:
+            return head.rsplit(":", 1)[1]
+        return "sha256-" + (self.digest or "")[7:19]
+
+    @property
+    def node_name(self) -> str:
+        """The name every node keeps the base under (`base sync` tags it, deploy's phase 1 looks for it): the
+        reference itself when it has no digest, else `name:tag`."""
+        return self.image if self.digest is None else f"{self.name}:{self.tag}"
 
 
 @dataclass(frozen=True)
@@ -91,6 +119,8 @@ class Manifest:
 
     path: Path
     sha256: str
+    image_sha256: str
+    runtime_sha256: str
     name: str
     description: str
     standin: bool
@@ -269,6 +299,24 @@ def _tag_problems(template: str) -> list[str]:
     return problems
 
 
+def image_sections(document: dict) -> dict:
+    """What defines the image: base, donor, chain, switch declarations, forbidden names, output naming, title and
+    licence; without the runtime sections and without prose."""
+    kept = {key: value for key, value in document.items() if key not in RUNTIME_SECTIONS + PROSE_SECTIONS}
+    kept["chain"] = [{k: v for k, v in entry.items() if k not in PROSE_KEYS} for entry in document["chain"]]
+    kept["switches"] = {name: {k: v for k, v in spec.items() if k not in PROSE_KEYS} for name, spec in document["switches"].items()}
+    return kept
+
+
+def runtime_sections(document: dict) -> dict:
+    """What a deploy passes to the ranks: the presets and the remote drafter's limits."""
+    return {key: document[key] for key in RUNTIME_SECTIONS if key in document}
+
+
+def section_sha256(section: dict) -> str:
+    return hashlib.sha256(canonical_json(section)).hexdigest()
+
+
 def freeze(document: dict, path: Path, sha256: str) -> Manifest:
     """Turn the validated document into frozen values, resolving patch paths inside the manifest's folder."""
     root = path.parent
@@ -286,7 +334,8 @@ def freeze(document: dict, path: Path, sha256: str) -> Manifest:
     presets = {name: _freeze_preset(name, p) for name, p in sorted(document["presets"].items())}
     drafter = document.get("drafter")
     return Manifest(
-        path=path, sha256=sha256, name=document["name"], description=document.get("description", ""),
+        path=path, sha256=sha256, image_sha256=section_sha256(image_sections(document)),
+        runtime_sha256=section_sha256(runtime_sections(document)), name=document["name"], description=document.get("description", ""),
         standin=document.get("standin", False), licenses=document.get("licenses", "Apache-2.0"),
         base=BaseImage(**document["base"]), donor=Donor(**document["donor"]), chain=chain,
         switches=switches, forbidden=dict(sorted(document["forbidden"].items())),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import PresetError
 from kvbake.manifest import Manifest, Preset, did_you_mean
 from kvbake.manifest_text import control_character
@@ -16,6 +17,15 @@ class ChosenPreset:
 
     preset: Preset
     override: str | None
+
+
+def preset_sha256(manifest: Manifest, preset: Preset) -> str:
+    """The identity of one preset as the manifest states it, with the drafter limit it is checked against: the runtime
+    hash of a release. It changes when the preset changes, never with the image."""
+    body = {"name": preset.name, "status": preset.status, "max_model_len": preset.max_model_len, "switches": dict(preset.switches),
+            "note": preset.note, "prefix_block": preset.prefix_block, "launcher_args": list(preset.launcher_args),
+            "drafter_max_positions": manifest.drafter_max_positions}
+    return sha256_hex(canonical_json(body))
 
 
 def switch_problems(manifest: Manifest, switches: Mapping[str, str]) -> list[str]:

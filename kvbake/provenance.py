@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kvbake import FORMAT_VERSION
 from kvbake.image import rfc3339
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
@@ -33,7 +32,7 @@ def labels(manifest: Manifest, lock: Lock, version: str) -> dict[str, str]:
         OCI + "version": version,
         OCI + "title": title,
         OCI + "licenses": manifest.licenses,
-        OWN + "format": str(FORMAT_VERSION),
+        OWN + "format": str(lock.format),
         OWN + "manifest.sha256": lock.manifest_sha256,
         OWN + "lock.sha256": lock.core_sha256(),
         OWN + "chain": chain,

@@ -25,6 +25,10 @@ class Release:
     deployed_at: str
     reason: str
     override: str | None
+    runtime_sha256: str | None = None  # the preset as the manifest stated it at deploy time; None in older records
+    # A serve kvbake did not deploy, recorded by `adopt`: its container's ID and name. Rollback restarts that very
+    # container (kept stopped under another name meanwhile), so its image, env, mounts and arguments come back exactly.
+    adopted: Mapping[str, str] | None = None
 
     @property
     def id(self) -> str:
@@ -32,6 +36,11 @@ class Release:
         core = {"image": self.image, "layers": list(self.layers), "switches": dict(self.switches),
                 "max_model_len": self.max_model_len, "launcher_args": list(self.launcher_args)}
         return sha256_hex(canonical_json(core))[:16]
+
+    @property
+    def kept_as(self) -> str | None:
+        """The name the adopted container waits under while another release serves."""
+        return self.adopted["kept_as"] if self.adopted else None
 
     def env(self) -> list[str]:
         """The switch set as NAME=VALUE, sorted: identical on every rank."""

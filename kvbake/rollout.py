@@ -7,7 +7,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
@@ -29,6 +29,7 @@ class NodeView:
     records: NodeRecords
     current_id: str | None
     previous_id: str | None
+    serving: str | None = None  # the ID of the serving container the node has, if any
 
 
 def connect(deployment: Deployment) -> dict[str, Engine]:
@@ -55,7 +56,9 @@ def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeV
         records = NodeRecords()
     if name in reseat:
         records = NodeRecords(audit=records.audit)
-    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")))
+    container = engine.container_inspect(fleet.deployment.launcher.container)
+    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")),
+                    (container or {}).get("Id"))
 
 
 def refuse_marks(views: list[NodeView]) -> None:
@@ -77,6 +80,10 @@ def check_views(views: list[NodeView], reseat: frozenset[str] = frozenset()) -> 
     reseated after a store switch starts empty and is left out of the agreement."""
     refuse_marks(views)
     for v in views:
+        if v.records.current is None and v.serving and v.name not in reseat:
+            raise RolloutError(f"node {v.name} runs a serve kvbake did not deploy (container {v.serving[:12]}), which a deploy would replace "
+                               "with no way back", "adopt it first: python build.py adopt --deploy FILE (the first rollback then "
+                               "restores it exactly), or remove that container if it is not needed")
         if v.records.current and not v.current_id:
             raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image",
                                f"re-create its records with: python build.py deploy --preset NAME --reseat {v.name}")
@@ -92,7 +99,8 @@ def require_base(fleet: Fleet, base_image: str, base_layers: tuple[str, ...]) ->
         base = engine.inspect_image(base_image)
         if base is None or tuple(base["RootFS"]["Layers"]) != base_layers:
             raise RolloutError(f"node {name} lacks the base image {base_image} (or holds another one)",
-                               "pull the exact base on that node from the private registry first; kvbake ships only the thin layer")
+                               "run python build.py base sync: it puts the locked base in the private registry once and pulls it "
+                               "by digest on every node; kvbake ships only the thin layer")
 
 
 def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
@@ -112,14 +120,16 @@ def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: 
     return staged
 
 
-def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str) -> Callable[[], None]:
-    """Take the lock on every node (all or none); returns the release function."""
+def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | Mapping[str, str]) -> Callable[[], None]:
+    """Take the lock on every node (all or none); returns the release function. The marker container is created from
+    `marker_image`, one image for every node or one per node."""
     taken: list[NodeState] = []
     try:
         for name, engine in fleet.engines.items():
             state = NodeState(name, engine)
+            image = marker_image if isinstance(marker_image, str) else marker_image[name]
             try:
-                state.acquire(marker_image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+                state.acquire(image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
             except EngineError as err:
                 raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
             taken.append(state)
@@ -287,3 +297,4 @@ def rollback_plan(v: NodeView) -> NodePlan:
 
 def who_deploys() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
+

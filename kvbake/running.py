@@ -101,6 +101,25 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
     return failures
 
 
+def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any,
+                          names: Sequence[str]) -> list[str]:
+    """An adopted serve must be that very container again, running its image with its switch set; its own mounts and
+    overrides are what it always ran with, so they are not flagged."""
+    if container is None:
+        return [f"{node}: the adopted serving container is not there"]
+    failures = []
+    if container.get("Id") != release.adopted["container_id"]:
+        failures.append(f"{node}: the serving container is {str(container.get('Id'))[:12]}, not the adopted {release.adopted['container_id'][:12]}")
+    if not (container.get("State") or {}).get("Running"):
+        failures.append(f"{node}: the adopted serving container is not running")
+    if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(release.layers):
+        failures.append(f"{node}: the running image's layers differ from the adopted serve's")
+    found = switch_env((container.get("Config") or {}).get("Env"), names)
+    if found != dict(release.switches):
+        failures.append(f"{node}: the switches are {found or 'none'}, the adopted serve ran {dict(release.switches) or 'none'}")
+    return failures
+
+
 def agreement_failures(observed: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[str]:
     """All ranks must run the same layers with the same switch set."""
     distinct = set(observed.values())

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from kvbake.digests import sha256_hex
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.manifest import Manifest
-from kvbake.presets import ChosenPreset, choose_preset
+from kvbake.presets import ChosenPreset, choose_preset, preset_sha256
+from kvbake.provenance import OWN
+from kvbake.release import Release
+
+LOCK_LABEL = OWN + "lock.sha256"
 
 ENV_FILE, ARGS_FILE, JSON_FILE = "ranks.env", "launcher.args", "config.json"
 CONFIG_FILES = (ENV_FILE, ARGS_FILE, JSON_FILE)
@@ -19,18 +23,54 @@ FLAGGED_STATUSES = ("held", "untested")
 
 @dataclass(frozen=True)
 class Provenance:
-    """What a generated file was made from: the manifest's name and sha256, and the lock's core sha256 (None: unlocked)."""
+    """What a generated file was made from: the manifest's name and the lock's core sha256 (None: unlocked)."""
 
     manifest_file: str
-    manifest_sha256: str
     lock_sha256: str | None
 
-    def header(self, preset: str) -> str:
+
+@dataclass(frozen=True)
+class RankSettings:
+    """What every rank is given for one preset, from one source for `config` and `deploy`: the switch set, the
+    launcher arguments (max-model-len first), and the hashes of the preset and of the image's lock."""
+
+    preset: str
+    switches: Mapping[str, str]
+    max_model_len: int
+    launcher_args: tuple[str, ...]
+    preset_sha256: str
+    lock_sha256: str | None
+
+    def header(self) -> str:
         """The one header line every generated file starts with (without a comment marker)."""
-        lock = (f"lock sha256 {self.lock_sha256}" if self.lock_sha256
-                else f"lock: unlocked (manifest sha256 {self.manifest_sha256} stands in)")
-        return (f"kvbake config {preset}: manifest {self.manifest_file} sha256 {self.manifest_sha256}; {lock}; "
+        lock = f"lock sha256 {self.lock_sha256}" if self.lock_sha256 else "lock: unlocked"
+        return (f"kvbake config {self.preset}: preset sha256 {self.preset_sha256}; {lock}; "
                 "generated, do not edit (python build.py config --check)")
+
+    def argv(self) -> list[str]:
+        """The launcher arguments, each kept whole: --max-model-len N, then the preset's own."""
+        return ["--max-model-len", str(self.max_model_len), *self.launcher_args]
+
+    def env_text(self) -> str:
+        """NAME=VALUE for exactly the switch set; a declared switch the preset leaves unset is absent."""
+        lines = [f"# {self.header()}"] + [f"{name}={value}" for name, value in sorted(self.switches.items())]
+        return "\n".join(lines) + "\n"
+
+    def args_text(self) -> str:
+        """One launcher argument per line after the header."""
+        return "\n".join([f"# {self.header()}", *self.argv()]) + "\n"
+
+
+def settings_of_preset(manifest: Manifest, chosen: ChosenPreset, lock_sha256: str | None) -> RankSettings:
+    preset = chosen.preset
+    return RankSettings(preset.name, dict(preset.switches), preset.max_model_len, preset.launcher_args,
+                        preset_sha256(manifest, preset), lock_sha256)
+
+
+def settings_of_release(release: Release) -> RankSettings:
+    """The settings a release record carries: what deploy and rollback pass to the launcher."""
+    return RankSettings(release.preset, dict(release.switches), release.max_model_len, release.launcher_args,
+                        release.runtime_sha256 or "unrecorded", release.labels.get(LOCK_LABEL))
 
 
 @dataclass(frozen=True)
@@ -61,20 +101,7 @@ def drafter_limit(manifest: Manifest) -> str:
     return f"drafter limit: {manifest.drafter_max_positions} positions"
 
 
-def render_env(chosen: ChosenPreset, header: str) -> str:
-    """NAME=VALUE for exactly the preset's switches; a declared switch the preset leaves unset is absent."""
-    lines = [f"# {header}"] + [f"{name}={value}" for name, value in sorted(chosen.preset.switches.items())]
-    return "\n".join(lines) + "\n"
-
-
-def render_args(chosen: ChosenPreset, header: str) -> str:
-    """One launcher argument per line: --max-model-len N, then the preset's launcher_args."""
-    preset = chosen.preset
-    lines = [f"# {header}", "--max-model-len", str(preset.max_model_len), *preset.launcher_args]
-    return "\n".join(lines) + "\n"
-
-
-def render_json(manifest: Manifest, chosen: ChosenPreset, header: str, hashes: Mapping[str, str]) -> str:
+def render_json(manifest: Manifest, chosen: ChosenPreset, settings: RankSettings, hashes: Mapping[str, str]) -> str:
     """The JSON record; its first line carries the header as the first key, so the file stays valid JSON."""
     preset = chosen.preset
     body = {
@@ -82,18 +109,18 @@ def render_json(manifest: Manifest, chosen: ChosenPreset, header: str, hashes: M
         "switches": dict(sorted(preset.switches.items())), "prefix_block": preset.prefix_block,
         "launcher_args": list(preset.launcher_args), "drafter_max_positions": manifest.drafter_max_positions,
         "drafter_limit": drafter_limit(manifest), "override": chosen.override, "ranks": "identical on every rank",
-        "sha256": dict(sorted(hashes.items())),
+        "preset_sha256": settings.preset_sha256, "sha256": dict(sorted(hashes.items())),
     }
     rest = json.dumps(body, indent=1, sort_keys=True)
-    return '{"header": ' + json.dumps(header) + ",\n" + rest[2:] + "\n"
+    return '{"header": ' + json.dumps(settings.header()) + ",\n" + rest[2:] + "\n"
 
 
 def render_config(manifest: Manifest, chosen: ChosenPreset, provenance: Provenance) -> RuntimeConfig:
-    """Every file of one preset's configuration."""
-    header = provenance.header(chosen.preset.name)
-    env, args = render_env(chosen, header), render_args(chosen, header)
+    """Every file of one preset's configuration; ranks.env and launcher.args are byte for byte what deploy passes."""
+    settings = settings_of_preset(manifest, chosen, provenance.lock_sha256)
+    env, args = settings.env_text(), settings.args_text()
     hashes = {ENV_FILE: sha256_hex(env.encode()), ARGS_FILE: sha256_hex(args.encode())}
-    files = {ENV_FILE: env, ARGS_FILE: args, JSON_FILE: render_json(manifest, chosen, header, hashes)}
+    files = {ENV_FILE: env, ARGS_FILE: args, JSON_FILE: render_json(manifest, chosen, settings, hashes)}
     return RuntimeConfig(chosen.preset.name, files)
 
 
@@ -150,3 +177,31 @@ def drift_error(drift: Drift, folder: str) -> IntegrityError:
 def preset_names_in(actual: Mapping[str, str]) -> tuple[str, ...]:
     """The preset folders a configuration tree holds."""
     return tuple(sorted({path.split("/", 1)[0] for path in actual if "/" in path}))
+
+
+def runtime_drift(manifest: Manifest, node: str, release: Release | None, running_switches: Mapping[str, str] | None) -> list[str]:
+    """How what one node runs differs from its preset as the manifest states it now: the recorded release (preset,
+    switches, max-model-len, launcher arguments, preset hash) and the serving container's switch set."""
+    if release is None:
+        return [f"{node} runs no kvbake release"]
+    preset = manifest.presets.get(release.preset)
+    if preset is None:
+        return [f"{node} runs preset {release.preset}, which the manifest no longer has"]
+    problems = []
+    for field, deployed, stated in (("switches", dict(release.switches), dict(preset.switches)),
+                                    ("max_model_len", release.max_model_len, preset.max_model_len),
+                                    ("launcher_args", list(release.launcher_args), list(preset.launcher_args))):
+        if deployed != stated:
+            problems.append(f"{node} runs {release.preset} with {field} {deployed}, the manifest now says {stated}")
+    if not problems and release.runtime_sha256 != preset_sha256(manifest, preset):
+        problems.append(f"{node} runs {release.preset} as deployed (preset sha256 {str(release.runtime_sha256)[:12]}), the manifest's "
+                        f"preset now hashes {preset_sha256(manifest, preset)[:12]} (status, note, prefix block or drafter limit)")
+    if running_switches is not None and dict(running_switches) != dict(release.switches):
+        problems.append(f"{node}'s serving container sets {dict(running_switches)}, its release {dict(release.switches)}")
+    return problems
+
+
+def running_drift_error(problems: list[str]) -> IntegrityError:
+    return IntegrityError(f"what runs drifts from the manifest's runtime settings: {'; '.join(problems)}",
+                          "deploy --preset NAME to apply the manifest's settings (the image is unchanged: no rebuild), "
+                          "or restore the preset in the manifest")

@@ -15,7 +15,7 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.nodestate import NodeState
 from kvbake.plan import Plan
-from kvbake.presets import ChosenPreset
+from kvbake.presets import ChosenPreset, preset_sha256
 from kvbake.pushing import PUSHES_DIR
 from kvbake.provenance import switch_names
 from kvbake.release import Release
@@ -48,6 +48,7 @@ def make_release(plan: Plan, image: str, chosen: ChosenPreset, reason: str) -> R
         labels=dict(plan.labels), preset=preset.name, switches=dict(preset.switches), max_model_len=preset.max_model_len,
         launcher_args=preset.launcher_args, deployed_by=who_deploys(),
         deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
+        runtime_sha256=preset_sha256(plan.manifest, preset),
     )
 
 
@@ -72,14 +73,11 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
     for node in fleet.deployment.nodes:
         release = NodeState(node.name, fleet.engines[node.name]).read().current
         container, image = observe(fleet, node.name)
-        expected = expect if expect is not None else dict(release.switches) if release else {}
-        layers = release.layers if release else ()
-        labels = release.labels if release else {}
-        image_id = fleet.expected_id(node.name, release) if release else None
-        failures = rank_failures(node.name, container, image, layers, labels, expected, fleet.switch_names, fleet.baked_paths, image_id,
-                                 fleet.source_root)
-        if release is None:
-            failures.insert(0, f"{node.name}: no release recorded")
+        if release is not None:
+            failures = fleet.rank_failures(node.name, container, image, release, expect)
+        else:
+            failures = [f"{node.name}: no release recorded"] + rank_failures(
+                node.name, container, image, (), {}, expect or {}, fleet.switch_names, fleet.baked_paths, None, fleet.source_root)
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         observed[node.name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
         reports.append(RankReport(node.name, tuple(failures), env))

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from kvbake.engine import Engine
 from kvbake.errors import DivergedError, KvbakeError, RolloutError
 from kvbake.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
 from kvbake.nodestate import NodeState, who
+from kvbake.readiness import wait_until_ready
 from kvbake.release import Release, release_from_json, release_to_json
-from kvbake.running import agreement_failures, expected_image_id, rank_failures, switch_env
+from kvbake.running import adopted_rank_failures, agreement_failures, expected_image_id, rank_failures, switch_env
+from kvbake.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,15 @@ class Fleet:
         """The Id this node's store gives the release's image, and its meaning."""
         return expected_image_id(self.engines[name].profile().store, release.config_digest, release.image)
 
+    def rank_failures(self, name: str, container: dict | None, image: dict | None, release: Release,
+                      switches: dict[str, str] | None = None) -> list[str]:
+        """How one rank differs from its release (an adopted serve by its own rules); `switches` overrides the set."""
+        if release.adopted:
+            return adopted_rank_failures(name, container, image, release, self.switch_names)
+        expected = dict(release.switches) if switches is None else switches
+        return rank_failures(name, container, image, release.layers, release.labels, expected, self.switch_names, self.baked_paths,
+                             self.expected_id(name, release), self.source_root)
+
 
 def records_of(current: Release | None, previous: Release | None) -> dict:
     return {"current": json.loads(release_to_json(current)) if current else None,
@@ -64,18 +76,23 @@ def retag(fleet: Fleet, name: str, current_id: str | None, previous_id: str | No
             engine.untag(fleet.tag(kind))
 
 
-def restart(fleet: Fleet, name: str, release: Release | None) -> None:
+def restart(fleet: Fleet, name: str, release: Release | None, replacing: Release | None = None) -> None:
     """Run the operator's launcher for one node with the release's switch set; it recreates the serving container.
-    With no release (the revert of a first deploy) there is nothing to launch: the serving container is removed."""
+    With no release (the revert of a first deploy) there is nothing to launch: the serving container is removed. An
+    adopted serve is never launched: its own container is set aside (stopped, renamed) and later brought back."""
     launcher = fleet.deployment.launcher
+    if release is not None and release.adopted:
+        bring_back_adopted(fleet, name, release)
+        return
+    if replacing is not None and replacing.adopted:
+        set_adopted_aside(fleet, name, replacing)
     if release is None:
         fleet.engines[name].remove_container(launcher.container)
         return
-    env_dir = fleet.deployment.state_dir / "env"
-    env_dir.mkdir(parents=True, exist_ok=True)
-    env_file = env_dir / f"{name}.env"
-    write_atomic(env_file, "".join(f"{item}\n" for item in release.env()).encode())
-    env = {**os.environ, **launcher_env(fleet, name, release, env_file)}
+    settings = settings_of_release(release)
+    files = write_rank_files(fleet.deployment.state_dir / "runtime" / name, settings)
+    env = {**os.environ, **launcher_env(fleet, name, release, settings, files)}
+    replaced = (fleet.engines[name].container_inspect(launcher.container) or {}).get("Id")
     try:
         done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -83,16 +100,113 @@ def restart(fleet: Fleet, name: str, release: Release | None) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RolloutError(f"launcher on {name} exited {done.returncode} ({last})", "fix the launcher, then deploy again (every node was reverted)")
+    stopped = not_running(fleet, name, replaced)
+    if stopped:
+        raise RolloutError(f"launcher on {name} exited 0 but {stopped}",
+                           "make the launcher (re)create the serving container $KVBAKE_CONTAINER (docker run -d --name ...); "
+                           "every node was reverted")
 
 
-def launcher_env(fleet: Fleet, name: str, release: Release, env_file: Path) -> dict[str, str]:
-    """What the launcher is told. The arguments come twice, each keeping every argument whole: shell-quoted (for
-    `eval set -- "$KVBAKE_LAUNCHER_ARGS"`) and as a JSON array."""
-    node = fleet.node(name)
-    return {"DOCKER_HOST": node.host, "KVBAKE_NODE": name, "KVBAKE_ROLE": node.role, "KVBAKE_IMAGE": fleet.tag("current"),
-            "KVBAKE_CONTAINER": fleet.deployment.launcher.container, "KVBAKE_ENV_FILE": str(env_file),
-            "KVBAKE_MAX_MODEL_LEN": str(release.max_model_len), "KVBAKE_LAUNCHER_ARGS": shlex.join(release.launcher_args),
-            "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(list(release.launcher_args))}
+def not_running(fleet: Fleet, name: str, replaced: str | None = None) -> str | None:
+    """Why the node's serving container is not running (absent, still the container `replaced`, or exited with its code
+    and last log line), or None."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is None:
+        return f"the serving container {container} does not exist on {name}"
+    if replaced is not None and found.get("Id") == replaced:
+        return f"the serving container {container} on {name} is still the old one (it was not recreated)"
+    state = found.get("State") or {}
+    if state.get("Running"):
+        return None
+    tail = engine.container_log_tail(container).splitlines()
+    return f"the serving container {container} on {name} is not running (exit code {state.get('ExitCode')}: {tail[-1] if tail else 'no output'})"
+
+
+def start_group(fleet: Fleet, steps: dict[str, tuple[Release | None, Release | None]]) -> None:
+    """Restart the nodes of one start group (each: the release to run, the release it replaces); several at once when
+    the group has several nodes. Every failure is named."""
+    if len(steps) == 1:
+        name, (release, replacing) = next(iter(steps.items()))
+        restart(fleet, name, release, replacing)
+        return
+    failures = []
+    with ThreadPoolExecutor(max_workers=len(steps)) as pool:
+        futures = {name: pool.submit(restart, fleet, name, release, replacing) for name, (release, replacing) in steps.items()}
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KvbakeError as err:
+                failures.append(err)
+    if failures:
+        raise RolloutError("; ".join(err.message for err in failures), failures[0].fix)
+
+
+def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
+    """Wait for the deployment's readiness probe once every rank of this side was started; a side that serves
+    nothing (the revert of a first deploy) has nothing to wait for."""
+    readiness = fleet.deployment.readiness
+    if readiness is None or all(release is None for release in releases.values()):
+        return
+
+    def dead_rank() -> str | None:
+        return next((reason for name, release in releases.items() if release is not None and (reason := not_running(fleet, name))), None)
+
+    waited = wait_until_ready(readiness, dead_rank)
+    log.info("the serve answered %s after %.1f s", readiness.url, waited)
+
+
+def set_adopted_aside(fleet: Fleet, name: str, adopted: Release) -> None:
+    """Stop the adopted container and keep it, whole, under its kept name (done already: nothing to do)."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
+        engine.stop_and_rename(container, adopted.kept_as)
+
+
+def bring_back_adopted(fleet: Fleet, name: str, adopted: Release) -> None:
+    """Replace the serving container by the adopted one, started again under its own name: the serve as it was."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
+        return
+    if engine.container_inspect(adopted.kept_as) is None:
+        raise RolloutError(f"node {name}: the adopted serving container {adopted.kept_as} is gone, so the adopted serve cannot come back",
+                           "deploy a kvbake release instead (python build.py deploy --preset NAME)")
+    engine.remove_container(container)
+    engine.rename_and_start(adopted.kept_as, container)
+
+
+def write_rank_files(folder: Path, settings: RankSettings) -> dict[str, Path]:
+    """ranks.env and launcher.args exactly as `config` writes them for the same preset."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {ENV_FILE: folder / ENV_FILE, ARGS_FILE: folder / ARGS_FILE}
+    write_atomic(files[ENV_FILE], settings.env_text().encode())
+    write_atomic(files[ARGS_FILE], settings.args_text().encode())
+    return files
+
+
+def launcher_env(fleet: Fleet, name: str, release: Release, settings: RankSettings, files: dict[str, Path]) -> dict[str, str]:
+    """What the launcher is told. The arguments (max-model-len first) come three ways, each keeping every argument
+    whole: the launcher.args file, shell-quoted (for `eval set -- "$KVBAKE_LAUNCHER_ARGS"`) and as a JSON array."""
+    deployment, node = fleet.deployment, fleet.node(name)
+    head = deployment.head()
+    drafter = deployment.drafter
+    return {**deployment.launcher.env,
+            "DOCKER_HOST": node.host, "KVBAKE_NODE": name, "KVBAKE_ROLE": node.role, "KVBAKE_IMAGE": fleet.tag("current"),
+            "KVBAKE_CONTAINER": deployment.launcher.container, "KVBAKE_ENV_FILE": str(files[ENV_FILE]),
+            "KVBAKE_ARGS_FILE": str(files[ARGS_FILE]), "KVBAKE_MAX_MODEL_LEN": str(release.max_model_len),
+            "KVBAKE_LAUNCHER_ARGS": shlex.join(settings.argv()), "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(settings.argv()),
+            "KVBAKE_PRESET": release.preset, "KVBAKE_NODE_RANK": str(node_rank(deployment, name)), "KVBAKE_NNODES": str(len(deployment.nodes)),
+            "KVBAKE_NODE_ADDRESS": node.address, "KVBAKE_HEAD_ADDRESS": head.address if head else "",
+            "KVBAKE_DRAFTER_URL": drafter.url if drafter else "",
+            "KVBAKE_DRAFTER_MAX_POSITIONS": str(drafter.max_positions) if drafter and drafter.max_positions else ""}
+
+
+def node_rank(deployment: Deployment, name: str) -> int:
+    """The head is node rank 0; the workers follow in the deployment file's order."""
+    ordered = sorted(deployment.nodes, key=lambda n: n.role != "head")
+    return next(i for i, n in enumerate(ordered) if n.name == name)
 
 
 def observe(fleet: Fleet, name: str) -> tuple[dict | None, dict | None]:
@@ -110,8 +224,7 @@ def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]
         if release is None:
             continue
         container, image = observe(fleet, name)
-        failures += rank_failures(name, container, image, release.layers, release.labels, release.switches, fleet.switch_names, fleet.baked_paths,
-                                  fleet.expected_id(name, release), fleet.source_root)
+        failures += fleet.rank_failures(name, container, image, release)
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
     return failures + agreement_failures(observed)
@@ -127,10 +240,16 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str) -> Journ
         NodeState(plan.node, fleet.engines[plan.node]).update(
             marker_image(fleet, plan), f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}",
             current=release_of(records, "current"), previous=release_of(records, "previous"))
-    for plan in journal.nodes:
-        journal = journal.with_step(f"{side}:restart:{plan.node}")
+    releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes}
+    replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
+    for group in fleet.deployment.start_groups():
+        members = [name for name in group if name in releases]
+        if not members:
+            continue
+        journal = journal.with_step(f"{side}:restart:{'+'.join(members)}")
         write_journal(folder, journal)
-        restart(fleet, plan.node, release_of(_side(plan, side)[2], "current"))
+        start_group(fleet, {name: (releases[name], replaced[name]) for name in members})
+    await_readiness(fleet, releases)
     return journal
 
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
-from kvbake.errors import KvbakeError, ValidationStop
+from kvbake.errors import KvbakeError, RolloutError, ValidationStop
 from kvbake.manifest import Manifest
 from kvbake.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
 from kvbake.needle import build_corruption_set, build_needle_prompt, make_needle_codes
@@ -184,6 +184,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     """Run the plan, write the report; a stop (after the optional rollback) raises ValidationStop naming the report."""
     release = release_of(request.deployment)
     check_release(release, request.chosen.preset.name)
+    wait_for_the_serve(request.deployment)
     started = _now()
     options = make_options(request.chosen.preset, f"kvbake-{started}-{secrets.token_hex(4)}",
                            request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
@@ -207,6 +208,18 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     if stop is not None:
         raise ValidationStop(f"{stop.name}: {stop.stop}; report {where}", stop.fix)
     return report, path
+
+
+def wait_for_the_serve(deployment: Deployment | None) -> None:
+    """With a deployment that names a readiness probe, the plan starts only once the serve answers it."""
+    if deployment is None or deployment.readiness is None:
+        return
+    from kvbake.readiness import wait_until_ready
+
+    try:
+        wait_until_ready(deployment.readiness, lambda: None)
+    except RolloutError as err:
+        raise ValidationStop(f"not started: {err.message}", "deploy the preset (python build.py deploy) and validate once it is ready") from None
 
 
 def _now() -> str:

@@ -6,8 +6,8 @@ bash scripts/setup.sh
 MANIFEST=examples/standin/manifest.yaml
 echo "== stand-in base (Debian bookworm + Python 3.11 + vLLM 0.33.0 sources; built locally, never pulled)"
 .venv/bin/python scripts/standin_base.py
-echo "== lock (pins this machine's base; the chain, files and overlay must come out unchanged)"
-.venv/bin/python build.py lock --manifest "$MANIFEST"
+echo "== lock (re-pins this machine's own stand-in base on purpose; the chain, files and overlay must come out unchanged)"
+.venv/bin/python build.py lock --manifest "$MANIFEST" --rebase-base
 git diff --quiet -- examples/standin/overlay 2>/dev/null || { echo "overlay/ changed: the chain no longer reproduces the shipped files" >&2; exit 7; }
 echo "== runtime configs for both ranks (regenerated: they name the lock's hash)"
 .venv/bin/python build.py config --all --manifest "$MANIFEST"

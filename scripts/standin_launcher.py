@@ -1,20 +1,34 @@
 """Stand-in launcher: recreates the serving container on $DOCKER_HOST from $KVBAKE_IMAGE with the release's env file.
 
-An operator's real launcher does the same with `vllm serve` and its arguments; kvbake runs it once per node with
-DOCKER_HOST, KVBAKE_IMAGE, KVBAKE_CONTAINER, KVBAKE_ENV_FILE, KVBAKE_MAX_MODEL_LEN, KVBAKE_LAUNCHER_ARGS (shell-quoted),
-KVBAKE_LAUNCHER_ARGS_JSON (a JSON array), KVBAKE_NODE and KVBAKE_ROLE set. The arguments are recorded in a label, as
-the JSON array, so that tests can see they arrived whole.
+An operator's real launcher does the same with vLLM and its arguments (scripts/launch_vllm.py); kvbake runs it once
+per node with the variables the README lists. The arguments are recorded in a label, as the JSON array, so that tests
+can see they arrived whole. Without STANDIN_SERVE the container sleeps with no network; with STANDIN_SERVE=1 it runs
+scripts/standin_serve.py on the host network: the head answers /health once its delay passed and every worker joined
+(STANDIN_API_PORT, STANDIN_RENDEZVOUS_PORT, STANDIN_DELAY_S; STANDIN_CRASH_IF=NAME=VALUE fails its start-up).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
 SERVE = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: exit(0))\nwhile True: time.sleep(3600)\n"
+
+
+def serving_command() -> tuple[list[str], str, dict[str, str]]:
+    """The container's python3 arguments, its network and extra variables: the sleeping stand-in, or the serve."""
+    if os.environ.get("STANDIN_SERVE") != "1":
+        return ["-c", SERVE], "none", {}
+    source = (Path(__file__).resolve().parent / "standin_serve.py").read_text()
+    workers = int(os.environ.get("KVBAKE_NNODES", "1")) - 1
+    argv = [os.environ.get("KVBAKE_ROLE", "head"), os.environ["STANDIN_API_PORT"], os.environ["STANDIN_RENDEZVOUS_PORT"], str(workers),
+            os.environ.get("STANDIN_DELAY_S", "0"), os.environ.get("KVBAKE_HEAD_ADDRESS") or "127.0.0.1", os.environ.get("KVBAKE_NODE", "")]
+    envs = {"STANDIN_CRASH_IF": os.environ["STANDIN_CRASH_IF"]} if os.environ.get("STANDIN_CRASH_IF") else {}
+    return ["-c", source, *argv], "host", envs
 
 
 def main() -> int:
@@ -27,9 +41,10 @@ def main() -> int:
     labels = {"kvbake.node": os.environ.get("KVBAKE_NODE", ""), "kvbake.role": os.environ.get("KVBAKE_ROLE", ""),
               "kvbake.max-model-len": os.environ.get("KVBAKE_MAX_MODEL_LEN", ""),
               "kvbake.launcher-args": os.environ.get("KVBAKE_LAUNCHER_ARGS_JSON", "[]")}
+    command, network, envs = serving_command()
     try:
-        client.run(os.environ["KVBAKE_IMAGE"], ["-c", SERVE], entrypoint="python3", name=name, detach=True,
-                   networks=["none"], env_files=[os.environ["KVBAKE_ENV_FILE"]], labels=labels, pull="never",
+        client.run(os.environ["KVBAKE_IMAGE"], command, entrypoint="python3", name=name, detach=True,
+                   networks=[network], env_files=[os.environ["KVBAKE_ENV_FILE"]], envs=envs, labels=labels, pull="never",
                    restart="unless-stopped")
     except DockerException as err:
         print(f"launcher: {(err.stderr or '').strip().splitlines()[-1:] or err}", file=sys.stderr)

@@ -24,12 +24,15 @@ PACKING_ENV = {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL
 STANDIN_LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
 
 
-def write_deploy(folder: Path, rig: dict, launcher: list[str]) -> Path:
+def write_deploy(folder: Path, rig: dict, launcher: list[str], env: dict[str, str] | None = None, **extra: Any) -> Path:
+    """The rig's deployment file: node A the head, node B (through ssh where the rig has it) the worker."""
     path = folder / "deploy.yaml"
     path.write_text(json.dumps({
         "format": 1,
-        "nodes": [{"name": "spark-a", "host": rig["a"].host, "role": "head"}, {"name": "spark-b", "host": rig["b_host"], "role": "worker"}],
-        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120},
+        "nodes": [{"name": "spark-a", "host": rig["a"].host, "role": "head", "address": "127.0.0.1"},
+                  {"name": "spark-b", "host": rig["b_host"], "role": "worker", "address": "127.0.0.1"}],
+        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120, **({"env": env} if env else {})},
+        **extra,
     }))
     return path
 

@@ -17,6 +17,9 @@ from kvbake.rig import LocalRegistry, NodeEngine
 from kvbake.rig.recipes import available_recipes
 
 from conftest import run, ship_standin
+from faultscenarios import (failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, node_down_after_phase_one,
+                            node_down_after_the_other_was_retagged)
+from shiprig import write_deploy
 
 pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,25 +53,15 @@ def fleet(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             client = node.client()
             client.image.pull(shared, quiet=True)
             client.image.tag(shared, BASE)
-        yield {"root": root, "registry": registry, "a": node_a, "b": node_b}
+        yield {"root": root, "registry": registry, "a": node_a, "b": node_b, "b_host": node_b.host}
 
 
 @pytest.fixture(scope="module")
 def shipped(engine: Engine, fleet: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
     folder = tmp_path_factory.mktemp("standin") / "standin"
     manifest, record = ship_standin(folder, fleet["registry"].address)
-    return {"manifest": manifest, "digest": record["pinned"], "config": record["config_digest"],
-            "deploy": write_deploy(folder, fleet, LAUNCHER)}
-
-
-def write_deploy(folder: Path, fleet: dict, launcher: list[str]) -> Path:
-    path = folder / "deploy.yaml"
-    path.write_text(json.dumps({
-        "format": 1,
-        "nodes": [{"name": "spark-a", "host": fleet["a"].host, "role": "head"}, {"name": "spark-b", "host": fleet["b"].host, "role": "worker"}],
-        "launcher": {"command": launcher, "container": CONTAINER, "timeout_s": 120},
-    }))
-    return path
+    return {"manifest": manifest, "digest": record["pinned"], "config": record["config_digest"], "folder": folder,
+            "repository": record["pinned"].split("@")[0], "deploy": write_deploy(folder, fleet, LAUNCHER)}
 
 
 def ship(capsys, shipped: dict, *argv: str, deploy: Path | None = None) -> tuple[int, str, str]:
@@ -164,6 +157,27 @@ def test_a_base_named_by_another_stores_id_is_not_found_and_the_profile_is_named
     code, _, err = run(capsys, "lock", "--manifest", str(manifest), "--host", fleet["b"].host)
     assert code == 6 and f"image {config_digest} is not present on {fleet['b'].host} (docker-26.1-containerd" in err, err
     assert err.count("\n") == 1
+
+
+def test_a_failed_first_deploy_on_the_containerd_node_leaves_both_new(capsys, shipped, fleet, tmp_path):
+    failed_first_deploy(capsys, shipped, fleet, tmp_path, failing="spark-b")
+
+
+def test_a_failed_second_deploy_on_the_classic_node_keeps_both_as_they_were(capsys, shipped, fleet, tmp_path):
+    failed_second_deploy(capsys, shipped, fleet, tmp_path, failing="spark-a")
+
+
+def test_the_containerd_node_down_after_phase_one_changes_nothing(capsys, shipped, fleet, monkeypatch):
+    node_down_after_phase_one(capsys, shipped, fleet, monkeypatch, down="b")
+
+
+def test_the_containerd_node_down_after_the_classic_one_was_retagged_is_diverged_then_repaired(capsys, shipped, fleet, monkeypatch):
+    node_down_after_the_other_was_retagged(capsys, shipped, fleet, monkeypatch, down="b")
+
+
+@pytest.mark.parametrize("at", [2, 4])  # 2: before the classic node is retagged; 4: both retagged, before any restart
+def test_a_kill_mid_deploy_across_stores_then_resume_and_again_then_revert(capsys, shipped, fleet, tmp_path, at):
+    kill_then_resume_and_again_then_revert(capsys, shipped, fleet, tmp_path, at)
 
 
 def test_a_node_switched_to_another_store_is_named_and_reseated(capsys, shipped, fleet):

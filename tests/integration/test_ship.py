@@ -13,7 +13,8 @@ from kvbake.engine import Engine
 from kvbake.rig import NodeEngine
 
 from conftest import run
-from shiprig import BAKED, CONTAINER, REPO_ROOT, assert_invariant, deploy_control, serving_env, ship, write_deploy
+from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
+from shiprig import BAKED, CONTAINER, REPO_ROOT, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
 
 pytestmark = pytest.mark.docker
 
@@ -74,64 +75,22 @@ def test_pythonpath_and_a_mount_inside_the_source_root_fail_verify_running(capsy
 
 def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig, tmp_path):
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "baseline")[0] == 0
-    before = {n: serving_env(rig[n]) for n in ("a", "b")}
-    wrapper = tmp_path / "flaky-launcher"
-    wrapper.write_text(f"#!/bin/sh\n[ \"$KVBAKE_NODE\" = spark-b ] && [ -z \"$KVBAKE_ALLOW\" ] && [ -n \"$(grep KV_PAIR \"$KVBAKE_ENV_FILE\")\" ] "
-                       f"&& {{ echo 'launcher: GPU busy' >&2; exit 3; }}\nexec {sys.executable} {REPO_ROOT / 'scripts/standin_launcher.py'}\n")
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    deploy_file = write_deploy(tmp_path, rig, [str(wrapper)])
-    deploy_file_state = shipped["deploy"].parent / ".kvbake"
-    shutil.copytree(deploy_file_state, tmp_path / ".kvbake", dirs_exist_ok=True)
-    code, _, err = run(capsys, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "fault",
-                       "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file))
-    assert code == 12 and "launcher on spark-b exited 3" in err, err
-    assert {n: serving_env(rig[n]) for n in ("a", "b")} == before
-    code, out, err = run(capsys, "verify-running", "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file))
+    deploy_file = write_deploy(tmp_path, rig, failing_launcher(tmp_path, "spark-b", when_switches=True))
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)
+    before = fleet_snapshot(rig, shipped, deploy_file)
+    code, _, err = ship_with(capsys, shipped, deploy_file, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "fault")
+    assert code == 12 and "launcher on spark-b exited 1 (launcher: GPU busy)" in err, err
+    assert fleet_snapshot(rig, shipped, deploy_file) == before
+    code, out, err = ship_with(capsys, shipped, deploy_file, "verify-running")
     assert code == 0, err
 
 
 def test_node_b_down_after_phase_one_changes_nothing(capsys, shipped, rig, monkeypatch):
-    import kvbake.rollout as rollout
-
-    deploy_control(capsys, shipped, "baseline")
-    original = rollout.stage_release
-
-    def stage_then_stop_b(*args, **kwargs):
-        staged = original(*args, **kwargs)
-        rig["b"].stop()
-        return staged
-
-    monkeypatch.setattr(rollout, "stage_release", stage_then_stop_b)
-    try:
-        code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "b dies")
-        assert code == 12 and "node spark-b" in err and "nothing" in err, err
-    finally:
-        rig["b"].start()
-    monkeypatch.undo()
-    assert_invariant(capsys, shipped, rig, set())
+    node_down_after_phase_one(capsys, shipped, rig, monkeypatch, down="b")
 
 
 def test_node_b_down_after_a_was_retagged_is_diverged_then_repaired(capsys, shipped, rig, monkeypatch):
-    import kvbake.transitions as transitions
-
-    deploy_control(capsys, shipped, "baseline")
-    original = transitions.retag
-
-    def retag_then_stop_b(fleet, name, current, previous):
-        original(fleet, name, current, previous)
-        if name == "spark-a" and rig["b"].socket_path.exists():
-            rig["b"].stop()
-
-    monkeypatch.setattr(transitions, "retag", retag_then_stop_b)
-    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "b dies mid-way")
-    monkeypatch.undo()
-    assert code == 13 and "DIVERGED" in err and "deploy --revert" in err, err
-    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "refused")
-    assert code == 13 and "repair first" in err
-    rig["b"].start()
-    code, out, err = ship(capsys, shipped, "deploy", "--revert")
-    assert code == 0, err
-    assert_invariant(capsys, shipped, rig, set())
+    node_down_after_the_other_was_retagged(capsys, shipped, rig, monkeypatch, down="b")
 
 
 def test_a_second_deploy_while_one_runs_is_refused_by_the_lock(capsys, shipped, rig, tmp_path):

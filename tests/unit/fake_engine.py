@@ -70,10 +70,26 @@ class FakeEngine:
         self._up()
         return self.containers.get(name)
 
+    def container_log_tail(self, name: str, lines: int = 3) -> str:
+        self._up()
+        return "\n".join(self.containers.get(name, {}).get("Log", [])[-lines:])
+
     def remove_container(self, name: str) -> None:
         self._up()
         self.containers.pop(name, None)
         self.files.pop(name, None)
+
+    def stop_and_rename(self, name: str, new_name: str) -> None:
+        self._up()
+        container = self.containers.pop(name)
+        container["State"] = {**container.get("State", {}), "Running": False}
+        self.containers[new_name] = {**container, "Name": new_name}
+
+    def rename_and_start(self, name: str, new_name: str) -> None:
+        self._up()
+        container = self.containers.pop(name)
+        container["State"] = {**container.get("State", {}), "Running": True}
+        self.containers[new_name] = {**container, "Name": new_name}
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
         self._up()
@@ -93,8 +109,9 @@ class FakeEngine:
     def run_serving(self, name: str, reference: str, env: list[str]) -> None:
         """What a launcher does: (re)create the serving container from `reference` with `env`."""
         self._up()
-        self.containers[name] = {"Name": name, "Image": self.image_id_of(reference), "Config": {"Env": list(env), "Labels": {}},
-                                 "State": {"Running": True}, "Mounts": []}
+        self.serial = getattr(self, "serial", 0) + 1
+        self.containers[name] = {"Id": f"{self.label}-{self.serial}", "Name": name, "Image": self.image_id_of(reference),
+                                 "Config": {"Env": list(env), "Labels": {}}, "State": {"Running": True}, "Mounts": []}
 
 
 def copy_tree(src: Path, dst: Path) -> None:

@@ -404,7 +404,7 @@ def _(p: Project) -> Run:
 
 @scenario("lock-duplicate-key")
 def _(p: Project) -> Run:
-    p.standin().replace("manifest.lock.json", '"format": 1,', '"format": 1,\n "format": 1,')
+    p.standin().replace("manifest.lock.json", '"format": 2,', '"format": 2,\n "format": 2,')
     return plan()
 
 
@@ -454,17 +454,17 @@ def _(p: Project) -> Run:
     return plan()
 
 
-@scenario("lock-format-2")
+@scenario("lock-format-3")
 def _(p: Project) -> Run:
     document = p.standin().lock()
-    document["format"] = 2
+    document["format"] = 3
     p.write_lock(document)
     return plan()
 
 
 @scenario("lock-drifted")
 def _(p: Project) -> Run:
-    p.standin().replace("manifest.yaml", "format: 1\n", "format: 1\n# a reviewed change\n")
+    p.standin().replace("manifest.yaml", 'values: ["3"]', 'values: ["3", "4"]')
     return plan()
 
 

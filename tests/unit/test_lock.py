@@ -92,8 +92,8 @@ def test_a_drifted_manifest_is_refused(tmp_path: Path) -> None:
 
 def test_another_format_is_refused(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path)
-    write_lock(manifest.lock_path, replace(full_lock(manifest.sha256), format=2))
-    with pytest.raises(LockError, match=r"^manifest\.lock\.json has format 2, this kvbake writes 1; fix: run python build\.py lock$"):
+    write_lock(manifest.lock_path, replace(full_lock(manifest.sha256), format=3))
+    with pytest.raises(LockError, match=r"^manifest\.lock\.json has format 3, this kvbake writes 2; fix: run python build\.py lock$"):
         read_lock(manifest)
 
 
@@ -230,8 +230,8 @@ def test_a_lock_that_is_a_folder_cannot_be_read(tmp_path: Path) -> None:
 
 def test_a_foreign_format_is_named_before_its_fields_are_checked(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path)
-    manifest.lock_path.write_text('{"format": 2, "shape": "new"}')
-    with pytest.raises(LockError, match="manifest.lock.json has format 2, this kvbake writes 1"):
+    manifest.lock_path.write_text('{"format": 3, "shape": "new"}')
+    with pytest.raises(LockError, match="manifest.lock.json has format 3, this kvbake writes 2"):
         read_lock(manifest)
 
 
@@ -292,3 +292,33 @@ def test_a_second_lock_run_on_the_same_manifest_is_refused(tmp_path: Path, capsy
     with exclusive(manifest.path):
         assert main(["lock", "--manifest", str(manifest.path), "--host", f"unix://{tmp_path}/no.sock"]) == 4
     assert "another python build.py lock is running on manifest.yaml" in capsys.readouterr().err
+
+
+def test_a_format_2_lock_pins_only_the_image_sections(tmp_path: Path) -> None:
+    """Format 2 pins the hash of the image sections: a preset, the drafter limit, prose or a comment may change; the
+    chain, the switch declarations or the output may not."""
+    from kvbake.manifest import load_manifest
+
+    manifest = tiny_manifest(tmp_path)
+    write_lock(manifest.lock_path, replace(full_lock(manifest.image_sha256), format=2))
+    text = manifest.path.read_text()
+    runtime_edits = [text.replace("presets:", "# a comment\npresets:", 1), text.replace("format: 1", "format: 1\ndescription: edited", 1),
+                     text.replace("presets:", "drafter: {max_positions: 999999}\npresets:", 1)]
+    for edited in runtime_edits:
+        manifest.path.write_text(edited)
+        assert read_lock(load_manifest(manifest.path)).manifest_sha256 == manifest.image_sha256
+    manifest.path.write_text(text.replace('TINY_SWITCH: {values: ["3"]}', 'TINY_SWITCH: {values: ["3", "4"]}', 1))
+    with pytest.raises(LockError, match=r"^manifest\.lock\.json drifts from manifest\.yaml \(its base, donor, chain, switches, forbidden "
+                                        r"names or output changed since it was locked\); fix: review the change"):
+        read_lock(load_manifest(manifest.path))
+
+
+def test_a_format_1_lock_still_pins_the_whole_file(tmp_path: Path) -> None:
+    from kvbake.manifest import load_manifest
+
+    manifest = tiny_manifest(tmp_path)
+    write_lock(manifest.lock_path, full_lock(manifest.sha256))
+    assert read_lock(manifest).format == 1
+    manifest.path.write_text(manifest.path.read_text() + "# a comment\n")
+    with pytest.raises(LockError, match=r"^manifest\.lock\.json drifts from manifest\.yaml \(the manifest changed since it was locked\)"):
+        read_lock(load_manifest(manifest.path))

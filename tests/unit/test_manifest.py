@@ -281,3 +281,30 @@ def test_a_bad_mapping_key_is_named_by_its_parent_and_never_echoed(key: str, sho
     assert caught.value.exit_code == 3
     assert f"manifest.yaml: {shown}" in caught.value.one_line()
     assert key not in caught.value.one_line()
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(("image", "name", "tag", "digest", "node_name"), [
+    ("ghcr.io/henryous/deepseek-v41-1017-dgx-spark:v5", "ghcr.io/henryous/deepseek-v41-1017-dgx-spark", "v5", None,
+     "ghcr.io/henryous/deepseek-v41-1017-dgx-spark:v5"),
+    (f"ghcr.io/henryous/deepseek-v41-1017-dgx-spark:v5@{DIGEST}", "ghcr.io/henryous/deepseek-v41-1017-dgx-spark", "v5", DIGEST,
+     "ghcr.io/henryous/deepseek-v41-1017-dgx-spark:v5"),
+    (f"127.0.0.1:5000/team/base@{DIGEST}", "127.0.0.1:5000/team/base", "sha256-" + "ab" * 6, DIGEST,
+     "127.0.0.1:5000/team/base:sha256-" + "ab" * 6),
+    ("127.0.0.1:5000/team/base:1", "127.0.0.1:5000/team/base", "1", None, "127.0.0.1:5000/team/base:1"),
+])
+def test_a_base_may_be_pinned_by_digest(tmp_path: Path, image: str, name: str, tag: str, digest: str | None, node_name: str) -> None:
+    document = minimal_document()
+    document["base"]["image"] = image
+    base = tiny_manifest(tmp_path, document).base
+    assert (base.name, base.tag, base.digest, base.node_name) == (name, tag, digest, node_name)
+
+
+@pytest.mark.parametrize("image", ["base@sha256:abc", "base", f"base:1@{DIGEST}x", "base@md5:" + "a" * 32])
+def test_a_malformed_base_reference_is_refused(tmp_path: Path, image: str) -> None:
+    document = minimal_document()
+    document["base"]["image"] = image
+    with pytest.raises(ManifestError, match=r"base\.image: .* does not match"):
+        tiny_manifest(tmp_path, document)

@@ -20,6 +20,7 @@ from kvbake.transitions import Fleet
 
 from fake_engine import FakeEngine
 
+REAL_RESTART = transitions.restart  # before the world fixture puts a fake launcher in its place
 REPO = "reg:5000/kvbake/x"
 BASE = ("sha256:base",)
 CONTAINER = "serve"
@@ -73,7 +74,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     fleet = Fleet(deployment, engines, REPO, ("S",), ("/src/x.py",), "/src")
     w = World(fleet, engines)
 
-    def fake_restart(fleet: Fleet, name: str, rel: Release | None) -> None:
+    def fake_restart(fleet: Fleet, name: str, rel: Release | None, replacing: Release | None = None) -> None:
         if rel is None:
             engines[name].remove_container(CONTAINER)
             return
@@ -222,7 +223,112 @@ def test_launcher_arguments_arrive_whole(world, tmp_path):
     import shlex
 
     r = release("args", {}, ("--served-model-name", "my model", "--x='y'"))
-    env = transitions.launcher_env(world.fleet, "a", r, tmp_path / "a.env")
-    assert shlex.split(env["KVBAKE_LAUNCHER_ARGS"]) == list(r.launcher_args)
-    assert json.loads(env["KVBAKE_LAUNCHER_ARGS_JSON"]) == list(r.launcher_args)
+    settings = transitions.settings_of_release(r)
+    files = transitions.write_rank_files(tmp_path / "a", settings)
+    env = transitions.launcher_env(world.fleet, "a", r, settings, files)
+    whole = ["--max-model-len", "4096", *r.launcher_args]
+    assert shlex.split(env["KVBAKE_LAUNCHER_ARGS"]) == whole
+    assert json.loads(env["KVBAKE_LAUNCHER_ARGS_JSON"]) == whole
+    assert Path(env["KVBAKE_ARGS_FILE"]).read_text().splitlines()[1:] == whole
+    assert Path(env["KVBAKE_ENV_FILE"]).read_text().splitlines()[0].startswith("# kvbake config args: preset sha256 ")
     assert env["DOCKER_HOST"] == "unix:///a" and env["KVBAKE_ROLE"] == "head" and env["KVBAKE_IMAGE"] == f"{REPO}:current"
+
+
+def with_deployment(world: World, **changes) -> None:
+    """The world's fleet with another deployment (start order, readiness)."""
+    from dataclasses import replace
+
+    object.__setattr__(world.fleet, "deployment", replace(world.fleet.deployment, **changes))
+
+
+def test_workers_start_before_the_head(world):
+    with_deployment(world, start="workers-first")
+    deploy(world, CONTROL)
+    assert world.launches == ["b:control", "a:control"]
+    assert read_journal(world.fleet.deployment.state_dir) is None
+
+
+def test_together_starts_every_rank_at_once(world, monkeypatch):
+    """Each fake launcher waits for the other: run one after another, they would never both return."""
+    import threading
+
+    with_deployment(world, start="together")
+    both = threading.Barrier(2, timeout=10)
+    fake = transitions.restart
+
+    def meet_then_launch(fleet, name, rel, replacing=None):
+        if rel is not None:
+            both.wait()
+        fake(fleet, name, rel, replacing)
+
+    monkeypatch.setattr(transitions, "restart", meet_then_launch)
+    deploy(world, CONTROL)
+    assert sorted(world.launches) == ["a:control", "b:control"]
+
+
+def test_a_serve_that_never_gets_ready_reverts_every_node(world, monkeypatch):
+    from kvbake.deployfile import Readiness
+
+    deploy(world, CONTROL)
+    with_deployment(world, readiness=Readiness("http://127.0.0.1:9/health", 200, 30, 1))
+    before = world.snapshot()
+    waits = []
+
+    def ready_only_for_control(readiness, dead_rank, **kw):
+        serving = world.engines["a"].containers[CONTAINER]["Config"]["Env"]
+        waits.append(tuple(serving))
+        if serving:
+            raise RolloutError("the serve never became ready: GET http://127.0.0.1:9/health answered 503", "every node was reverted")
+        return 0.0
+
+    monkeypatch.setattr(transitions, "wait_until_ready", ready_only_for_control)
+    with pytest.raises(RolloutError, match=r"^the serve never became ready"):
+        deploy(world, PACKING)
+    assert world.snapshot() == before
+    assert waits == [("S=3",), ()], "the forward side and the revert each wait for readiness"
+
+
+def test_a_rank_that_dies_before_it_is_ready_ends_the_wait_and_reverts(world, monkeypatch):
+    import functools
+
+    import httpx
+
+    from kvbake.deployfile import Readiness
+
+    deploy(world, CONTROL)
+    with_deployment(world, readiness=Readiness("http://127.0.0.1:9/health", 200, 600, 0.05))
+    before = world.snapshot()
+    fake = transitions.restart
+
+    def crash_on_b_with_packing(fleet, name, rel, replacing=None):
+        fake(fleet, name, rel, replacing)
+        if rel is not None and name == "b" and rel.preset == "packing":
+            container = world.engines["b"].containers[CONTAINER]
+            container["State"] = {"Running": False, "ExitCode": 1}
+            container["Log"] = ["ValueError: VLLM_X=3 is not supported"]
+
+    healthy = httpx.MockTransport(lambda request: httpx.Response(200 if "S=3" not in world.engines["a"].containers[CONTAINER]["Config"]["Env"] else 503))
+    monkeypatch.setattr(transitions, "restart", crash_on_b_with_packing)
+    monkeypatch.setattr(transitions, "wait_until_ready", functools.partial(transitions.wait_until_ready, transport=healthy))
+    with pytest.raises(RolloutError, match=r"^the serve died before it was ready: the serving container serve on b is not running "
+                                           r"\(exit code 1: ValueError: VLLM_X=3 is not supported\)"):
+        deploy(world, PACKING)
+    assert world.snapshot() == before
+
+
+def test_a_launcher_that_exits_0_but_starts_nothing_is_a_failed_step(world, tmp_path):
+    """The real restart: the launcher runs (here `true`) and must leave a running serving container."""
+    from kvbake.deployfile import Launcher
+
+    with_deployment(world, launcher=Launcher(("true",), CONTAINER, 10))
+    with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve does not exist on a; fix: make the "
+                                           r"launcher \(re\)create the serving container \$KVBAKE_CONTAINER"):
+        REAL_RESTART(world.fleet, "a", CONTROL)
+    world.engines["a"].containers[CONTAINER] = {"Name": CONTAINER, "State": {"Running": False, "ExitCode": 3}, "Log": ["bye"]}
+    with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is not running "
+                                           r"\(exit code 3: bye\)"):
+        REAL_RESTART(world.fleet, "a", CONTROL)
+    world.engines["a"].run_serving(CONTAINER, "base:1", [])
+    with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is still the old one "
+                                           r"\(it was not recreated\)"):
+        REAL_RESTART(world.fleet, "a", CONTROL)

@@ -10,17 +10,18 @@ import pytest
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.presets import choose_preset
+from kvbake.presets import choose_preset, preset_sha256
+from kvbake.release import Release
 from kvbake.runtime_config import (
     ARGS_FILE, ENV_FILE, JSON_FILE, REVIEW_REASON, Drift, Provenance, as_tree, checked_presets, compare_tree, drift_error,
-    preset_names_in, render_config, render_many,
+    preset_names_in, render_config, render_many, settings_of_preset, settings_of_release,
 )
 
 from helpers_manifest import minimal_document, tiny_manifest
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
-LOCKED = Provenance("manifest.yaml", "m" * 64, "l" * 64)
-UNLOCKED = Provenance("manifest.yaml", "m" * 64, None)
+LOCKED = Provenance("manifest.yaml", "l" * 64)
+UNLOCKED = Provenance("manifest.yaml", None)
 
 
 def manifest_with(tmp_path: Path, drafter: int | None = None, **presets: dict) -> Manifest:
@@ -39,7 +40,8 @@ HELD = {"status": "held", "max_model_len": 4096, "switches": {"TINY_SWITCH": "3"
 def test_env_holds_exactly_the_switch_set_sorted_after_the_header(tmp_path: Path) -> None:
     manifest = manifest_with(tmp_path, packed=PACKED)
     env = render_config(manifest, choose_preset(manifest, "packed"), LOCKED).files[ENV_FILE].splitlines()
-    assert env[0].startswith("# kvbake config packed: manifest manifest.yaml sha256 " + "m" * 64)
+    assert env[0] == f"# kvbake config packed: preset sha256 {preset_sha256(manifest, manifest.presets['packed'])}; lock sha256 {'l' * 64}; " \
+                     "generated, do not edit (python build.py config --check)"
     assert env[1:] == ["TINY_OTHER=1", "TINY_SWITCH=3"]
 
 
@@ -67,10 +69,10 @@ def test_every_file_starts_with_the_same_header_naming_manifest_and_lock(tmp_pat
     assert firsts[JSON_FILE].startswith('{"header": "kvbake config packed')
 
 
-def test_an_unlocked_manifest_says_unlocked_and_uses_the_manifest_hash(tmp_path: Path) -> None:
+def test_an_unlocked_manifest_says_unlocked(tmp_path: Path) -> None:
     manifest = manifest_with(tmp_path)
     header = render_config(manifest, choose_preset(manifest, "control"), UNLOCKED).files[ENV_FILE].splitlines()[0]
-    assert "lock: unlocked (manifest sha256 " + "m" * 64 in header
+    assert "; lock: unlocked; generated" in header
 
 
 def test_json_records_the_preset_drafter_limit_and_file_hashes(tmp_path: Path) -> None:
@@ -138,8 +140,59 @@ def test_compare_reports_every_drifted_missing_and_extra_file() -> None:
 
 def test_the_committed_standin_configs_match_the_generator() -> None:
     manifest = load_manifest(STANDIN / "manifest.yaml")
-    provenance = Provenance(manifest.path.name, manifest.sha256, read_lock(manifest).core_sha256())
+    provenance = Provenance(manifest.path.name, read_lock(manifest).core_sha256())
     folder = STANDIN / "configs"
     actual = {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
     names = checked_presets(manifest, preset_names_in(actual), require_all=True)
     assert compare_tree(as_tree(render_many(manifest, names, provenance)), actual).clean
+
+
+def test_editing_one_preset_changes_only_that_presets_files(tmp_path: Path) -> None:
+    before = manifest_with(tmp_path / "a", packed=PACKED)
+    after = manifest_with(tmp_path / "b", packed={**PACKED, "note": "both on, reviewed", "launcher_args": ["--block-size", "128"]})
+    old = as_tree(render_many(before, before.presets, LOCKED))
+    new = as_tree(render_many(after, after.presets, LOCKED))
+    assert {p for p in old if old[p] != new[p]} == {"packed/ranks.env", "packed/launcher.args", "packed/config.json"}
+
+
+def test_deploy_passes_byte_for_byte_what_config_writes(tmp_path: Path) -> None:
+    """One source: the files a release's launcher gets equal config's files of the same preset."""
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    chosen = choose_preset(manifest, "packed")
+    files = render_config(manifest, chosen, LOCKED).files
+    release = Release(image="r@sha256:" + "1" * 64, config_digest="sha256:" + "2" * 64, layers=("sha256:a",),
+                      labels={"org.kvbake.lock.sha256": "l" * 64}, preset="packed", switches=dict(PACKED["switches"]),
+                      max_model_len=2048, launcher_args=tuple(PACKED["launcher_args"]), deployed_by="ops", deployed_at="t",
+                      reason="r", override=None, runtime_sha256=preset_sha256(manifest, chosen.preset))
+    deployed = settings_of_release(release)
+    assert deployed == settings_of_preset(manifest, chosen, "l" * 64)
+    assert (deployed.env_text(), deployed.args_text()) == (files[ENV_FILE], files[ARGS_FILE])
+    assert deployed.argv() == ["--max-model-len", "2048", "--enable-prompt-tokens-details", "--block-size", "64"]
+
+
+def deployed(manifest: Manifest, name: str, **changes) -> Release:
+    chosen = choose_preset(manifest, name)
+    settings = settings_of_preset(manifest, chosen, "l" * 64)
+    fields = dict(image="r@sha256:" + "1" * 64, config_digest="sha256:" + "2" * 64, layers=("sha256:a",), labels={}, preset=name,
+                  switches=dict(settings.switches), max_model_len=settings.max_model_len, launcher_args=settings.launcher_args,
+                  deployed_by="ops", deployed_at="t", reason="r", override=None, runtime_sha256=settings.preset_sha256)
+    return Release(**{**fields, **changes})
+
+
+def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path) -> None:
+    from kvbake.runtime_config import runtime_drift
+
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    release = deployed(manifest, "packed")
+    assert runtime_drift(manifest, "a", release, dict(PACKED["switches"])) == []
+    assert runtime_drift(manifest, "a", None, None) == ["a runs no kvbake release"]
+    assert runtime_drift(manifest, "a", deployed(manifest, "packed", preset="gone"), None) == ["a runs preset gone, which the manifest no longer has"]
+    assert runtime_drift(manifest, "a", deployed(manifest, "packed", launcher_args=("--old",)), None) == [
+        "a runs packed with launcher_args ['--old'], the manifest now says ['--enable-prompt-tokens-details', '--block-size', '64']"]
+    assert runtime_drift(manifest, "a", deployed(manifest, "packed", max_model_len=1024, switches={}), None) == [
+        "a runs packed with switches {}, the manifest now says {'TINY_OTHER': '1', 'TINY_SWITCH': '3'}",
+        "a runs packed with max_model_len 1024, the manifest now says 2048"]
+    noted = runtime_drift(manifest, "a", deployed(manifest, "packed", runtime_sha256="0" * 64), None)
+    assert len(noted) == 1 and noted[0].startswith("a runs packed as deployed (preset sha256 000000000000), the manifest's preset now hashes ")
+    assert runtime_drift(manifest, "a", release, {"TINY_SWITCH": "3"}) == [
+        "a's serving container sets {'TINY_SWITCH': '3'}, its release {'TINY_OTHER': '1', 'TINY_SWITCH': '3'}"]

@@ -1,0 +1,92 @@
+"""Adopting the bind-mount serve on real node engines: a deploy over it is refused until `adopt`; the first deploy
+keeps it as `previous`; the first rollback brings that very container back, bind mount and switches included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbake.engine import Engine
+
+from conftest import run
+from shiprig import BAKED, BASE, CONTAINER, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship
+
+pytestmark = pytest.mark.docker
+SERVE = ["-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: exit(0))\nwhile True: time.sleep(3600)\n"]
+
+
+def start_bind_mount_serve(rig: dict, overlay_file) -> dict[str, str]:
+    """The operator's serve as the seed runs it: the base image, a patched file bind-mounted over the source, one
+    switch set by hand. Returns each node's container ID."""
+    ids = {}
+    for key in ("a", "b"):
+        client = rig[key].client()
+        container = client.run(BASE, SERVE, entrypoint="python3", name=CONTAINER, detach=True, networks=["none"],
+                               envs={"VLLM_DSV41_KV_PAIR": "3"}, volumes=[(str(overlay_file), BAKED, "ro")], restart="unless-stopped")
+        ids[key] = container.id
+    return ids
+
+
+@pytest.fixture()
+def bind_mount_serve(rig, shipped, tmp_path):
+    reset_nodes(rig, shipped["repository"])
+    overlay_file = tmp_path / "kv_cache_interface.py"
+    overlay_file.write_text("# the patched file the seed bind-mounts\n")
+    yield start_bind_mount_serve(rig, overlay_file)
+    for key in ("a", "b"):
+        Engine(rig[key].host).remove_container(f"{CONTAINER}-kvbake-adopted")
+    reset_nodes(rig, shipped["repository"])
+
+
+def test_adopt_then_deploy_then_rollback_restores_the_bind_mount_serve_exactly(capsys, shipped, rig, bind_mount_serve):
+    ids = bind_mount_serve
+    before = fleet_snapshot(rig, shipped)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "over it")
+    assert code == 12 and "node spark-a runs a serve kvbake did not deploy" in err and "python build.py adopt" in err, err
+    assert fleet_snapshot(rig, shipped) == before
+    code, out, err = ship(capsys, shipped, "adopt", "--reason", "the bind-mount serve")
+    assert code == 0, err
+    status = json.loads(ship(capsys, shipped, "status", "--json")[1])
+    assert {row["current"]["preset"] for row in status["nodes"]} == {"adopted"} and not status["diverged"]
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+    deploy_control(capsys, shipped, "first baked release")
+    assert serving_env(rig["a"]) == serving_env(rig["b"]) == set()
+    for key in ("a", "b"):
+        kept = Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted")
+        assert kept["Id"] == ids[key] and not kept["State"]["Running"]
+    code, _, err = ship(capsys, shipped, "rollback")
+    assert code == 0, err
+    for key in ("a", "b"):
+        serving = Engine(rig[key].host).container_inspect(CONTAINER)
+        assert serving["Id"] == ids[key] and serving["State"]["Running"]
+        assert [m["Destination"] for m in serving["Mounts"]] == [BAKED]
+        assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+    code, _, err = ship(capsys, shipped, "rollback")
+    assert code == 0 and serving_env(rig["a"]) == set(), err
+
+
+def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bind_mount_serve):
+    Engine(rig["b"].host).remove_container(CONTAINER)
+    before = fleet_snapshot(rig, shipped)
+    code, _, err = ship(capsys, shipped, "adopt")
+    assert code == 12 and "adopt: spark-b run no serve (no running container kvbake-serve)" in err and err.count("\n") == 1, err
+    assert fleet_snapshot(rig, shipped) == before
+
+
+def test_adopt_refuses_ranks_that_run_different_serves(capsys, shipped, rig, bind_mount_serve):
+    client = rig["b"].client()
+    client.container.remove(CONTAINER, force=True)
+    client.run(BASE, SERVE, entrypoint="python3", name=CONTAINER, detach=True, networks=["none"], envs={"VLLM_DSV41_KV_PAIR": "1"})
+    before = fleet_snapshot(rig, shipped)
+    code, _, err = ship(capsys, shipped, "adopt")
+    assert code == 12 and "adopt: the ranks run different serves" in err and "nothing was changed" in err, err
+    assert fleet_snapshot(rig, shipped) == before
+
+
+def test_adopt_refuses_nodes_that_already_run_a_kvbake_release(capsys, shipped, rig):
+    deploy_control(capsys, shipped, "baseline")
+    code, _, err = run(capsys, "adopt", "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]))
+    assert code == 12 and "already run a kvbake release" in err, err

@@ -1,0 +1,101 @@
+"""Ordered, gated rollout on real node engines: the serve stand-in starts slowly and needs its peer; deploy and
+rollback succeed only once it answers its readiness probe, and every failure to get ready reverts every node."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+
+import httpx
+import pytest
+
+from faultscenarios import without_running_flags
+from shiprig import STANDIN_LAUNCHER, fleet_snapshot, ship_with, write_deploy
+
+pytestmark = pytest.mark.docker
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture()
+def serving(rig, shipped, tmp_path):
+    """A deployment whose ranks run the serve stand-in on the host network, workers first, gated on /health."""
+    api, rendezvous = free_port(), free_port()
+    env = {"STANDIN_SERVE": "1", "STANDIN_API_PORT": str(api), "STANDIN_RENDEZVOUS_PORT": str(rendezvous), "STANDIN_DELAY_S": "2"}
+
+    def deployment(name: str, launcher: list[str] = STANDIN_LAUNCHER, url: str | None = None, **more_env: str):
+        folder = tmp_path / name
+        folder.mkdir()
+        if (tmp_path / "first" / ".kvbake").exists():
+            shutil.copytree(tmp_path / "first" / ".kvbake", folder / ".kvbake")
+        readiness = {"url": url or f"http://127.0.0.1:{api}/health", "status": 200, "timeout_s": 20, "interval_s": 0.2}
+        return write_deploy(folder, rig, launcher, env={**env, **more_env}, start="workers-first", readiness=readiness)
+
+    yield deployment, api
+    from kvbake.engine import Engine
+
+    for key in ("a", "b"):
+        Engine(rig[key].host).remove_container("kvbake-serve")
+
+
+def deploy(capsys, shipped, deploy_file, preset: str):
+    return ship_with(capsys, shipped, deploy_file, "deploy", "--preset", preset, "--image", shipped["digest"], "--reason", "gated")
+
+
+def test_deploy_and_rollback_wait_for_a_serve_that_starts_slowly_and_needs_its_peer(capsys, shipped, rig, serving):
+    deployment, api = serving
+    first = deployment("first")
+    started = time.monotonic()
+    code, out, err = deploy(capsys, shipped, first, "control")
+    assert code == 0, err
+    assert time.monotonic() - started >= 2, "deploy returned before the serve's start-up delay"
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{api}/v1/models", timeout=5).json()["data"][0]["id"] == "standin"
+    code, _, err = deploy(capsys, shipped, first, "packing-327680")
+    assert code == 0, err
+    code, _, err = ship_with(capsys, shipped, first, "rollback")
+    assert code == 0, err
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200
+
+
+def test_a_readiness_url_that_never_answers_reverts_every_node(capsys, shipped, rig, serving):
+    deployment, api = serving
+    assert deploy(capsys, shipped, deployment("first"), "control")[0] == 0
+    wrong = deployment("wrong-url", url=f"http://127.0.0.1:{free_port()}/health")
+    before = fleet_snapshot(rig, shipped, wrong)
+    code, _, err = deploy(capsys, shipped, wrong, "packing-327680")
+    assert code == 12 and "the serve never became ready: GET http://127.0.0.1:" in err and "within 20 s" in err, err
+    assert err.count("\n") == 1
+    assert without_running_flags(fleet_snapshot(rig, shipped, wrong)) == without_running_flags(before)
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200, "the previous serve is back and ready"
+
+
+def test_a_switch_that_crashes_the_serve_at_start_up_reverts_every_node(capsys, shipped, rig, serving):
+    deployment, api = serving
+    assert deploy(capsys, shipped, deployment("first"), "control")[0] == 0
+    crashing = deployment("crashing", STANDIN_CRASH_IF="VLLM_DSV41_KV_PAIR=3")
+    before = fleet_snapshot(rig, shipped, crashing)
+    code, _, err = deploy(capsys, shipped, crashing, "packing-327680")
+    assert code == 12 and "the serve died before it was ready" in err and "VLLM_DSV41_KV_PAIR=3 is not supported" in err, err
+    assert without_running_flags(fleet_snapshot(rig, shipped, crashing)) == without_running_flags(before)
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200
+
+
+def test_a_launcher_that_exits_0_but_starts_nothing_reverts_every_node(capsys, shipped, rig, serving, tmp_path):
+    """For the packing preset the launcher exits 0 and leaves the old serve in place; for control it works."""
+    deployment, api = serving
+    assert deploy(capsys, shipped, deployment("first"), "control")[0] == 0
+    idle = tmp_path / "idle-launcher"
+    idle.write_text(f"#!/bin/sh\ngrep -q KV_PAIR \"$KVBAKE_ENV_FILE\" && exit 0\nexec {' '.join(STANDIN_LAUNCHER)}\n")
+    idle.chmod(0o755)
+    lazy = deployment("idle", [str(idle)])
+    before = fleet_snapshot(rig, shipped, lazy)
+    code, _, err = deploy(capsys, shipped, lazy, "packing-327680")
+    assert code == 12 and "launcher on spark-b exited 0 but the serving container kvbake-serve on spark-b is still the old one" in err, err
+    assert without_running_flags(fleet_snapshot(rig, shipped, lazy)) == without_running_flags(before)
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200

@@ -1,0 +1,70 @@
+"""The readiness wait: ready on the expected status, a timeout naming the last answer, a dead rank ending it at once."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from kvbake.deployfile import Readiness
+from kvbake.errors import RolloutError
+from kvbake.readiness import wait_until_ready
+
+URL = "http://127.0.0.1:8000/health"
+
+
+class Clock:
+    """A clock that moves only when the wait sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def answering(*statuses: int | None) -> httpx.MockTransport:
+    """A server that answers each status in turn (None: the connection is refused), then keeps the last."""
+    replies = list(statuses)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        status = replies.pop(0) if len(replies) > 1 else replies[0]
+        if status is None:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(status)
+    return httpx.MockTransport(handle)
+
+
+def wait(readiness: Readiness, transport: httpx.MockTransport, dead=lambda: None, clock: Clock | None = None) -> float:
+    clock = clock or Clock()
+    return wait_until_ready(readiness, dead, clock=clock, sleep=clock.sleep, transport=transport)
+
+
+def test_ready_once_the_probe_answers_the_expected_status() -> None:
+    assert wait(Readiness(URL, 200, 60, 2), answering(None, 503, 503, 200)) == 6
+
+
+def test_another_expected_status_counts() -> None:
+    assert wait(Readiness(URL, 204, 60, 1), answering(200, 204)) == 1
+
+
+def test_a_serve_that_never_answers_times_out_naming_the_last_answer() -> None:
+    with pytest.raises(RolloutError, match=r"^the serve never became ready: GET http://127\.0\.0\.1:8000/health answered no answer "
+                                           r"\(ConnectError\), not 200, within 5 s; fix: check the launcher and the readiness URL"):
+        wait(Readiness(URL, 200, 5, 1), answering(None))
+
+
+def test_a_serve_stuck_at_503_times_out() -> None:
+    with pytest.raises(RolloutError, match=r"answered 503, not 200, within 3 s"):
+        wait(Readiness(URL, 200, 3, 1), answering(503))
+
+
+def test_a_dead_rank_ends_the_wait_at_once() -> None:
+    clock = Clock()
+    with pytest.raises(RolloutError, match=r"^the serve died before it was ready: the serving container serve on b is not running "
+                                           r"\(exit code 1: boom\); fix: read the container's log"):
+        wait(Readiness(URL, 200, 600, 1), answering(503), dead=lambda: "the serving container serve on b is not running (exit code 1: boom)",
+             clock=clock)
+    assert clock.now == 0
