@@ -1,0 +1,466 @@
+"""The pure core of the reference vLLM launcher: kvbake's and the operator's variables in, a checked docker run plan out."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+MODEL_MOUNT = "/models/served"
+# The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
+# script: in vLLM 0.32.0 and 0.33.0 only that entry acts on --headless (the api_server module parses it, then starts
+# an API server anyway). Both build the same options (scripts/record_vllm_cli.py compares them).
+HEAD_ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
+WORKER_ENTRY = ("-m", "vllm.entrypoints.cli.main", "serve")
+ENTRYPOINT = "python3"
+STOP_TIMEOUT_S = 30
+DEFAULTS = {
+    "GPUS": "all",
+    "SHM_SIZE": "16g",
+    "VLLM_HOST": "0.0.0.0",
+    "VLLM_PORT": "8000",
+    "MASTER_PORT": "29501",
+    "SOURCE_ROOT": "/usr/local/lib/python3.12/dist-packages",
+}
+GPU_CHOICES = ("all", "none")
+# Short spellings vLLM 0.33.0 gives the options this launcher writes itself.
+ALIASES = {"-tp": "--tensor-parallel-size", "-n": "--nnodes", "-r": "--node-rank"}
+PER_NODE = ("--model", "--nnodes", "--node-rank", "--master-addr", "--headless")
+# Variables that select other code than the image's; kvbake's verify-running refuses a container that sets them.
+CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
+                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
+CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+SHM_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NO_SPACE = re.compile(r"^\S+$")
+LABEL_PREFIX = "kvbake.launcher."
+# What a fix suggests for each JSON-valued variable.
+EXAMPLES = {"KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840"]', "EXTRA_MOUNTS": '["/srv/cache:/root/.cache"]',
+            "DRAFTER_ARGS": '["--<drafter-option>", "{url}"]', "CONTAINER_ENV": '{"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}'}
+
+
+class LaunchInputError(Exception):
+    """A variable the launcher cannot use: what is wrong and what to do, printed as one line; exit code 2."""
+
+    def __init__(self, cause: str, fix: str) -> None:
+        super().__init__(cause)
+        self.cause, self.fix = cause, fix
+
+    def one_line(self) -> str:
+        return f"launch_vllm: {self.cause}; fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A read-only bind mount: a path on the node into the container."""
+
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this rank stands: its role and rank among how many nodes, and the head's address."""
+
+    role: str
+    node_rank: int
+    nnodes: int
+    head_address: str
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Every input, checked: what kvbake passed and what the operator configured, defaults filled in."""
+
+    image: str
+    container: str
+    env_file: str
+    preset: str
+    node: str
+    topology: Topology
+    preset_args: tuple[str, ...]
+    model_dir: str
+    served_model_name: str
+    host: str
+    port: int
+    tensor_parallel_size: int
+    master_port: int
+    gpus: str
+    shm_size: str
+    extra_mounts: tuple[Mount, ...]
+    container_env: Mapping[str, str]
+    drafter_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DockerRun:
+    """The serving container to create: its docker run options, the entry module and vLLM's arguments."""
+
+    image: str
+    name: str
+    entry: tuple[str, ...]
+    vllm_args: tuple[str, ...]
+    env_file: str
+    gpus: str | None
+    shm_size: str
+    mounts: tuple[Mount, ...]
+    envs: Mapping[str, str]
+    labels: Mapping[str, str]
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """What follows the entrypoint (python3): the entry module, then vLLM's arguments."""
+        return (*self.entry, *self.vllm_args)
+
+    def argv(self) -> list[str]:
+        """The equivalent `docker run` command line, for review (`--print`)."""
+        options = ["--detach", "--name", self.name, "--network", "host", "--ipc", "host"]
+        options += ["--gpus", self.gpus] if self.gpus else []
+        options += ["--shm-size", self.shm_size, "--restart", "unless-stopped", "--pull", "never", "--env-file", self.env_file]
+        for name, value in self.envs.items():
+            options += ["--env", f"{name}={value}"]
+        for mount in self.mounts:
+            options += ["--volume", f"{mount.source}:{mount.target}:ro"]
+        for name, value in self.labels.items():
+            options += ["--label", f"{name}={value}"]
+        return ["docker", "run", *options, "--entrypoint", ENTRYPOINT, self.image, *self.command]
+
+    def whales_options(self) -> dict:
+        """The same options as python-on-whales' DockerClient.run keyword arguments."""
+        return {"name": self.name, "detach": True, "networks": ["host"], "ipc": "host", "gpus": self.gpus,
+                "shm_size": self.shm_size, "restart": "unless-stopped", "pull": "never", "env_files": [self.env_file],
+                "envs": dict(self.envs), "volumes": [(m.source, m.target, "ro") for m in self.mounts],
+                "labels": dict(self.labels), "entrypoint": ENTRYPOINT}
+
+
+@dataclass(frozen=True)
+class StopServe:
+    """KVBAKE_STOP=1: stop and remove the serving container."""
+
+    name: str
+
+    def argv_lines(self) -> list[list[str]]:
+        return [["docker", "stop", "--time", str(STOP_TIMEOUT_S), self.name], ["docker", "rm", self.name]]
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+# ---- reading and checking the variables ----
+
+def _required(env: Mapping[str, str], name: str, fix: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise LaunchInputError(f"{name} is not set", fix)
+    return value
+
+
+def _one_word(name: str, value: str, fix: str) -> str:
+    if not NO_SPACE.match(value):
+        raise LaunchInputError(f"{name}={value!r} contains whitespace", fix)
+    return value
+
+
+def _integer(name: str, text: str, minimum: int, maximum: int, fix: str) -> int:
+    if not re.fullmatch(r"[0-9]+", text):
+        raise LaunchInputError(f"{name}={text!r} is not an integer", fix)
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise LaunchInputError(f"{name}={value} is outside {minimum}..{maximum}", fix)
+    return value
+
+
+def _port(env: Mapping[str, str], name: str) -> int:
+    return _integer(name, env.get(name) or DEFAULTS[name], 1, 65535, f"set {name} to a TCP port number (1..65535) in launcher.env")
+
+
+def _absolute_path(name: str, value: str, fix: str) -> str:
+    if not value.startswith("/"):
+        raise LaunchInputError(f"{name}={value!r} is not an absolute path", fix)
+    if ":" in value or "," in value or not NO_SPACE.match(value):
+        raise LaunchInputError(f"{name}={value!r} contains ':', ',' or whitespace, which a bind mount cannot carry", fix)
+    if value.strip("/") == "":
+        raise LaunchInputError(f"{name}={value!r} is the root folder", fix)
+    if posixpath.normpath(value) != value.rstrip("/"):
+        raise LaunchInputError(f"{name}={value!r} is not a normalised path (no '.', '..' or '//')", fix)
+    return value.rstrip("/")
+
+
+def _json_value(env: Mapping[str, str], name: str, kind: type, what: str):
+    try:
+        value = json.loads(env.get(name, ""))
+    except ValueError:
+        value = None
+    if not isinstance(value, kind):
+        raise LaunchInputError(f"{name} is not {what}", f"set {name} to {what}, e.g. {EXAMPLES[name]}")
+    return value
+
+
+def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    what = "a JSON array of strings"
+    value = _json_value(env, name, list, what)
+    if not all(isinstance(item, str) for item in value):
+        raise LaunchInputError(f"{name} is not {what}", f"set {name} to {what}, e.g. {EXAMPLES[name]}")
+    return tuple(value)
+
+
+def read_topology(env: Mapping[str, str]) -> Topology:
+    """Role, rank, node count and head address; the head is rank 0 and every other rank is a worker."""
+    fix = "run the launcher through kvbake deploy (it sets the KVBAKE_* variables), or set them as docs/launcher.md lists"
+    role = _required(env, "KVBAKE_ROLE", fix)
+    if role not in ("head", "worker"):
+        raise LaunchInputError(f"KVBAKE_ROLE={role!r} is neither head nor worker", fix)
+    nnodes = _integer("KVBAKE_NNODES", env.get("KVBAKE_NNODES", ""), 1, 1024, fix)
+    rank = _integer("KVBAKE_NODE_RANK", env.get("KVBAKE_NODE_RANK", ""), 0, nnodes - 1, fix)
+    if (role == "head") != (rank == 0):
+        raise LaunchInputError(f"KVBAKE_ROLE is {role} but KVBAKE_NODE_RANK is {rank} (the head is rank 0, workers are not)",
+                               "give exactly one node role: head in the deployment file")
+    head = env.get("KVBAKE_HEAD_ADDRESS", "")
+    if nnodes > 1 and not head:
+        raise LaunchInputError(f"KVBAKE_HEAD_ADDRESS is empty with {nnodes} nodes",
+                               "give the head node an address: in the deployment file (the IP the workers reach it on)")
+    if head:
+        _one_word("KVBAKE_HEAD_ADDRESS", head, "give the head node an address without whitespace in the deployment file")
+    return Topology(role, rank, nnodes, head)
+
+
+def read_preset_args(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The preset's arguments, `--max-model-len N` first, agreeing with KVBAKE_MAX_MODEL_LEN; no per-node option."""
+    fix = "run the launcher through kvbake deploy, which passes the preset's arguments as a JSON array"
+    if not env.get("KVBAKE_LAUNCHER_ARGS_JSON"):
+        raise LaunchInputError("KVBAKE_LAUNCHER_ARGS_JSON is not set", fix)
+    args = _string_list(env, "KVBAKE_LAUNCHER_ARGS_JSON")
+    length = _integer("KVBAKE_MAX_MODEL_LEN", env.get("KVBAKE_MAX_MODEL_LEN", ""), 1, 2**40, fix)
+    if list(args[:2]) != ["--max-model-len", str(length)]:
+        raise LaunchInputError(f"KVBAKE_LAUNCHER_ARGS_JSON does not start with --max-model-len {length} (KVBAKE_MAX_MODEL_LEN)", fix)
+    clashing = sorted(given_options(args) & set(PER_NODE))
+    if clashing:
+        raise LaunchInputError(f"preset {env.get('KVBAKE_PRESET', '?')} gives {', '.join(clashing)} in launcher_args, which differ per node",
+                               "remove them from the preset's launcher_args; the launcher sets them for every rank")
+    return args
+
+
+def read_model_dir(env: Mapping[str, str]) -> str:
+    fix = "set MODEL_DIR in launcher.env to the model folder's absolute path on the nodes (the same on every node)"
+    return _absolute_path("MODEL_DIR", _required(env, "MODEL_DIR", fix), fix)
+
+
+def read_gpus(env: Mapping[str, str]) -> str:
+    gpus = env.get("GPUS") or DEFAULTS["GPUS"]
+    if gpus not in GPU_CHOICES:
+        raise LaunchInputError(f"GPUS={gpus!r} is not one of {', '.join(GPU_CHOICES)}",
+                               "set GPUS=all (every GPU of the node) or GPUS=none (CPU-only test hosts) in launcher.env")
+    return gpus
+
+
+def read_shm_size(env: Mapping[str, str]) -> str:
+    size = env.get("SHM_SIZE") or DEFAULTS["SHM_SIZE"]
+    if not SHM_SIZE.match(size):
+        raise LaunchInputError(f"SHM_SIZE={size!r} is not a size", "set SHM_SIZE to a number with an optional b, k, m or g suffix, e.g. 16g")
+    return size
+
+
+def read_source_root(env: Mapping[str, str]) -> str:
+    fix = "set SOURCE_ROOT to the manifest's base.source_root (an absolute path)"
+    return _absolute_path("SOURCE_ROOT", env.get("SOURCE_ROOT") or DEFAULTS["SOURCE_ROOT"], fix)
+
+
+def overlaps(target: str, root: str) -> bool:
+    """True when a mount at `target` would cover `root`, sit above it or inside it."""
+    return target == root or target.startswith(root + "/") or root.startswith(target + "/")
+
+
+def read_extra_mounts(env: Mapping[str, str], source_root: str) -> tuple[Mount, ...]:
+    """EXTRA_MOUNTS: ["/node/path:/container/path", ...], each read-only, never over the model or the Python sources."""
+    if not env.get("EXTRA_MOUNTS"):
+        return ()
+    fix = 'set EXTRA_MOUNTS to a JSON array of "/node/path:/container/path" strings, both absolute'
+    mounts, seen = [], {MODEL_MOUNT}
+    for entry in _string_list(env, "EXTRA_MOUNTS"):
+        source, colon, target = entry.partition(":")
+        if not colon:
+            raise LaunchInputError(f"EXTRA_MOUNTS entry {entry!r} is not SOURCE:TARGET", fix)
+        mount = Mount(_absolute_path("EXTRA_MOUNTS source", source, fix), _absolute_path("EXTRA_MOUNTS target", target, fix))
+        refuse_protected_target(mount.target, source_root, seen)
+        seen.add(mount.target)
+        mounts.append(mount)
+    return tuple(mounts)
+
+
+def refuse_protected_target(target: str, source_root: str, taken: set[str]) -> None:
+    """A mount may not cover, sit above or inside the image's Python sources, nor another mount of the launcher."""
+    fix = "mount it elsewhere; kvbake's verify-running refuses a mount over, above or inside the source root"
+    if overlaps(target, source_root):
+        raise LaunchInputError(f"EXTRA_MOUNTS target {target} overlaps the image's Python sources ({source_root})", fix)
+    if {"site-packages", "dist-packages"} & set(target.split("/")):
+        raise LaunchInputError(f"EXTRA_MOUNTS target {target} is inside a Python package folder", fix)
+    for other in sorted(taken):
+        if overlaps(target, other):
+            raise LaunchInputError(f"EXTRA_MOUNTS target {target} overlaps the mount at {other}", "give every mount its own folder")
+
+
+def read_container_env(env: Mapping[str, str], topology: Topology, node_address: str) -> dict[str, str]:
+    """CONTAINER_ENV: extra container variables (never switches, never a code-selecting one); `{node_address}` and
+    `{head_address}` in a value become this node's and the head's address."""
+    if not env.get("CONTAINER_ENV"):
+        return {}
+    value = _json_value(env, "CONTAINER_ENV", dict, "a JSON object of NAME: value strings")
+    result = {}
+    for name, text in value.items():
+        if not ENV_NAME.match(name) or not isinstance(text, str):
+            raise LaunchInputError(f"CONTAINER_ENV entry {name!r} is not NAME: \"value\"",
+                                   f"set CONTAINER_ENV to a JSON object of NAME: value strings, e.g. {EXAMPLES['CONTAINER_ENV']}")
+        if name in CODE_OVERRIDES:
+            raise LaunchInputError(f"CONTAINER_ENV sets {name}, which selects other code than the image's",
+                                   "remove it; kvbake's verify-running refuses a serve that sets it")
+        if "{node_address}" in text and not node_address:
+            raise LaunchInputError(f"CONTAINER_ENV {name} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
+                                   "give every node an address: in the deployment file")
+        result[name] = text.replace("{node_address}", node_address).replace("{head_address}", topology.head_address)
+    return result
+
+
+def read_drafter_args(env: Mapping[str, str], preset_args: Sequence[str]) -> tuple[str, ...]:
+    """The remote drafter's arguments from the operator's DRAFTER_ARGS template, `{url}` and `{max_positions}` filled
+    in (plain text replacement, so JSON braces in a template stay as they are); none without a drafter URL."""
+    url = env.get("KVBAKE_DRAFTER_URL", "")
+    if not url:
+        return ()
+    if not env.get("DRAFTER_ARGS"):
+        raise LaunchInputError(f"the deployment names a remote drafter ({url}) but DRAFTER_ARGS is not set",
+                               "set DRAFTER_ARGS in launcher.env to the image's drafter arguments as a JSON array with {url} "
+                               f"and {{max_positions}}, e.g. {EXAMPLES['DRAFTER_ARGS']}, or remove drafter: from the deployment file")
+    template = _string_list(env, "DRAFTER_ARGS")
+    if not any("{url}" in item for item in template):
+        raise LaunchInputError("DRAFTER_ARGS does not use {url}", "put {url} where the image's drafter option takes the drafter's address")
+    positions = env.get("KVBAKE_DRAFTER_MAX_POSITIONS", "")
+    if any("{max_positions}" in item for item in template) and not positions:
+        raise LaunchInputError("DRAFTER_ARGS uses {max_positions} but the deployment's drafter has no max_positions",
+                               "set drafter.max_positions in the deployment file, or drop {max_positions} from DRAFTER_ARGS")
+    args = tuple(item.replace("{url}", url).replace("{max_positions}", positions) for item in template)
+    clashing = sorted(given_options(args) & given_options(preset_args))
+    if clashing:
+        raise LaunchInputError(f"DRAFTER_ARGS and the preset both give {', '.join(clashing)}", "give each option in one place only")
+    return args
+
+
+def read_settings(env: Mapping[str, str]) -> LaunchSettings:
+    """Every variable, checked in the order an operator would fix them."""
+    fix = "run the launcher through kvbake deploy (it sets the KVBAKE_* variables), or set them as docs/launcher.md lists"
+    image = _one_word("KVBAKE_IMAGE", _required(env, "KVBAKE_IMAGE", fix), fix)
+    container = read_container_name(env)
+    env_file = _required(env, "KVBAKE_ENV_FILE", fix)
+    topology = read_topology(env)
+    preset_args = read_preset_args(env)
+    model_dir = read_model_dir(env)
+    served = _one_word("SERVED_MODEL_NAME", env.get("SERVED_MODEL_NAME") or posixpath.basename(model_dir),
+                       "set SERVED_MODEL_NAME to one name without whitespace")
+    host = _one_word("VLLM_HOST", env.get("VLLM_HOST") or DEFAULTS["VLLM_HOST"], "set VLLM_HOST to the address the API listens on, e.g. 0.0.0.0")
+    port, master_port = read_ports(env)
+    source_root = read_source_root(env)
+    return LaunchSettings(
+        image=image, container=container, env_file=env_file, preset=env.get("KVBAKE_PRESET", ""), node=env.get("KVBAKE_NODE", ""),
+        topology=topology, preset_args=preset_args, model_dir=model_dir, served_model_name=served, host=host, port=port,
+        tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
+        shm_size=read_shm_size(env), extra_mounts=read_extra_mounts(env, source_root),
+        container_env=read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", "")), drafter_args=read_drafter_args(env, preset_args))
+
+
+def read_ports(env: Mapping[str, str]) -> tuple[int, int]:
+    """The API's port and the multi-node rendezvous port; on the host network they must differ."""
+    port, master_port = _port(env, "VLLM_PORT"), _port(env, "MASTER_PORT")
+    if port == master_port:
+        raise LaunchInputError(f"VLLM_PORT and MASTER_PORT are both {port}", "give the API and the multi-node rendezvous different ports")
+    return port, master_port
+
+
+def read_tensor_parallel_size(env: Mapping[str, str], nnodes: int) -> int:
+    fix = "set TENSOR_PARALLEL_SIZE in launcher.env to a positive integer (default: the number of nodes)"
+    return _integer("TENSOR_PARALLEL_SIZE", env.get("TENSOR_PARALLEL_SIZE") or str(nnodes), 1, 4096, fix)
+
+
+def read_container_name(env: Mapping[str, str]) -> str:
+    fix = "set launcher.container in the deployment file to a docker container name ([a-zA-Z0-9][a-zA-Z0-9_.-]+)"
+    name = _required(env, "KVBAKE_CONTAINER", fix)
+    if not CONTAINER_NAME.match(name):
+        raise LaunchInputError(f"KVBAKE_CONTAINER={name!r} is not a container name", fix)
+    return name
+
+
+def engine_host(env: Mapping[str, str]) -> str:
+    """The node's engine; required, so that a launcher run by hand never starts a serve on the wrong engine."""
+    return _required(env, "DOCKER_HOST", "set DOCKER_HOST to the node's engine (kvbake deploy sets it per node), e.g. ssh://ops@spark-a")
+
+
+def wants_stop(env: Mapping[str, str]) -> bool:
+    flag = env.get("KVBAKE_STOP", "")
+    if flag not in ("", "0", "1"):
+        raise LaunchInputError(f"KVBAKE_STOP={flag!r} is neither 1 nor 0", "set KVBAKE_STOP=1 to stop and remove the serve, or leave it unset")
+    return flag == "1"
+
+
+# ---- building the plan ----
+
+def option_name(token: str) -> str | None:
+    """The option a command-line token names, spelt as vLLM's parser registers it; None for a value."""
+    if not token.startswith("-") or re.fullmatch(r"-[0-9.]+", token):
+        return None
+    name = token.partition("=")[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].partition(".")[0].replace("_", "-")
+    return ALIASES.get(name, name)
+
+
+def given_options(args: Sequence[str]) -> set[str]:
+    return {name for token in args if (name := option_name(token))}
+
+
+def own_options(s: LaunchSettings) -> list[str]:
+    """The model (`vllm serve` takes it as its positional argument), then the launcher's options that the preset does
+    not give itself (the preset wins)."""
+    model = [MODEL_MOUNT] if s.topology.role == "worker" else ["--model", MODEL_MOUNT]
+    wanted = [("--served-model-name", s.served_model_name), ("--host", s.host), ("--port", str(s.port)),
+              ("--tensor-parallel-size", str(s.tensor_parallel_size))]
+    given = given_options(s.preset_args)
+    return model + [item for option, value in wanted if option not in given for item in (option, value)]
+
+
+def multi_node_options(s: LaunchSettings) -> list[str]:
+    """vLLM's multi-node options for one tensor-parallel group across KVBAKE_NNODES nodes; none on a single node."""
+    t = s.topology
+    if t.nnodes == 1:
+        return []
+    options = ["--nnodes", str(t.nnodes), "--node-rank", str(t.node_rank), "--master-addr", t.head_address]
+    if "--master-port" not in given_options(s.preset_args):
+        options += ["--master-port", str(s.master_port)]
+    return options + (["--headless"] if t.role == "worker" else [])
+
+
+def vllm_args(s: LaunchSettings) -> tuple[str, ...]:
+    """vLLM's arguments: the launcher's own options (model, served name, host, port, tensor-parallel size), then the
+    preset's exactly as kvbake passes them (`--max-model-len N` first), then the remote drafter's, then the multi-node
+    options. Nothing is repeated: when the preset gives `--served-model-name`, `--host`, `--port`,
+    `--tensor-parallel-size` or `--master-port`, in any spelling vLLM accepts (`--port=N`, `--tensor_parallel_size`,
+    `-tp`), the preset wins and the launcher leaves its own out. The per-node options (`--model`, `--nnodes`,
+    `--node-rank`, `--master-addr`, `--headless`) are the launcher's alone; read_preset_args refuses a preset that
+    gives one, since a preset is the same on every rank."""
+    return (*own_options(s), *s.preset_args, *s.drafter_args, *multi_node_options(s))
+
+
+def docker_run(s: LaunchSettings) -> DockerRun:
+    labels = {LABEL_PREFIX + "preset": s.preset, LABEL_PREFIX + "node": s.node, LABEL_PREFIX + "role": s.topology.role}
+    entry = WORKER_ENTRY if s.topology.role == "worker" else HEAD_ENTRY
+    return DockerRun(image=s.image, name=s.container, entry=entry, vllm_args=vllm_args(s), env_file=s.env_file,
+                     gpus=None if s.gpus == "none" else s.gpus, shm_size=s.shm_size,
+                     mounts=(Mount(s.model_dir, MODEL_MOUNT), *s.extra_mounts), envs=dict(s.container_env), labels=labels)
+
+
+def plan(env: Mapping[str, str]) -> DockerRun | StopServe:
+    """What the launcher does for these variables: create the serve, or (KVBAKE_STOP=1) stop it."""
+    if wants_stop(env):
+        return StopServe(read_container_name(env))
+    return docker_run(read_settings(env))
