@@ -22,6 +22,7 @@ def exit_code_table() -> str:
 
 
 COMMANDS_HELP = """commands:
+  doctor            check the engine, the registry's TLS and login, every node, its base, disk and memory
   build (default)   bake the image of --manifest and its lock; print reference, ID and a summary
   plan              print everything a build would do; change nothing
   lock              pin the local base and the patches; write the lock and overlay/
@@ -87,6 +88,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("dockerfile", parents=[common], help="render Dockerfile.overlay")
     push = sub.add_parser("push", parents=[common], help="push the built image, read it back by digest, record it")
     push.add_argument("--registry", default=None, metavar="HOST:PORT", help="push to this registry instead of output.repository's host")
+    doctor = sub.add_parser("doctor", parents=[common], help="check this host, the registry and every node; change nothing")
+    doctor.add_argument("--deploy", type=Path, default=None, help="deployment file whose nodes to check (default: none)")
+    doctor.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")
+    doctor.add_argument("--mem-floor", type=float, default=1.5, metavar="GIB", help="lowest MemAvailable a node may have (default 1.5)")
+    doctor.add_argument("--disk-floor", type=float, default=20.0, metavar="GIB", help="least free disk here and under each node's data root (default 20)")
     add_ship_commands(sub, common)
     add_validation_commands(sub, common)
     return top
@@ -206,3 +212,8 @@ def main(argv: list[str]) -> int:
         return report(err, args.debug)
     emit(args, data, text)
     return 0
+
+
+def entry() -> None:
+    """The `kvbake` console script: the same commands as `python build.py`."""
+    sys.exit(main(sys.argv[1:]))

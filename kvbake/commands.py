@@ -157,6 +157,24 @@ def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
     return manifest, lock, plan, deployment, make_fleet(deployment, manifest, lock)
 
 
+def cmd_doctor(args: argparse.Namespace) -> Result:
+    from kvbake.cli import emit
+    from kvbake.deployfile import load_deployment
+    from kvbake.doctor import diagnose, first_failure
+    from kvbake.memwatch import GIB
+
+    manifest = _manifest(args)
+    lock = read_lock(manifest) if manifest.lock_path.exists() else None
+    deployment = load_deployment(args.deploy) if args.deploy else None
+    checks = diagnose(Engine(args.host), manifest, lock, deployment, args.registry, int(args.mem_floor * GIB), int(args.disk_floor * GIB))
+    data = {"checks": [{"check": c.name, "verdict": c.verdict, "seen": c.seen} for c in checks]}
+    failure = first_failure(checks)
+    if failure is not None:
+        emit(args, data | {"ok": False}, "\n".join(c.line() for c in checks))
+        raise failure
+    return data | {"ok": True}, "\n".join(c.line() for c in checks)
+
+
 def cmd_base(args: argparse.Namespace) -> Result:
     from kvbake.basesync import sync_base
     from kvbake.deployfile import load_deployment

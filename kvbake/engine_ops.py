@@ -63,6 +63,15 @@ class ContainerOps:
                 if "No such container" not in (err.stderr or ""):
                     raise self._fail(f"remove {name}", err) from None
 
+    def run_probe(self, image: str, argv: list[str], read_only: dict[str, str]) -> str:
+        """Run argv once in a throw-away container of a local image (no network, the given host paths read-only), and
+        return its output."""
+        try:
+            return str(self.client.run(image, argv[1:], entrypoint=argv[0], remove=True, networks=["none"], pull="never",
+                                       volumes=[(source, target, "ro") for source, target in read_only.items()]))
+        except DockerException as err:
+            raise self._fail(f"probe in {image}", err) from None
+
     def stop_and_rename(self, name: str, new_name: str) -> None:
         """Stop a container (it is kept, with its whole configuration) and give it another name."""
         try:

@@ -268,10 +268,21 @@ def publish(fleet: Fleet, journal: Journal) -> None:
 def settle(fleet: Fleet, journal: Journal, folder: Path, outcome: str) -> None:
     """The transition is over and every rank verified: drop the journal and any diverged mark, nodes first."""
     for plan in journal.nodes:
-        NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
-                                                              transition=None, diverged=None)
+        records = NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
+                                                                        transition=None, diverged=None)
+        drop_released_adoption(fleet, plan, records.current, records.previous)
     clear_journal(folder)
     clear_diverged(folder)
+
+
+def drop_released_adoption(fleet: Fleet, plan: NodePlan, current: Release | None, previous: Release | None) -> None:
+    """An adopted container kept aside is removed once neither `current` nor `previous` is that adopted serve."""
+    kept = {release.kept_as for release in (current, previous) if release is not None and release.adopted}
+    for side in ("before", "after"):
+        for key in ("current", "previous"):
+            release = release_of(_side(plan, side)[2], key)
+            if release is not None and release.adopted and release.kept_as not in kept:
+                fleet.engines[plan.node].remove_container(release.kept_as)
 
 
 def mark_nodes_diverged(fleet: Fleet, journal: Journal, details: dict) -> None:

@@ -4,7 +4,8 @@ An operator's real launcher does the same with vLLM and its arguments (scripts/l
 per node with the variables the README lists. The arguments are recorded in a label, as the JSON array, so that tests
 can see they arrived whole. Without STANDIN_SERVE the container sleeps with no network; with STANDIN_SERVE=1 it runs
 scripts/standin_serve.py on the host network: the head answers /health once its delay passed and every worker joined
-(STANDIN_API_PORT, STANDIN_RENDEZVOUS_PORT, STANDIN_DELAY_S; STANDIN_CRASH_IF=NAME=VALUE fails its start-up).
+(STANDIN_API_PORT, STANDIN_RENDEZVOUS_PORT, STANDIN_DELAY_S; STANDIN_CRASH_IF=NAME=VALUE fails its start-up,
+STANDIN_STALL_IF=NAME=VALUE keeps it starting for ever).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def serving_command() -> tuple[list[str], str, dict[str, str]]:
     workers = int(os.environ.get("KVBAKE_NNODES", "1")) - 1
     argv = [os.environ.get("KVBAKE_ROLE", "head"), os.environ["STANDIN_API_PORT"], os.environ["STANDIN_RENDEZVOUS_PORT"], str(workers),
             os.environ.get("STANDIN_DELAY_S", "0"), os.environ.get("KVBAKE_HEAD_ADDRESS") or "127.0.0.1", os.environ.get("KVBAKE_NODE", "")]
-    envs = {"STANDIN_CRASH_IF": os.environ["STANDIN_CRASH_IF"]} if os.environ.get("STANDIN_CRASH_IF") else {}
+    envs = {name: os.environ[name] for name in ("STANDIN_CRASH_IF", "STANDIN_STALL_IF") if os.environ.get(name)}
     return ["-c", source, *argv], "host", envs
 
 

@@ -5,6 +5,7 @@ stand-in base's python3-minimal, passed to `python3 -c` by scripts/standin_launc
 Head:   GET /health is 503 until ready, then 200; GET /v1/models lists one model; anything else is 404.
 Worker: connects to the head's rendezvous port, says hello, and reconnects whenever the connection drops.
 Crash:  STANDIN_CRASH_IF=NAME=VALUE makes start-up fail (exit 1) when the environment holds that switch value.
+Stall:  STANDIN_STALL_IF=NAME=VALUE keeps the head starting (503) for ever when the environment holds that value.
 """
 
 import os
@@ -26,7 +27,7 @@ class Head:
     def ready(self):
         with self.guard:
             joined = len(self.joined)
-        return time.monotonic() - self.started >= self.delay_s and joined >= self.workers
+        return not stalled() and time.monotonic() - self.started >= self.delay_s and joined >= self.workers
 
     def rendezvous(self, port):
         server = listening(port)
@@ -86,10 +87,19 @@ def join_forever(head, port, name):
             time.sleep(0.2)
 
 
+def asked(variable):
+    """Whether the switch value named in `variable` (NAME=VALUE) is set in this environment."""
+    name, _, value = os.environ.get(variable, "").partition("=")
+    return bool(name) and os.environ.get(name) == value
+
+
+def stalled():
+    return asked("STANDIN_STALL_IF")
+
+
 def crash_if_asked():
-    wanted = os.environ.get("STANDIN_CRASH_IF", "")
-    name, _, value = wanted.partition("=")
-    if name and os.environ.get(name) == value:
+    if asked("STANDIN_CRASH_IF"):
+        name, _, value = os.environ["STANDIN_CRASH_IF"].partition("=")
         print(f"standin-serve: start-up failed: {name}={value} is not supported by this serve", file=sys.stderr, flush=True)
         sys.exit(1)
 

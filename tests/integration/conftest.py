@@ -85,8 +85,9 @@ def ship_standin(folder: Path, registry_address: str) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="session")
 def rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The ship rig, shared by the deploy test modules: a plain registry, node A on a unix socket, node B through ssh;
-    both hold the stand-in base."""
+    """The ship rig, shared by the deploy test modules: a plain registry, node A and node B on unix sockets, and node
+    B also through ssh (`b_ssh`, for the tests of the ssh path: each docker call over ssh costs about 0.6 s); both
+    nodes hold the stand-in base."""
     from shiprig import BASE
 
     root = tmp_path_factory.mktemp("ship")
@@ -97,7 +98,7 @@ def rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         patch.setenv("PATH", ssh_client.env()["PATH"])
         for node in (node_a, node_b):
             node.client().image.load(engine.client.image.save(BASE))
-        yield {"root": root, "registry": registry, "a": node_a, "b": node_b, "b_host": gateway.ssh_host()}
+        yield {"root": root, "registry": registry, "a": node_a, "b": node_b, "b_host": node_b.host, "b_ssh": gateway.ssh_host()}
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The ship rig shared by the deploy tests: a registry, node A on a unix socket, node B through ssh, the stand-in
+"""The ship rig shared by the deploy tests: a registry, node A and node B (also reachable through ssh), the stand-in
 shipped once; helpers to run commands against it and to snapshot every node's whole state."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STANDIN_LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launche
 
 
 def write_deploy(folder: Path, rig: dict, launcher: list[str], env: dict[str, str] | None = None, **extra: Any) -> Path:
-    """The rig's deployment file: node A the head, node B (through ssh where the rig has it) the worker."""
+    """The rig's deployment file: node A the head, node B (at `rig["b_host"]`) the worker."""
     path = folder / "deploy.yaml"
     path.write_text(json.dumps({
         "format": 1,

@@ -66,6 +66,12 @@ def test_adopt_then_deploy_then_rollback_restores_the_bind_mount_serve_exactly(c
     assert ship(capsys, shipped, "verify-running")[0] == 0
     code, _, err = ship(capsys, shipped, "rollback")
     assert code == 0 and serving_env(rig["a"]) == set(), err
+    for key in ("a", "b"):
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted")["Id"] == ids[key], "still the rollback target"
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "next")
+    assert code == 0, err
+    for key in ("a", "b"):
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None, "out of the rollback chain: removed"
 
 
 def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bind_mount_serve):

@@ -61,11 +61,12 @@ def forget_tiny_base(rig: dict) -> None:
 
 
 @pytest.fixture()
-def project(tiny, rig, tmp_path):
+def project(tiny, rig, tmp_path, capsys):
     forget_tiny_base(rig)
     manifest = aimed_at(tiny, rig["registry"].address, f"tiny-{tmp_path.name.lower().replace('_', '-')[-24:].strip('-')}")
     (tmp_path / "ops").mkdir()
     deploy_file = write_deploy(tmp_path / "ops", rig, STANDIN_LAUNCHER)
+    capsys.readouterr()  # the set-up's own output
     yield manifest, deploy_file, json.loads(manifest.with_name("manifest.lock.json").read_text())["base"]["config_digest"]
     forget_tiny_base(rig)
 

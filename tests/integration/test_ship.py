@@ -1,4 +1,4 @@
-"""Deploy, rollback, verify-running and status against a real registry and two real node engines (one over ssh)."""
+"""Deploy, rollback, verify-running and status against a real registry and two real node engines (one also over ssh)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from kvbake.rig import NodeEngine
 
 from conftest import run
 from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
-from shiprig import BAKED, CONTAINER, REPO_ROOT, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
+from shiprig import BAKED, CONTAINER, REPO_ROOT, STANDIN_LAUNCHER, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
 
 pytestmark = pytest.mark.docker
 
 
-def test_deploy_verify_rollback_status(capsys, shipped, rig):
+def test_deploy_verify_rollback_status_with_node_b_over_ssh(capsys, shipped, rig, tmp_path):
+    """The whole flow with node B reached as production reaches nodes: DOCKER_HOST=ssh://user@host."""
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)
+    shipped = {**shipped, "deploy": write_deploy(tmp_path, {**rig, "b_host": rig["b_ssh"]}, STANDIN_LAUNCHER)}
+    assert json.loads(shipped["deploy"].read_text())["nodes"][1]["host"].startswith("ssh://")
     code, out, err = ship(capsys, shipped, "deploy", "--preset", "control", "--reason", "first")
     assert code == 0, err
     assert "verify-running passed on every rank" in out

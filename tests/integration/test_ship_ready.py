@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from faultscenarios import without_running_flags
-from shiprig import STANDIN_LAUNCHER, fleet_snapshot, ship_with, write_deploy
+from shiprig import STANDIN_LAUNCHER, fleet_snapshot, reset_nodes, ship_with, write_deploy
 
 pytestmark = pytest.mark.docker
 
@@ -63,15 +63,26 @@ def test_deploy_and_rollback_wait_for_a_serve_that_starts_slowly_and_needs_its_p
     assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200
 
 
-def test_a_readiness_url_that_never_answers_reverts_every_node(capsys, shipped, rig, serving):
-    deployment, api = serving
-    assert deploy(capsys, shipped, deployment("first"), "control")[0] == 0
+def test_a_readiness_url_that_never_answers_fails_a_first_deploy_and_leaves_the_nodes_new(capsys, shipped, rig, serving):
+    """The revert of a first deploy has nothing to wait for: the nodes end as new as they were."""
+    deployment, _ = serving
+    reset_nodes(rig, shipped["repository"])
     wrong = deployment("wrong-url", url=f"http://127.0.0.1:{free_port()}/health")
     before = fleet_snapshot(rig, shipped, wrong)
-    code, _, err = deploy(capsys, shipped, wrong, "packing-327680")
-    assert code == 12 and "the serve never became ready: GET http://127.0.0.1:" in err and "within 20 s" in err, err
-    assert err.count("\n") == 1
-    assert without_running_flags(fleet_snapshot(rig, shipped, wrong)) == without_running_flags(before)
+    code, _, err = deploy(capsys, shipped, wrong, "control")
+    assert code == 12 and "the serve never became ready: GET http://127.0.0.1:" in err and "answered no answer (ConnectError)" in err, err
+    assert "within 20 s" in err and err.count("\n") == 1
+    assert fleet_snapshot(rig, shipped, wrong) == before
+
+
+def test_a_serve_that_never_gets_ready_reverts_every_node_to_the_ready_release(capsys, shipped, rig, serving):
+    deployment, api = serving
+    assert deploy(capsys, shipped, deployment("first"), "control")[0] == 0
+    stalling = deployment("stalling", STANDIN_STALL_IF="VLLM_DSV41_KV_PAIR=3")
+    before = fleet_snapshot(rig, shipped, stalling)
+    code, _, err = deploy(capsys, shipped, stalling, "packing-327680")
+    assert code == 12 and "the serve never became ready" in err and "answered 503, not 200, within 20 s" in err, err
+    assert without_running_flags(fleet_snapshot(rig, shipped, stalling)) == without_running_flags(before)
     assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200, "the previous serve is back and ready"
 
 

@@ -32,7 +32,7 @@ def test_an_unknown_option_of_a_command_names_that_command_s_help(capsys: pytest
 
 
 @pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "deploy", "rollback",
-                                     "verify-running", "status", "config", "validate"])
+                                     "verify-running", "status", "config", "validate", "doctor", "base sync", "adopt"])
 def test_help_lists_every_command(command: str) -> None:
     assert re.search(rf"^  {command}\b", parser().format_help(), re.MULTILINE)
 

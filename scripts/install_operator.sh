@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The operator's install: kvbake and its dependencies, pinned with hashes (requirements.lock), in a virtual
+# environment. It never installs, starts or configures a container engine: `kvbake doctor` checks the one it finds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-$HOME/.local/share/kvbake/venv}
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps .
+echo "installed kvbake $("$VENV/bin/kvbake" --version | cut -d' ' -f2) in $VENV"
+echo "next: $VENV/bin/kvbake doctor --manifest manifest.yaml --deploy deploy.yaml"

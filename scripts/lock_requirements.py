@@ -1,0 +1,72 @@
+"""Write requirements.lock: every runtime dependency of kvbake at the exact version a fresh resolution picks, with the
+sha256 of each of its files on the package index (all platforms, so arm64 and x86 hosts install from one file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INDEX = "https://pypi.org/simple"
+HEADER = ("# kvbake's runtime dependencies, pinned with hashes; written by scripts/lock_requirements.py, do not edit.\n"
+          "# Install: pip install --require-hashes -r requirements.lock && pip install --no-deps .\n")
+
+
+def resolved() -> dict[str, str]:
+    """name -> version that pip resolves for the project's runtime dependencies (a dry run in a scratch venv's eyes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                        str(ROOT)], check=True)
+        install = json.loads(report.read_text())["install"]
+    return {item["metadata"]["name"]: item["metadata"]["version"] for item in install if item["metadata"]["name"] != "kvbake"}
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def file_hashes(name: str, version: str) -> list[str]:
+    """sha256 of every file of `name==version` the index lists."""
+    with urllib.request.urlopen(f"{INDEX}/{normalized(name)}/", timeout=60) as reply:  # noqa: S310 - the public index
+        page = reply.read().decode()
+    stem = re.escape(re.sub(r"[-_.]+", "_", name).lower())
+    pattern = re.compile(rf'href="[^"]*/({stem}|{re.escape(normalized(name))})-{re.escape(version)}(-|\.tar\.gz|\.zip)[^"#]*#sha256=([0-9a-f]{{64}})"',
+                         re.IGNORECASE)
+    hashes = sorted({match.group(3) for match in pattern.finditer(page)})
+    if not hashes:
+        raise SystemExit(f"lock_requirements: no files of {name}=={version} on {INDEX}")
+    return hashes
+
+
+def render(pins: dict[str, str]) -> str:
+    lines = [HEADER]
+    for name in sorted(pins, key=normalized):
+        hashes = " \\\n    ".join(f"--hash=sha256:{digest}" for digest in file_hashes(name, pins[name]))
+        lines.append(f"{normalized(name)}=={pins[name]} \\\n    {hashes}\n")
+    return "".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 when requirements.lock differs from a fresh resolution")
+    args = parser.parse_args()
+    text = render(resolved())
+    target = ROOT / "requirements.lock"
+    if args.check:
+        same = target.exists() and target.read_text() == text
+        print("requirements.lock is current" if same else "requirements.lock differs from a fresh resolution")
+        return 0 if same else 1
+    target.write_text(text)
+    print(f"wrote {target.name}: {text.count('==')} packages")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

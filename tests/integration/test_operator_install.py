@@ -1,0 +1,47 @@
+"""The operator's install: a venv with the hash-pinned dependencies and kvbake, no engine installed or started; its
+`kvbake doctor` then checks the rig's engine, registry and nodes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE_WORDS = ("apt-get", "apt ", "dpkg", "dockerd", "systemctl", "service ", "containerd", "install_engines", "setup.sh")
+
+
+def engines_running() -> set[str]:
+    found = subprocess.run(["pgrep", "-a", "dockerd|containerd"], capture_output=True, text=True).stdout
+    return set(found.splitlines())
+
+
+def lock_pins() -> set[str]:
+    return {line.split(" ", 1)[0].strip() for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line}
+
+
+def test_the_install_script_names_no_engine_step() -> None:
+    text = (ROOT / "scripts" / "install_operator.sh").read_text()
+    commands = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert not [word for word in ENGINE_WORDS for line in commands if word in line]
+
+
+def test_the_operator_install_pins_everything_touches_no_engine_and_its_doctor_runs(shipped, rig, tmp_path) -> None:
+    venv = tmp_path / "venv"
+    before = engines_running()
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "install_operator.sh"), str(venv)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PIP_NO_INPUT": "1"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert engines_running() == before, "the install started or stopped an engine"
+    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--exclude", "kvbake"], capture_output=True, text=True,
+                            check=True).stdout
+    installed = {line.replace("_", "-").lower() for line in frozen.split() if "==" in line}
+    assert installed == lock_pins(), installed ^ lock_pins()
+    doctor = subprocess.run([str(venv / "bin" / "kvbake"), "doctor", "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]),
+                             "--registry", rig["registry"].address, "--disk-floor", "0.1", "--mem-floor", "0.1"],
+                            capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"})
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "ok    node spark-b" in doctor.stdout and "ok    base on spark-a" in doctor.stdout
