@@ -117,10 +117,11 @@ def not_running(fleet: Fleet, name: str, replaced: str | None = None) -> str | N
     if replaced is not None and found.get("Id") == replaced:
         return f"the serving container {container} on {name} is still the old one (it was not recreated)"
     state = found.get("State") or {}
-    if state.get("Running"):
+    if state.get("Running") and not state.get("Restarting") and not found.get("RestartCount"):
         return None
     tail = engine.container_log_tail(container).splitlines()
-    return f"the serving container {container} on {name} is not running (exit code {state.get('ExitCode')}: {tail[-1] if tail else 'no output'})"
+    how = "keeps restarting" if state.get("Restarting") or found.get("RestartCount") else "is not running"
+    return f"the serving container {container} on {name} {how} (exit code {state.get('ExitCode')}: {tail[-1] if tail else 'no output'})"
 
 
 def start_group(fleet: Fleet, steps: dict[str, tuple[Release | None, Release | None]]) -> None:

@@ -117,6 +117,7 @@ def test_a_digest_pinned_base_locks_builds_and_reaches_the_nodes_under_its_node_
     code, synced = sync(capsys, manifest, deploy_file)
     assert code == 0, synced
     pinned = synced["pinned"]
+    engine.pull(pinned)  # the operator's own pull on the build host: kvbake never pulls
     manifest.write_text(manifest.read_text().replace(f'image: "{TINY_BASE}"', f'image: "{pinned}"'))
     code, out, err = run(capsys, "lock", "--manifest", str(manifest))
     assert code == 0, err

@@ -332,3 +332,12 @@ def test_a_launcher_that_exits_0_but_starts_nothing_is_a_failed_step(world, tmp_
     with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is still the old one "
                                            r"\(it was not recreated\)"):
         REAL_RESTART(world.fleet, "a", CONTROL)
+
+
+def test_a_serving_container_that_restarted_counts_as_dead(world):
+    """A crash under `--restart unless-stopped` shows as running again a moment later; its restart count gives it away."""
+    world.engines["a"].run_serving(CONTAINER, "base:1", [])
+    world.engines["a"].containers[CONTAINER].update(RestartCount=2, State={"Running": True, "ExitCode": 1}, Log=["boom"])
+    assert transitions.not_running(world.fleet, "a") == "the serving container serve on a keeps restarting (exit code 1: boom)"
+    world.engines["a"].containers[CONTAINER].update(RestartCount=0, State={"Running": True, "Restarting": False})
+    assert transitions.not_running(world.fleet, "a") is None
