@@ -89,6 +89,12 @@ def restart(fleet: Fleet, name: str, release: Release | None, replacing: Release
     if release is None:
         fleet.engines[name].remove_container(launcher.container)
         return
+    launch(fleet, name, release)
+
+
+def launch(fleet: Fleet, name: str, release: Release) -> None:
+    """The operator's launcher for one node and one kvbake release; a new serving container must be running after it."""
+    launcher = fleet.deployment.launcher
     settings = settings_of_release(release)
     files = write_rank_files(fleet.deployment.state_dir / "runtime" / name, settings)
     env = {**os.environ, **launcher_env(fleet, name, release, settings, files)}

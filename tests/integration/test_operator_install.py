@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # engine-independent: the default engine is enough
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_WORDS = ("apt-get", "apt ", "dpkg", "dockerd", "systemctl", "service ", "containerd", "install_engines", "setup.sh")
 

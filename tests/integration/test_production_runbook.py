@@ -17,7 +17,7 @@ from tests.doubles.openai_double import OpenAIDouble
 from conftest import run
 from shiprig import BAKED, BASE, CONTAINER, STANDIN_LAUNCHER, reset_nodes, serving_env, write_deploy
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # engine-independent: the default engine is enough
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ("--prefix-tokens", "2000", "--corruption-tokens", "2000", "--depths", "1000,3000")
 

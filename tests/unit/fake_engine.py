@@ -44,6 +44,16 @@ class FakeEngine:
         image_id = self.image_id_of(reference)
         return self.images.get(image_id) if image_id else None
 
+    def require_image(self, reference: str) -> dict[str, Any]:
+        found = self.inspect_image(reference)
+        if found is None:
+            raise EngineError(f"{self.label}: image {reference} is not present", "load it")
+        return found
+
+    def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
+        self._up()
+        return str(inspect["Id"])
+
     def pull(self, reference: str) -> None:
         self._up()
         image = self.registry[reference]

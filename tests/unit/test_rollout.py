@@ -20,7 +20,7 @@ from kvbake.transitions import Fleet
 
 from fake_engine import FakeEngine
 
-REAL_RESTART = transitions.restart  # before the world fixture puts a fake launcher in its place
+REAL_LAUNCH = transitions.launch  # before the world fixture puts a fake launcher in its place
 REPO = "reg:5000/kvbake/x"
 BASE = ("sha256:base",)
 CONTAINER = "serve"
@@ -74,16 +74,13 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     fleet = Fleet(deployment, engines, REPO, ("S",), ("/src/x.py",), "/src")
     w = World(fleet, engines)
 
-    def fake_restart(fleet: Fleet, name: str, rel: Release | None, replacing: Release | None = None) -> None:
-        if rel is None:
-            engines[name].remove_container(CONTAINER)
-            return
+    def fake_launch(fleet: Fleet, name: str, rel: Release) -> None:
         w.launches.append(f"{name}:{rel.preset}")
         if f"{name}:{rel.preset}" in w.failing_launch:
             raise RolloutError(f"launcher on {name} exited 1 (GPU busy)", "fix the launcher")
         engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env())
 
-    monkeypatch.setattr(transitions, "restart", fake_restart)
+    monkeypatch.setattr(transitions, "launch", fake_launch)
     return w
 
 
@@ -254,14 +251,13 @@ def test_together_starts_every_rank_at_once(world, monkeypatch):
 
     with_deployment(world, start="together")
     both = threading.Barrier(2, timeout=10)
-    fake = transitions.restart
+    fake = transitions.launch
 
-    def meet_then_launch(fleet, name, rel, replacing=None):
-        if rel is not None:
-            both.wait()
-        fake(fleet, name, rel, replacing)
+    def meet_then_launch(fleet, name, rel):
+        both.wait()
+        fake(fleet, name, rel)
 
-    monkeypatch.setattr(transitions, "restart", meet_then_launch)
+    monkeypatch.setattr(transitions, "launch", meet_then_launch)
     deploy(world, CONTROL)
     assert sorted(world.launches) == ["a:control", "b:control"]
 
@@ -298,17 +294,17 @@ def test_a_rank_that_dies_before_it_is_ready_ends_the_wait_and_reverts(world, mo
     deploy(world, CONTROL)
     with_deployment(world, readiness=Readiness("http://127.0.0.1:9/health", 200, 600, 0.05))
     before = world.snapshot()
-    fake = transitions.restart
+    fake = transitions.launch
 
-    def crash_on_b_with_packing(fleet, name, rel, replacing=None):
-        fake(fleet, name, rel, replacing)
-        if rel is not None and name == "b" and rel.preset == "packing":
+    def crash_on_b_with_packing(fleet, name, rel):
+        fake(fleet, name, rel)
+        if name == "b" and rel.preset == "packing":
             container = world.engines["b"].containers[CONTAINER]
             container["State"] = {"Running": False, "ExitCode": 1}
             container["Log"] = ["ValueError: VLLM_X=3 is not supported"]
 
     healthy = httpx.MockTransport(lambda request: httpx.Response(200 if "S=3" not in world.engines["a"].containers[CONTAINER]["Config"]["Env"] else 503))
-    monkeypatch.setattr(transitions, "restart", crash_on_b_with_packing)
+    monkeypatch.setattr(transitions, "launch", crash_on_b_with_packing)
     monkeypatch.setattr(transitions, "wait_until_ready", functools.partial(transitions.wait_until_ready, transport=healthy))
     with pytest.raises(RolloutError, match=r"^the serve died before it was ready: the serving container serve on b is not running "
                                            r"\(exit code 1: ValueError: VLLM_X=3 is not supported\)"):
@@ -323,15 +319,15 @@ def test_a_launcher_that_exits_0_but_starts_nothing_is_a_failed_step(world, tmp_
     with_deployment(world, launcher=Launcher(("true",), CONTAINER, 10))
     with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve does not exist on a; fix: make the "
                                            r"launcher \(re\)create the serving container \$KVBAKE_CONTAINER"):
-        REAL_RESTART(world.fleet, "a", CONTROL)
+        REAL_LAUNCH(world.fleet, "a", CONTROL)
     world.engines["a"].containers[CONTAINER] = {"Name": CONTAINER, "State": {"Running": False, "ExitCode": 3}, "Log": ["bye"]}
     with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is not running "
                                            r"\(exit code 3: bye\)"):
-        REAL_RESTART(world.fleet, "a", CONTROL)
+        REAL_LAUNCH(world.fleet, "a", CONTROL)
     world.engines["a"].run_serving(CONTAINER, "base:1", [])
     with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is still the old one "
                                            r"\(it was not recreated\)"):
-        REAL_RESTART(world.fleet, "a", CONTROL)
+        REAL_LAUNCH(world.fleet, "a", CONTROL)
 
 
 def test_a_serving_container_that_restarted_counts_as_dead(world):
@@ -341,3 +337,76 @@ def test_a_serving_container_that_restarted_counts_as_dead(world):
     assert transitions.not_running(world.fleet, "a") == "the serving container serve on a keeps restarting (exit code 1: boom)"
     world.engines["a"].containers[CONTAINER].update(RestartCount=0, State={"Running": True, "Restarting": False})
     assert transitions.not_running(world.fleet, "a") is None
+
+
+def start_unadopted_serve(world: World) -> dict[str, str]:
+    """The serve each node runs without kvbake: the base image, one switch set by hand."""
+    ids = {}
+    for name, engine in world.engines.items():
+        engine.run_serving(CONTAINER, "base:1", ["S=3"])
+        ids[name] = engine.containers[CONTAINER]["Id"]
+    return ids
+
+
+def test_a_deploy_over_a_serve_kvbake_did_not_deploy_is_refused_until_it_is_adopted(world):
+    from kvbake.adoption import adopt
+
+    ids = start_unadopted_serve(world)
+    before = world.snapshot()
+    with pytest.raises(RolloutError, match=r"^node a runs a serve kvbake did not deploy \(container a-1\).*fix: adopt it first: "
+                                           r"python build\.py adopt"):
+        deploy(world, CONTROL)
+    assert world.snapshot() == before and world.launches == []
+    adopted = adopt(world.fleet, "the bind-mount serve", False)
+    assert {n: r.adopted["container_id"] for n, r in adopted.items()} == ids
+    assert {r.preset for r in adopted.values()} == {"adopted"} and adopted["a"].switches == {"S": "3"}
+    assert world.snapshot()["nodes"]["a"]["records"] == (adopted["a"].id, None)
+
+
+def test_the_first_deploy_keeps_the_adopted_container_and_rollback_brings_it_back(world):
+    from kvbake.adoption import adopt
+
+    ids = start_unadopted_serve(world)
+    adopt(world.fleet, "seed serve", False)
+    deploy(world, CONTROL)
+    for name, engine in world.engines.items():
+        kept = engine.containers[f"{CONTAINER}-kvbake-adopted"]
+        assert kept["Id"] == ids[name] and not kept["State"]["Running"]
+    rollout.rollback(world.fleet, False)
+    for name, engine in world.engines.items():
+        assert engine.containers[CONTAINER]["Id"] == ids[name] and engine.containers[CONTAINER]["State"]["Running"]
+        assert f"{CONTAINER}-kvbake-adopted" not in engine.containers
+    rollout.rollback(world.fleet, False)
+    deploy(world, PACKING)
+    assert all(f"{CONTAINER}-kvbake-adopted" not in engine.containers for engine in world.engines.values()), "out of the chain: removed"
+
+
+def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
+    from kvbake.adoption import adopt
+
+    ids = start_unadopted_serve(world)
+    adopt(world.fleet, "seed serve", False)
+    before = world.snapshot()
+    world.failing_launch.add("b:control")
+    with pytest.raises(RolloutError, match="launcher on b exited 1"):
+        deploy(world, CONTROL)
+    assert world.snapshot() == before
+    assert {name: engine.containers[CONTAINER]["Id"] for name, engine in world.engines.items()} == ids
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("no serve on b", r"^adopt: b run no serve \(no running container serve\)"),
+    ("another switch on b", r"^adopt: the ranks run different serves"),
+])
+def test_adopt_refuses_and_changes_nothing(world, change, message):
+    from kvbake.adoption import adopt
+
+    start_unadopted_serve(world)
+    if change == "no serve on b":
+        world.engines["b"].remove_container(CONTAINER)
+    else:
+        world.engines["b"].run_serving(CONTAINER, "base:1", ["S=1"])
+    before = world.snapshot()
+    with pytest.raises(RolloutError, match=message):
+        adopt(world.fleet, "x", False)
+    assert world.snapshot() == before
