@@ -124,7 +124,7 @@ def test_a_digest_pinned_base_locks_builds_and_reaches_the_nodes_under_its_node_
     locked = json.loads(manifest.with_name("manifest.lock.json").read_text())["base"]
     assert (locked["reference"], locked["config_digest"]) == (pinned, config)
     code, out, err = run(capsys, "build", "--manifest", str(manifest), "--json")
-    assert code == 0 and json.loads(out)["tag"].startswith("sha256-" + pinned.rsplit(":", 1)[1][:12]), err
+    assert code == 0 and json.loads(out)["image"].rsplit(":", 1)[1].startswith("sha256-" + pinned.rsplit(":", 1)[1][:12]), out + err
     forget_tiny_base(rig)
     code, again = sync(capsys, manifest, deploy_file)
     node_name = f"{pinned.split('@')[0]}:sha256-{pinned.rsplit(':', 1)[1][:12]}"

@@ -4,6 +4,7 @@ and the exit code is that failure's."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_a_node_without_the_base_fails_its_line_and_the_run(capsys, shipped, rig
         deploy_file.write_text(json.dumps(document))
         code, out, err = doctor(capsys, shipped, rig, deploy_file)
     assert code == 6, out + err
-    assert f"FAIL  base on spark-b         spark-b lacks {BASE}; fix: run python build.py base sync" in out
+    assert re.search(rf"^FAIL +base on spark-b +spark-b lacks {re.escape(BASE)}; fix: run python build\.py base sync$", out, re.MULTILINE), out
     assert err.startswith("error (base image): doctor: 1 check(s) failed, first: base on spark-b") and err.count("\n") == 1
 
 

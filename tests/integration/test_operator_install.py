@@ -15,8 +15,9 @@ ENGINE_WORDS = ("apt-get", "apt ", "dpkg", "dockerd", "systemctl", "service ", "
 
 
 def engines_running() -> set[str]:
-    found = subprocess.run(["pgrep", "-a", "dockerd|containerd"], capture_output=True, text=True).stdout
-    return set(found.splitlines())
+    """The engine daemons that run (not their per-container shims, which come and go with other tests' containers)."""
+    found = subprocess.run(["pgrep", "-a", "-x", "dockerd|containerd"], capture_output=True, text=True).stdout
+    return {line for line in found.splitlines() if "<defunct>" not in line}
 
 
 def lock_pins() -> set[str]:
