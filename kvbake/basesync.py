@@ -83,8 +83,8 @@ def registry_copy(engine: Engine, manifest: Manifest, lock: Lock, target: Target
                 raise refusal
             return f"{target.repository}@{read_back(client, target, expected, None).digest}", False
         if engine.inspect_image(manifest.base.image) is None:
-            raise BaseImageError(f"{target.reference} is not in the registry, and {manifest.base.image} is not present on {engine.label} "
-                                 "to push it from", "pull or load the locked base on this host (kvbake never pulls it), then run base sync again")
+            raise BaseImageError(f"the locked base is not in the registry ({target.reference}), and {manifest.base.image} is not present on "
+                                 f"{engine.label} to push it from", "pull or load the locked base on this host (kvbake never pulls it), then run base sync again")
         local = check_base(engine, manifest, lock)
         return ship(engine, client, target, expected, local.image_id).pinned, True
 

@@ -108,7 +108,8 @@ def test_no_base_in_the_registry_and_none_here_is_one_line(capsys, engine, rig, 
     manifest, deploy_file, _ = project
     with base_hidden(engine):
         code, err = sync(capsys, manifest, deploy_file)
-    assert code == 6 and f"is not in the registry, and {TINY_BASE} is not present on" in err and err.count("\n") == 1, err
+    assert code == 6 and "the locked base is not in the registry (" in err and f"), and {TINY_BASE} is not present on" in err, err
+    assert err.count("\n") == 1
     assert node_config(rig["a"], TINY_BASE) is None and node_config(rig["b"], TINY_BASE) is None
 
 

@@ -180,7 +180,7 @@ def deployed(manifest: Manifest, name: str, **changes) -> Release:
 
 
 def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path) -> None:
-    from kvbake.runtime_config import runtime_drift
+    from kvbake.runtime_config import running_drift_error, runtime_drift
 
     manifest = manifest_with(tmp_path, packed=PACKED)
     release = deployed(manifest, "packed")
@@ -196,3 +196,6 @@ def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path
     assert len(noted) == 1 and noted[0].startswith("a runs packed as deployed (preset sha256 000000000000), the manifest's preset now hashes ")
     assert runtime_drift(manifest, "a", release, {"TINY_SWITCH": "3"}) == [
         "a's serving container sets {'TINY_SWITCH': '3'}, its release {'TINY_OTHER': '1', 'TINY_SWITCH': '3'}"]
+    error = running_drift_error(noted)
+    assert type(error) is IntegrityError and error.exit_code == 7
+    assert error.one_line().startswith("what runs drifts from the manifest's runtime settings: a runs packed as deployed")
