@@ -335,15 +335,12 @@ def _read_tree(folder: Path) -> dict[str, str]:
 
 
 def _write_tree(folder: Path, tree: dict[str, str]) -> None:
-    import os
+    from kvbake.atomicfile import write_atomic
 
     for relative, text in sorted(tree.items()):
         target = folder / relative
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(target.name + ".partial")
-            partial.write_text(text, encoding="utf-8")
-            os.replace(partial, target)
+            write_atomic(target, text.encode("utf-8"))
         except OSError as err:
             raise ResourceError(f"cannot write {target}: {err.strerror}", "pass an --out folder this user can write") from None
 

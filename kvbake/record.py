@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbake import __version__
 from kvbake.plan import plan_summary
+from kvbake.atomicfile import write_atomic
 from kvbake.secretscan import refuse_credentials
 
 RECORDS_DIR = ".kvbake/builds"
@@ -35,7 +36,7 @@ def write_json_record(folder: Path, reference: str, record: dict[str, Any]) -> P
     refuse_credentials(record, f"record {reference}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (reference.rsplit(":", 1)[1] + ".json")
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_atomic(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return path
 
 

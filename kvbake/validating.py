@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kvbake.atomicfile import write_atomic
 from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
@@ -233,9 +234,9 @@ def write_report(folder: Path, report: Report) -> Path:
     while (folder / f"{stem}.json").exists():
         number += 1
         stem = f"{report.name}-{number}"
-    (folder / f"{stem}.txt").write_text(report_text(report))
+    write_atomic(folder / f"{stem}.txt", report_text(report).encode())
     path = folder / f"{stem}.json"
-    path.write_text(json.dumps(report_to_dict(report), indent=1, sort_keys=True) + "\n")
+    write_atomic(path, (json.dumps(report_to_dict(report), indent=1, sort_keys=True) + "\n").encode())
     return path
 
 
