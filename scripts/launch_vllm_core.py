@@ -60,6 +60,10 @@ class Mount:
     source: str
     target: str
 
+    def spec(self) -> list[str]:
+        """docker's --mount fields: a bind mount refuses a missing source folder (a --volume would create it empty)."""
+        return ["type=bind", f"source={self.source}", f"target={self.target}", "readonly"]
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -123,7 +127,7 @@ class DockerRun:
         for name, value in self.envs.items():
             options += ["--env", f"{name}={value}"]
         for mount in self.mounts:
-            options += ["--volume", f"{mount.source}:{mount.target}:ro"]
+            options += ["--mount", ",".join(mount.spec())]
         for name, value in self.labels.items():
             options += ["--label", f"{name}={value}"]
         return ["docker", "run", *options, "--entrypoint", ENTRYPOINT, self.image, *self.command]
@@ -132,7 +136,7 @@ class DockerRun:
         """The same options as python-on-whales' DockerClient.run keyword arguments."""
         return {"name": self.name, "detach": True, "networks": ["host"], "ipc": "host", "gpus": self.gpus,
                 "shm_size": self.shm_size, "restart": "unless-stopped", "pull": "never", "env_files": [self.env_file],
-                "envs": dict(self.envs), "volumes": [(m.source, m.target, "ro") for m in self.mounts],
+                "envs": dict(self.envs), "mounts": [m.spec() for m in self.mounts],
                 "labels": dict(self.labels), "entrypoint": ENTRYPOINT}
 
 

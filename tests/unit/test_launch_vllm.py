@@ -127,14 +127,14 @@ def test_docker_run_options_of_the_head() -> None:
     assert step.argv() == [
         "docker", "run", "--detach", "--name", "vllm-serve", "--network", "host", "--ipc", "host", "--gpus", "all",
         "--shm-size", "16g", "--restart", "unless-stopped", "--pull", "never", "--env-file", "/run/kvbake/ranks.env",
-        "--volume", "/models/dsv41:/models/served:ro", "--label", "kvbake.launcher.preset=sample",
+        "--mount", "type=bind,source=/models/dsv41,target=/models/served,readonly", "--label", "kvbake.launcher.preset=sample",
         "--label", "kvbake.launcher.node=spark-a", "--label", "kvbake.launcher.role=head",
         "--entrypoint", "python3", "registry.example:5000/kvbake/dsv41:current",
         "-m", "vllm.entrypoints.openai.api_server", *step.vllm_args]
     assert step.whales_options() == {
         "name": "vllm-serve", "detach": True, "networks": ["host"], "ipc": "host", "gpus": "all", "shm_size": "16g",
         "restart": "unless-stopped", "pull": "never", "env_files": ["/run/kvbake/ranks.env"], "envs": {},
-        "volumes": [("/models/dsv41", "/models/served", "ro")], "entrypoint": "python3",
+        "mounts": [["type=bind", "source=/models/dsv41", "target=/models/served", "readonly"]], "entrypoint": "python3",
         "labels": {"kvbake.launcher.preset": "sample", "kvbake.launcher.node": "spark-a", "kvbake.launcher.role": "head"}}
 
 
@@ -189,7 +189,7 @@ def test_extra_mounts_and_container_env() -> None:
                   CONTAINER_ENV='{"VLLM_HOST_IP": "{node_address}", "NCCL_SOCKET_IFNAME": "enp1s0f0np0"}')
     assert step.mounts == (core.Mount("/models/dsv41", "/models/served"), core.Mount("/srv/cache/flashinfer", "/root/.cache/flashinfer"))
     assert dict(step.envs) == {"VLLM_HOST_IP": "10.0.0.12", "NCCL_SOCKET_IFNAME": "enp1s0f0np0"}
-    assert "--volume" in step.argv() and "/srv/cache/flashinfer:/root/.cache/flashinfer:ro" in step.argv()
+    assert "type=bind,source=/srv/cache/flashinfer,target=/root/.cache/flashinfer,readonly" in step.argv()
     assert "VLLM_HOST_IP=10.0.0.12" in step.argv()
 
 
