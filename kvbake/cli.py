@@ -37,6 +37,7 @@ COMMANDS_HELP = """commands:
   status            a table of nodes, releases, what runs and divergence
   config PRESET     write the runtime configuration of a preset for every rank (--all; --check for drift)
   validate          run the supervised test plan against an endpoint; stop on any failure
+  capacity PRESET   predict the KV capacity line the preset makes the serve log (--deploy: compare every rank's log)
 """
 
 
@@ -153,6 +154,11 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--mem-interval", type=float, default=5.0, metavar="S", help="seconds between background memory samples; 0: only between steps")
     validate.add_argument("--meminfo-path", default="/proc/meminfo", help="meminfo file read inside the serving container")
     validate.add_argument("--rollback-on-failure", action="store_true", help="on a stop, roll every rank back to the previous release (needs --deploy)")
+    capacity = sub.add_parser("capacity", parents=[common], help="predict a preset's KV capacity line; with --deploy compare every rank's log")
+    capacity.add_argument("preset", help="the preset")
+    capacity.add_argument("--model-config", type=Path, required=True, metavar="PATH", help="the model's config.json, or its folder")
+    capacity.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="the platform, which names the line's pool (default cuda: GPU)")
+    capacity.add_argument("--deploy", type=Path, default=None, help="deployment file: compare the line every node's serving container logged")
 
 
 def configure_logging(debug: bool) -> None:

@@ -362,6 +362,27 @@ def cmd_validate(args: argparse.Namespace) -> Result:
     return report_to_dict(report) | {"report": str(shown)}, report_text(report) + f"report:   {shown} (and .txt)"
 
 
+def cmd_capacity(args: argparse.Namespace) -> Result:
+    from kvbake.capacity_logs import check_deployment, predict_preset
+    from kvbake.capacity_prediction import prediction_dict
+    from kvbake.deployfile import load_deployment
+
+    manifest = _manifest(args)
+    prediction = predict_preset(manifest, args.preset, args.model_config, args.device)
+    cap = prediction.capacity
+    scaled = f", blocks x{prediction.blocks_factor} by the preset's packing switch" if prediction.blocks_factor != 1 else ""
+    lines = [f"{args.preset} (predicted): {prediction.line}",
+             f"  {cap.num_blocks:,} blocks of {cap.bytes_per_block:,} bytes, {cap.blocks_per_request} per full-length request{scaled}"]
+    data = prediction_dict(prediction)
+    if not cap.fits:
+        lines.append("  vLLM would refuse to start: one full-length request does not fit beside the null block")
+    if args.deploy is not None:
+        ranks = check_deployment(prediction, load_deployment(args.deploy))
+        data["ranks"] = ranks
+        lines += [f"  {line}" for line in ranks] + ["every rank logged the predicted line"]
+    return data, "\n".join(lines)
+
+
 def _validate_rollback(args: argparse.Namespace, manifest: Manifest, deployment):
     if not args.rollback_on_failure:
         return None

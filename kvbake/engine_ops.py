@@ -55,6 +55,13 @@ class ContainerOps:
         except DockerException:
             return ""
 
+    def container_logs(self, name: str) -> str:
+        """Everything a container wrote (stdout and stderr), or "" when it does not exist."""
+        try:
+            return str(self.client.container.logs(name))
+        except DockerException:
+            return ""
+
     def remove_container(self, name: str) -> None:
         with contextlib.suppress(NoSuchContainer):
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -90,6 +91,7 @@ class Switch:
     values: tuple[str, ...]
     requires: tuple[str, ...]
     summary: str
+    effect: str | None = None  # "kv_blocks_factor": the value, an integer, multiplies the KV blocks vLLM plans
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,9 @@ def _switch_problems(switches: dict, forbidden: dict) -> list[str]:
                 problems.append(f"switches.{name}.requires: {needed!r} is not a declared switch{did_you_mean(needed, list(switches))}")
             elif needed == name:
                 problems.append(f"switches.{name}.requires: a switch cannot require itself")
+        if spec.get("effect") == "kv_blocks_factor":
+            problems += [f"switches.{name}.values: {value!r} is not an integer of at least 1 (effect kv_blocks_factor)"
+                         for value in spec["values"] if not re.fullmatch(r"[1-9][0-9]{0,5}", value)]
     return problems
 
 
@@ -328,7 +333,7 @@ def freeze(document: dict, path: Path, sha256: str) -> Manifest:
         for p in document["chain"]
     )
     switches = {
-        name: Switch(name, tuple(s["values"]), tuple(s.get("requires", ())), s.get("summary", ""))
+        name: Switch(name, tuple(s["values"]), tuple(s.get("requires", ())), s.get("summary", ""), s.get("effect"))
         for name, s in sorted(document["switches"].items())
     }
     presets = {name: _freeze_preset(name, p) for name, p in sorted(document["presets"].items())}

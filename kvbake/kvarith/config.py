@@ -49,16 +49,16 @@ class ModelConfig:
 def load_config(path: str | Path) -> ModelConfig:
     """Read and parse a config.json file; every refusal names the file."""
     file = Path(path)
-    data = _read_json(file)
+    data = read_config_json(file)
     try:
         return parse_config(data)
     except KvArithError as err:
         raise KvArithError(f"config {file}: {err.message}", err.fix) from err
 
 
-def _read_json(file: Path) -> Any:
-    """The JSON value of a UTF-8 file of at most MAX_CONFIG_BYTES."""
-    fix = "pass the model's config.json with --config"
+def read_config_json(file: Path, option: str = "--config") -> Any:
+    """The JSON value of a UTF-8 file of at most MAX_CONFIG_BYTES; the fixes name the option that gave the file."""
+    fix = f"pass the model's config.json with {option}"
     try:
         if file.is_dir():
             raise KvArithError(f"config {file} is a directory", "pass the config.json file inside it")

