@@ -150,6 +150,10 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--pressure", type=int, default=0, metavar="N", help="also send N concurrent long requests (forced pool pressure)")
     validate.add_argument("--pressure-tokens", type=int, default=None, metavar="N", help="length of each pressure request (default: the needle prompt's)")
     validate.add_argument("--seed", default="kvbake", help="seed of the needle codes (default kvbake)")
+    validate.add_argument("--oracle", choices=("auto", "recall", "identity"), default="auto",
+                          help="how the corruption set, needles and pressure are scored: recall (every answer holds its own "
+                               "needle codes), identity (every answer equals its solo cold run) or auto (default: a short "
+                               "recall probe in the first step chooses)")
     validate.add_argument("--mem-floor", type=float, default=1.5, metavar="GIB", help="stop when MemAvailable drops below this on any node (default 1.5)")
     validate.add_argument("--mem-interval", type=float, default=5.0, metavar="S", help="seconds between background memory samples; 0: only between steps")
     validate.add_argument("--meminfo-path", default="/proc/meminfo", help="meminfo file read inside the serving container")

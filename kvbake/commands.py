@@ -356,7 +356,7 @@ def cmd_validate(args: argparse.Namespace) -> Result:
     deployment = load_deployment(args.deploy) if args.deploy else None
     request = ValidateRequest(manifest, chosen, args.endpoint, args.model, args.corpus, deployment, parse_depths(args.depths),
                               args.prefix_tokens, args.corruption_tokens, args.pressure, args.pressure_tokens, args.seed,
-                              args.mem_floor, args.mem_interval, args.meminfo_path)
+                              args.mem_floor, args.mem_interval, args.meminfo_path, oracle=args.oracle)
     report, path = run_validation(request, _validate_rollback(args, manifest, deployment))
     shown = path.relative_to(manifest.root)
     return report_to_dict(report) | {"report": str(shown)}, report_text(report) + f"report:   {shown} (and .txt)"

@@ -12,6 +12,7 @@ from kvbake.errors import PresetError, UsageError
 from kvbake.manifest import Preset
 from kvbake.needle import NeedlePrompt, default_depths, score_corruption, score_recall
 from kvbake.openai_client import Completion
+from kvbake.oracle import OracleChoice, initial_choice, oracle_to_dict
 from kvbake.presets import ChosenPreset
 from kvbake.prefix_identity import Check, PrefixObservations, check_fresh_salt, comparison_floor, score_prefix_sequence
 
@@ -69,6 +70,7 @@ class PlanOptions:
     needle_tokens: int = 0
     pressure: int = 0
     pressure_tokens: int = 0
+    oracle: str = "auto"
 
     @property
     def control(self) -> bool:
@@ -80,8 +82,9 @@ class PlanOptions:
 
 
 def make_options(preset: Preset, salt_prefix: str, seed: str, depths: tuple[int, ...] | None, prefix_tokens: int,
-                 corruption_tokens: int, pressure: int, pressure_tokens: int | None) -> PlanOptions:
+                 corruption_tokens: int, pressure: int, pressure_tokens: int | None, oracle: str = "auto") -> PlanOptions:
     """Fill in the default depths and sizes, then refuse anything that does not fit max-model-len."""
+    initial_choice(oracle)  # refuses an unknown oracle
     limit = preset.max_model_len - ANSWER_TOKENS
     if depths is None:
         needle_tokens = int(preset.max_model_len * NEEDLE_FRACTION)
@@ -89,7 +92,7 @@ def make_options(preset: Preset, salt_prefix: str, seed: str, depths: tuple[int,
     else:
         needle_tokens = min(depths[-1] + NEEDLE_TAIL, limit)
     options = PlanOptions(preset, salt_prefix, seed, prefix_tokens, corruption_tokens, tuple(depths), needle_tokens,
-                          pressure, pressure_tokens or needle_tokens)
+                          pressure, pressure_tokens or needle_tokens, oracle)
     sizes = {"--prefix-tokens": prefix_tokens, "--corruption-tokens": corruption_tokens,
              "--pressure-tokens": options.pressure_tokens}
     too_long = [f"{flag} {value}" for flag, value in sizes.items() if value > limit]
@@ -182,18 +185,29 @@ def score_needle_set(name: str, prompts: Sequence[NeedlePrompt], completions: Se
     foreign = [(r.index, code) for r in verdict.requests for code in r.foreign]
     stop = None
     if foreign:
-        index, code = foreign[0]
-        stop = (f"cross-request corruption: request {index + 1} answered with request {owner[code] + 1}'s code {code} "
-                f"({len(foreign)} foreign code(s) in {len(prompts) - verdict.passed_count} request(s))")
+        stop = foreign_stop(foreign, owner, len(prompts) - verdict.passed_count)
     elif not verdict.passed:
         stop = f"incorrect output: {next(c for c in checks if not c.passed).name}: {next(c for c in checks if not c.passed).detail}"
     summary = f"{verdict.passed_count}/{len(prompts)} requests correct, {len(foreign)} foreign codes"
     data = {"requests": len(prompts), "passed": verdict.passed_count, "foreign": len(foreign),
             "prompt_tokens": sorted({c.prompt_tokens for c in completions})}
-    if name == STEPS[4]:
-        summary += f", {len(prompts)} concurrent {data['prompt_tokens'][-1]}-token requests"
-        data["note"] = PRESSURE_NOTE
+    summary = with_pressure_note(name, summary, data)
     return StepResult(name, summary, checks, data, stop, FAILED_FIX if stop else None)
+
+
+def foreign_stop(foreign: Sequence[tuple[int, str]], owner: Mapping[str, int], failing: int) -> str:
+    """The stop for (request index, foreign code) pairs: the first one, and how many there were."""
+    index, code = foreign[0]
+    return (f"cross-request corruption: request {index + 1} answered with request {owner[code] + 1}'s code {code} "
+            f"({len(foreign)} foreign code(s) in {failing} request(s))")
+
+
+def with_pressure_note(name: str, summary: str, data: dict[str, Any]) -> str:
+    """The pressure step's summary names its request size, and its data says where preemption is read."""
+    if name != STEPS[4]:
+        return summary
+    data["note"] = PRESSURE_NOTE
+    return summary + f", {data['requests']} concurrent {data['prompt_tokens'][-1]}-token requests"
 
 
 def _needle_detail(missing: Sequence[str], foreign: Sequence[str], unknown: Sequence[str], owner: Mapping[str, int]) -> str:
@@ -229,6 +243,7 @@ class Report:
     steps: tuple[StepResult, ...]
     memory: Mapping[str, Any]
     rollback: str
+    oracle: OracleChoice = initial_choice("auto")
 
     @property
     def stop(self) -> StepResult | None:
@@ -245,8 +260,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     return {
         "preset": preset.name, "status": preset.status, "override": report.chosen.override,
         "max_model_len": preset.max_model_len, "switches": dict(preset.switches), "endpoint": report.endpoint,
-        "model": report.model, "release": dict(report.release), "corpus": report.corpus, "started": report.started,
-        "finished": report.finished, "outcome": "stopped" if stop else "passed",
+        "model": report.model, "release": dict(report.release), "corpus": report.corpus,
+        "oracle": oracle_to_dict(report.oracle), "started": report.started, "finished": report.finished,
+        "outcome": "stopped" if stop else "passed",
         "stop": {"step": stop.name, "reason": stop.stop, "fix": stop.fix} if stop else None,
         "steps": [{"name": s.name, "ran": s.ran, "passed": s.passed, "summary": s.summary, "stop": s.stop,
                    "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in s.checks],
@@ -269,7 +285,8 @@ def report_text(report: Report) -> str:
     lines = [f"validate {preset.name} ({preset.status}, max-model-len {preset.max_model_len}) against {report.endpoint}"
              f" (model {report.model or 'unknown'})",
              f"override: {report.chosen.override}" if report.chosen.override else "override: none",
-             f"release:  {report.release['text']}", f"corpus:   {report.corpus}", f"memory:   {_memory_line(report.memory)}",
+             f"release:  {report.release['text']}", f"corpus:   {report.corpus}", f"oracle:   {report.oracle.text}",
+             f"memory:   {_memory_line(report.memory)}",
              f"run:      {report.started} .. {report.finished}"]
     for number, step in enumerate(report.steps, start=1):
         state = "passed" if step.passed else "STOPPED" if step.stop else "-"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -15,11 +16,13 @@ from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
 from kvbake.engine import Engine
 from kvbake.errors import KvbakeError, RolloutError, ValidationStop
+from kvbake.identity_oracle import score_identity_set, score_needles_identity
 from kvbake.manifest import Manifest
 from kvbake.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
 from kvbake.needle import build_corruption_set, build_needle_prompt, make_needle_codes
 from kvbake.nodestate import NodeState
 from kvbake.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
+from kvbake.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.presets import ChosenPreset
 from kvbake.validate_plan import (
@@ -50,6 +53,7 @@ class ValidateRequest:
     mem_interval_s: float = 5.0
     meminfo_path: str = DEFAULT_MEMINFO
     timeout_s: float = DEFAULT_TIMEOUT_S  # per request; a request that takes longer stops the run
+    oracle: str = "auto"  # auto (the recall probe chooses), recall or identity
 
 
 def _complete(client: OpenAIClient, prompt: str, salt: str) -> Completion:
@@ -68,12 +72,25 @@ class PlanRun:
         self.prompts: PrefixPrompts = build_prefix_prompts(corpus, options.prefix_tokens, options.prefix_tokens // 2)
         self.controls: tuple[str, ...] = ()
         self.model: str | None = None
+        self.oracle: OracleChoice = initial_choice(options.oracle)
+
+    @property
+    def identity(self) -> bool:
+        return self.oracle.used == "identity"
 
     def inertness(self) -> StepResult:
         self.model = self.client.resolve_model()
         runs = [_complete(self.client, self.prompts.full, self.options.salt(f"inert-{i}")) for i in range(INERTNESS_RUNS)]
         self.controls = tuple(c.text for c in runs)
-        return score_inertness(runs, self.options.control)
+        result = score_inertness(runs, self.options.control)
+        return self.recall_probe(result) if result.passed and self.oracle.used is None else result
+
+    def recall_probe(self, result: StepResult) -> StepResult:
+        """Auto's one short request, once the first step's own checks passed: its answer chooses the oracle."""
+        probe = build_probe(self.corpus, self.options.seed)
+        answer = _complete(self.client, probe.text, self.options.salt("recall-probe"))
+        self.oracle = choose_oracle(probe, answer)
+        return dataclasses.replace(result, data={**result.data, "recall_probe": probe_data(probe, answer, self.oracle)})
 
     def prefix(self) -> StepResult:
         o, full, partial = self.options, self.prompts.full, self.prompts.partial
@@ -98,14 +115,23 @@ class PlanRun:
         prompts = build_corruption_set(self.corpus, tokens, f"{self.options.seed}:{name}", size=size)
         self.check_fits(name, [p.text for p in prompts])
         requests = [CompletionRequest(p.text, ANSWER_TOKENS, self.options.salt(f"{name}-{i}")) for i, p in enumerate(prompts)]
-        return score_needle_set(name, prompts, self.client.complete_many(requests, max_workers=size))
+        concurrent = self.client.complete_many(requests, max_workers=size)
+        if not self.identity:
+            return score_needle_set(name, prompts, concurrent)
+        solo = [_complete(self.client, p.text, self.options.salt(f"{name}-solo-{i}")) for i, p in enumerate(prompts)]
+        return score_identity_set(name, prompts, concurrent, solo)
 
     def needles(self) -> StepResult:
         o = self.options
         codes = make_needle_codes(f"{o.seed}:needles", len(o.depths))
         prompt = build_needle_prompt(self.corpus, o.needle_tokens, o.depths, codes, start=3)
         self.check_fits("needle", [prompt.text])
-        return score_needles(prompt, _complete(self.client, prompt.text, o.salt("needles")))
+        cold = _complete(self.client, prompt.text, o.salt("needles"))
+        if not self.identity:
+            return score_needles(prompt, cold)
+        hit = _complete(self.client, prompt.text, o.salt("needles"))  # the same salt: a prefix-cache hit
+        fresh = _complete(self.client, prompt.text, o.salt("needles-fresh"))
+        return score_needles_identity(prompt, cold, hit, fresh, o.preset.prefix_block)
 
     def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
         o = self.options
@@ -189,7 +215,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     started = _now()
     options = make_options(request.chosen.preset, f"kvbake-{started}-{secrets.token_hex(4)}",
                            request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
-                           request.pressure, request.pressure_tokens)
+                           request.pressure, request.pressure_tokens, request.oracle)
     corpus, corpus_label = _corpus(request)
     with OpenAIClient(request.endpoint, request.model, request.timeout_s) as client:
         watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
@@ -200,7 +226,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     stop = next((s for s in steps if s.stop), None)
     rollback_text, rollback_error = _roll_back(rollback) if stop else ("not needed", None)
     report = Report(request.chosen, request.endpoint, plan.model, release, corpus_label, started, _now(), steps,
-                    watcher_summary(watcher, request.deployment is not None), rollback_text)
+                    watcher_summary(watcher, request.deployment is not None), rollback_text, plan.oracle)
     path = write_report(request.manifest.root / REPORTS_DIR, report)
     where = path.relative_to(request.manifest.root).with_suffix(".txt")
     if rollback_error is not None:

@@ -2,13 +2,16 @@
 
 A targeted `Fault` has one effect and a selector. The selector picks requests of one kind ("completion",
 "tokenize" or "models") and, optionally, the k-th request of that kind (1-based, in arrival order), the requests
-whose cache_salt ends with a given text, or the prompts of a given length (the double's own token count). Every
-condition given must hold. A fault hits every request it selects, for as long as it is set.
+whose cache_salt ends with a given text, the prompts of a given length (the double's own token count), the
+prompts that contain a given text, or the completions the double answered in a batch with others (or alone; see
+`Misbehaviour.batch`). Every condition given must hold. A fault hits every request it selects, for as long as it
+is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +25,7 @@ EFFECTS: dict[str, tuple[type | None, tuple[str, ...]]] = {
     "cached_tokens": (int, ("completion",)),  # report this cached count
     "prompt_tokens": (int, ("completion",)),  # report this many more (negative: fewer) prompt tokens
     "drop_details": (None, ("completion",)),  # leave usage.prompt_tokens_details out
-    "code": (str, ("completion",)),  # answer with this code in place of the prompt's last code
+    "code": (str, ("completion",)),  # answer with this code in place of the prompt's last code (cannot_recall: alone)
     "truncate": (None, ("completion",)),  # answer with the first half of the answer
     "empty": (None, ("completion", "models")),  # answer with no text / list no model
     "drop_tokens": (None, ("tokenize",)),  # leave the tokens list out
@@ -39,6 +42,8 @@ class Fault:
     request: int | None = None  # the k-th request of this kind, 1-based; None: every one
     salt_suffix: str | None = None  # only requests whose cache_salt ends with this
     prompt_tokens: int | None = None  # only prompts of exactly this many tokens (the double's count)
+    prompt_contains: str | None = None  # only prompts that contain this text
+    batched: bool | None = None  # only completions answered in a batch with others (True) or alone (False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.effect, str) or not isinstance(self.kind, str) or self.kind not in KINDS:
@@ -57,12 +62,19 @@ class Fault:
             raise ValueError(f"salt_suffix {self.salt_suffix!r} must be a text")
         if self.prompt_tokens is not None and not _is_a(self.prompt_tokens, int):
             raise ValueError(f"prompt_tokens {self.prompt_tokens!r} must be a token count")
+        if self.prompt_contains is not None and (not isinstance(self.prompt_contains, str) or not self.prompt_contains):
+            raise ValueError(f"prompt_contains {self.prompt_contains!r} must be a non-empty text")
+        if self.batched is not None and (not isinstance(self.batched, bool) or self.kind != "completion"):
+            raise ValueError(f"batched {self.batched!r} must be true or false, and only for completions")
 
-    def selects(self, kind: str, number: int, salt: str | None, prompt_tokens: int | None) -> bool:
+    def selects(self, kind: str, number: int, salt: str | None, prompt_tokens: int | None, prompt: str | None = None,
+                batched: bool = False) -> bool:
         """True when this fault applies to the number-th request of this kind."""
         return (kind == self.kind and self.request in (None, number)
                 and (self.salt_suffix is None or (salt or "").endswith(self.salt_suffix))
-                and self.prompt_tokens in (None, prompt_tokens))
+                and self.prompt_tokens in (None, prompt_tokens)
+                and (self.prompt_contains is None or self.prompt_contains in (prompt or ""))
+                and self.batched in (None, batched))
 
 
 def _is_a(value: Any, wanted: type) -> bool:
@@ -89,12 +101,15 @@ class Misbehaviour:
     fail_status: int | None = None  # completions and tokenize answer with this HTTP status
     omit_last_code: bool = False  # the last needle code is left out of answers
     corrupt_hits: bool = False  # a request with cached tokens answers differently
+    cannot_recall: bool = False  # answers never hold a needle code: a digest of the prompt, as a model that cannot recall
+    batch: int = 0  # hold each completion until this many are held (a batch) or none arrives for batch_wait_s (alone)
+    batch_wait_s: float = 0.2
     faults: tuple[Fault, ...] = ()  # targeted faults, see Fault
 
-    def selected(self, kind: str, number: int, salt: str | None = None,
-                 prompt_tokens: int | None = None) -> dict[str, Any]:
+    def selected(self, kind: str, number: int, salt: str | None = None, prompt_tokens: int | None = None,
+                 prompt: str | None = None, batched: bool = False) -> dict[str, Any]:
         """The effects that hit this request, by name (the last fault wins for an effect set twice)."""
-        return {f.effect: f.value for f in self.faults if f.selects(kind, number, salt, prompt_tokens)}
+        return {f.effect: f.value for f in self.faults if f.selects(kind, number, salt, prompt_tokens, prompt, batched)}
 
 
 def misbehaviour_update(current: Misbehaviour, body: Any) -> Misbehaviour:
@@ -113,3 +128,36 @@ def misbehaviour_update(current: Misbehaviour, body: Any) -> Misbehaviour:
 def misbehaviour_json(faults: Misbehaviour) -> dict[str, Any]:
     """The JSON form of the current faults, as /control/misbehave answers it."""
     return dataclasses.asdict(faults)
+
+
+class BatchGate:
+    """Holds completions the way a batching scheduler groups them, so that "in a batch" is deterministic.
+
+    A completion waits until `size` completions are held at once (they are released together: a batch) or until
+    `wait_s` passes without another arrival (it is released alone). Requests sent together arrive well within
+    `wait_s` of each other, so they form batches; a request sent alone always waits `wait_s` and is alone.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = 0
+        self._arrivals = 0
+        self._batches = 0
+
+    def hold(self, size: int, wait_s: float) -> bool:
+        """Wait as described; True when released in a batch of `size` (> 1) completions."""
+        with self._cond:
+            self._held += 1
+            self._arrivals += 1
+            batch = self._batches
+            if self._held >= size:
+                self._held, self._batches = 0, batch + 1
+            self._cond.notify_all()
+            if self._batches != batch:
+                return size > 1
+            while self._batches == batch:
+                seen = self._arrivals
+                if not self._cond.wait_for(lambda: self._batches != batch or self._arrivals != seen, timeout=wait_s):
+                    self._held -= 1
+                    return False
+            return True

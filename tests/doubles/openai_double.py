@@ -3,7 +3,9 @@
 It is not vLLM. It tokenises by one of its own tokenizers (tests/doubles/double_text.py: "estimate" follows the
 4-character rule kvbake documents, "words" and "long-words" count differently), keeps a prefix cache of full
 token blocks keyed by cache_salt, reports cached tokens by the block rule, and answers with the needle codes it
-finds in the prompt by its own rule. With max_model_len set it refuses longer requests as vLLM does (HTTP 400).
+finds in the prompt by its own rule (or, with `cannot_recall`, with a digest of the prompt, as a model that cannot
+recall). With max_model_len set it refuses longer requests as vLLM does (HTTP 400). With `batch` set it holds
+completions so that concurrent ones are answered together, and a fault can hit only those (or only lone ones).
 Faults (tests/doubles/double_faults.py) are set by constructor argument, by assigning `faults`, or by
 POST /control/misbehave; POST /control/reset clears the cache, the faults and the request counters.
 """
@@ -17,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from tests.doubles.double_faults import Fault, Misbehaviour, misbehaviour_json, misbehaviour_update
+from tests.doubles.double_faults import BatchGate, Fault, Misbehaviour, misbehaviour_json, misbehaviour_update
 from tests.doubles.double_text import TOKENIZERS, PrefixCacheModel, find_needle_codes, token_ids, token_pieces
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_BLOCK", "Fault", "Misbehaviour", "OpenAIDouble", "answer_text"]
@@ -30,9 +32,9 @@ Answer = tuple[int, "dict[str, Any] | bytes"]
 
 
 def answer_text(prompt: str, cached_tokens: int, faults: Misbehaviour, effects: dict[str, Any] | None = None) -> str:
-    """The deterministic answer: the prompt's needle codes, else a digest of the prompt; faults applied."""
+    """The deterministic answer: the prompt's needle codes (none if it cannot recall), else a digest of the prompt."""
     effects = effects or {}
-    codes = find_needle_codes(prompt)
+    codes = () if faults.cannot_recall else find_needle_codes(prompt)
     if faults.omit_last_code:
         codes = codes[:-1]
     if "code" in effects:
@@ -106,6 +108,7 @@ class OpenAIDouble:
             raise ValueError(f"tokenizer {tokenizer!r} is not one of {sorted(TOKENIZERS)}")
         self.model, self.tokenizer, self.max_model_len = model, tokenizer, max_model_len
         self.cache = PrefixCacheModel(block)
+        self.gate = BatchGate()
         self.faults = faults or Misbehaviour()
         self._received: list[dict[str, Any]] = []
         self._counts = {"completion": 0, "tokenize": 0, "models": 0}
@@ -200,7 +203,8 @@ class OpenAIDouble:
         faults, max_tokens = self.faults, int(body.get("max_tokens", 16))
         salt = body.get("cache_salt")
         ids = token_ids(body["prompt"], self.tokenizer)
-        effects = faults.selected("completion", number, salt, len(ids))
+        batched = self.gate.hold(faults.batch, faults.batch_wait_s) if faults.batch else False
+        effects = faults.selected("completion", number, salt, len(ids), body["prompt"], batched)
         early = self._early(effects) or self._too_long(len(ids), max_tokens)
         if early is not None:
             return early

@@ -87,17 +87,19 @@ def test_a_clean_run_passes_every_step_and_writes_the_report(capsys, manifest, d
     assert (manifest.parent / name).with_suffix(".txt").read_text() in out
 
 
-@pytest.mark.parametrize(("faults", "reason"), [
+# A double that drops the last code also drops the recall probe's only code, so auto would choose the identity
+# oracle (and pass): the missing-code case forces the recall oracle.
+@pytest.mark.parametrize(("faults", "reason", "argv"), [
     ({"foreign_code": make_needle_codes("kvbake:corruption set", 32)[5]},
-     "corruption set: cross-request corruption: request 1 answered with request 3's code"),
-    ({"cached_tokens_offset": -384}, "prefix identity: unexpected cached count: hit cached tokens: cached_tokens 1536, expected 1920"),
-    ({"ignore_salt": True}, "reported 1920 cached tokens instead of 0, so cache hits leak across salts and this run is invalid"),
-    ({"fail_status": 500}, "/v1/completions answered HTTP 500"),
-    ({"omit_last_code": True}, "corruption set: incorrect output: request 1: missing"),
+     "corruption set: cross-request corruption: request 1 answered with request 3's code", ()),
+    ({"cached_tokens_offset": -384}, "prefix identity: unexpected cached count: hit cached tokens: cached_tokens 1536, expected 1920", ()),
+    ({"ignore_salt": True}, "reported 1920 cached tokens instead of 0, so cache hits leak across salts and this run is invalid", ()),
+    ({"fail_status": 500}, "/v1/completions answered HTTP 500", ()),
+    ({"omit_last_code": True}, "corruption set: incorrect output: request 1: missing", ("--oracle", "recall")),
 ], ids=["foreign-code", "wrong-cached-count", "leaking-salt", "http-500", "missing-code"])
-def test_a_fault_stops_the_run_with_its_reason(capsys, manifest, double, faults, reason):
+def test_a_fault_stops_the_run_with_its_reason(capsys, manifest, double, faults, reason, argv):
     double.faults = Misbehaviour(**faults)
-    code, out, err = validate(capsys, manifest, double.url, "--preset", "packing-327680")
+    code, out, err = validate(capsys, manifest, double.url, "--preset", "packing-327680", *argv)
     assert code == ValidationStop.exit_code and out == ""
     assert err.startswith("error (validation stop): ") and err.count("\n") == 1
     assert reason in err and "; report .kvbake/validate/" in err

@@ -807,6 +807,12 @@ def _(p: Project) -> Run:
     return build("validate", "--preset", "control", "--endpoint", "http://127.0.0.1:9", "--corpus", "corpus")
 
 
+@scenario("cli-validate-oracle")
+def _(p: Project) -> Run:
+    p.standin()
+    return build("validate", "--preset", "control", "--endpoint", "http://127.0.0.1:9", "--oracle", "magic")
+
+
 # -- kv_arith -------------------------------------------------------------------------------------------------
 
 

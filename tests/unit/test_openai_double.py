@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -26,7 +29,7 @@ from kvbake.prefix_identity import (
     shared_prefix_length,
 )
 from kvbake.validate_plan import synthetic_corpus
-from tests.doubles.double_faults import Fault, fault_from_json
+from tests.doubles.double_faults import BatchGate, Fault, fault_from_json
 from tests.doubles.double_text import TOKENIZERS, find_needle_codes, token_pieces
 from tests.doubles.openai_double import DEFAULT_MODEL, Misbehaviour, OpenAIDouble
 
@@ -287,6 +290,47 @@ def test_a_wrong_code_replaces_the_last_own_code(double: OpenAIDouble, client: O
     assert client.complete(CompletionRequest(prompt=prompt)).text == f"{codes[0]},"
 
 
+def test_a_double_that_cannot_recall_answers_a_digest_of_each_prompt(double: OpenAIDouble, client: OpenAIClient) -> None:
+    codes = make_needle_codes("recall", 2)
+    prompts = [build_needle_prompt(CORPUS, 1000, (100, 600), codes, start=start).text for start in (0, 1)]
+    double.faults = Misbehaviour(cannot_recall=True)
+    answers = [client.complete(CompletionRequest(prompt=p)).text for p in (*prompts, prompts[0])]
+    assert answers[0] == "Summary " + hashlib.sha256(prompts[0].encode()).hexdigest()[:32] == answers[2]
+    assert answers[1] != answers[0] and not any(find_codes(a) for a in answers)
+    double.faults = Misbehaviour(cannot_recall=True, faults=(Fault("code", codes[1]),))
+    assert client.complete(CompletionRequest(prompt=prompts[0])).text == codes[1]
+
+
+def test_a_batched_fault_hits_only_completions_sent_together(double: OpenAIDouble, client: OpenAIClient) -> None:
+    double.faults = Misbehaviour(batch=2, faults=(Fault("empty", batched=True, prompt_contains="two"),
+                                                  Fault("truncate", batched=False, prompt_contains="one")))
+    together = client.complete_many([CompletionRequest(prompt=p) for p in ("Prompt one.", "Prompt two.")], max_workers=2)
+    alone = [client.complete(CompletionRequest(prompt=p)) for p in ("Prompt one.", "Prompt two.")]
+    digests = ["Summary " + hashlib.sha256(p.encode()).hexdigest()[:32] for p in ("Prompt one.", "Prompt two.")]
+    assert [c.text for c in together] == [digests[0], ""]
+    assert [c.text for c in alone] == [digests[0][:20], digests[1]]
+
+
+def test_the_batch_gate_releases_a_full_batch_together_and_a_lone_completion_after_its_wait() -> None:
+    gate = BatchGate()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(lambda _: gate.hold(4, 5.0), range(4))) == [True] * 4
+    started = time.monotonic()
+    assert gate.hold(4, 0.05) is False and time.monotonic() - started >= 0.05
+    assert gate.hold(1, 5.0) is False
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"effect": "empty", "batched": 1}, "batched 1 must be true or false, and only for completions"),
+    ({"effect": "drop_tokens", "kind": "tokenize", "batched": True}, "batched True must be true or false, and only for completions"),
+    ({"effect": "empty", "prompt_contains": ""}, "prompt_contains '' must be a non-empty text"),
+])
+def test_the_new_selectors_refuse_bad_values(body: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        fault_from_json(body)
+    assert str(caught.value) == message
+
+
 @pytest.mark.parametrize(("fault", "message"), [
     (Fault("invalid_json"), "/v1/completions returned an unexpected body: not JSON"),
     (Fault("drop_details"), "usage.prompt_tokens_details.cached_tokens is missing"),
@@ -313,7 +357,7 @@ def test_a_delay_past_the_client_timeout_is_a_read_timeout_stop(double: OpenAIDo
 def test_faults_set_at_runtime_are_checked_and_reset_clears_them(client: OpenAIClient) -> None:
     body = _control(client, faults=[{"effect": "status", "value": 503, "kind": "tokenize", "request": 1}])
     assert body["faults"] == [{"effect": "status", "value": 503, "kind": "tokenize", "request": 1,
-                               "salt_suffix": None, "prompt_tokens": None}]
+                               "salt_suffix": None, "prompt_tokens": None, "prompt_contains": None, "batched": None}]
     with pytest.raises(ValidationStop, match="/tokenize answered HTTP 503"):
         client.tokenize("Hello there.")
     assert client.tokenize("Hello there.") == client.tokenize("Hello there.")
@@ -330,7 +374,8 @@ def test_faults_set_at_runtime_are_checked_and_reset_clears_them(client: OpenAIC
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["effect", "value", "kind", "request", "salt_suffix", "prompt_tokens", "x"]),
+@given(st.dictionaries(st.sampled_from(["effect", "value", "kind", "request", "salt_suffix", "prompt_tokens",
+                                        "prompt_contains", "batched", "x"]),
                        st.one_of(st.none(), st.booleans(), st.integers(-3, 600), st.floats(allow_nan=False),
                                  st.sampled_from(["status", "delay", "empty", "code", "tokenize", "models", "-b"]),
                                  st.lists(st.integers(), max_size=2))))

@@ -2,8 +2,10 @@
 
 Each case injects one fault into one request (or one kind of request) and asserts the exact stop reason, the
 exit code, the step it stopped at, that no later step ran and how many requests reached the double.
-Request numbers of a run (completions): 1-3 inertness, 4 cold, 5 hit, 6 fresh salt, 7 partial, 8 partial
-control, 9-24 corruption set, 25 needles, 26-27 pressure (with two pressure requests).
+Request numbers of a run under the recall oracle (completions): 1-3 inertness, 4 the recall probe (auto sends it
+once the first step's checks passed; the default double recalls, so auto picks recall), 5 cold, 6 hit, 7 fresh
+salt, 8 partial, 9 partial control, 10-25 corruption set, 26 needles, 27-28 pressure (with two pressure requests).
+The identity oracle's stops are in tests/unit/test_validate_oracle.py.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ def manifest(standin: Manifest, tmp_path: Path) -> Manifest:
 
 
 def run_plan(manifest: Manifest, url: str, preset: str = "packing-327680", pressure: int = 2,
-             timeout_s: float = 30.0, reader: Any = None, **sizes: int) -> Any:
+             timeout_s: float = 30.0, reader: Any = None, oracle: str = "auto", **sizes: int) -> Any:
     request = ValidateRequest(manifest, choose_preset(manifest, preset), url, depths=(1000, 3000), prefix_tokens=2000,
                               corruption_tokens=sizes.get("corruption_tokens", 2000), pressure=pressure,
-                              pressure_tokens=sizes.get("pressure_tokens"), mem_interval_s=0, timeout_s=timeout_s)
+                              pressure_tokens=sizes.get("pressure_tokens"), mem_interval_s=0, timeout_s=timeout_s,
+                              oracle=oracle)
     return run_validation(request, reader=reader)
 
 
@@ -93,64 +96,64 @@ CASES = {
                      "/v1/models lists no model", 0),
     "models-http-503": (Misbehaviour(faults=(Fault("status", 503, kind="models"),)), "packing-327680", "baseline",
                         "/v1/models answered HTTP 503", 0),
-    "prefix-cold-count": (completion("cached_tokens", 384, request=4), "packing-327680", "prefix identity",
-                          "unexpected cached count: cold cached tokens: cached_tokens 384, expected 0", 8),
-    "prefix-hit-count": (completion("cached_tokens", 0, request=5), "packing-327680", "prefix identity",
-                         "unexpected cached count: hit cached tokens: cached_tokens 0, expected 1920", 8),
-    "prefix-hit-output": (completion("truncate", request=5), "packing-327680", "prefix identity",
-                          "incorrect output: hit output: distance 0.", 8),
-    "prefix-fresh-salt-leak": (completion("cached_tokens", 384, request=6), "packing-327680", "prefix identity",
-                               f"fresh-salt control {LEAK}", 8),
-    "prefix-partial-count": (completion("cached_tokens", 0, request=7), "packing-327680", "prefix identity",
-                             "unexpected cached count: partial-prefix cached tokens: cached_tokens 0, expected 768", 8),
-    "prefix-partial-output": (completion("empty", request=7), "packing-327680", "prefix identity",
-                              "incorrect output: partial-prefix output: distance 1.000000", 8),
-    "prefix-partial-control-leak": (completion("cached_tokens", 384, request=8), "packing-327680", "prefix identity",
-                                    f"partial-prefix fresh-salt control {LEAK}", 8),
-    "prefix-prompt-length": (completion("prompt_tokens", -1, request=5), "packing-327680", "prefix identity",
-                             "incorrect output: same prompt: prompt_tokens cold/hit/fresh-salt [1999, 2000]", 8),
+    "prefix-cold-count": (completion("cached_tokens", 384, request=5), "packing-327680", "prefix identity",
+                          "unexpected cached count: cold cached tokens: cached_tokens 384, expected 0", 9),
+    "prefix-hit-count": (completion("cached_tokens", 0, request=6), "packing-327680", "prefix identity",
+                         "unexpected cached count: hit cached tokens: cached_tokens 0, expected 1920", 9),
+    "prefix-hit-output": (completion("truncate", request=6), "packing-327680", "prefix identity",
+                          "incorrect output: hit output: distance 0.", 9),
+    "prefix-fresh-salt-leak": (completion("cached_tokens", 384, request=7), "packing-327680", "prefix identity",
+                               f"fresh-salt control {LEAK}", 9),
+    "prefix-partial-count": (completion("cached_tokens", 0, request=8), "packing-327680", "prefix identity",
+                             "unexpected cached count: partial-prefix cached tokens: cached_tokens 0, expected 768", 9),
+    "prefix-partial-output": (completion("empty", request=8), "packing-327680", "prefix identity",
+                              "incorrect output: partial-prefix output: distance 1.000000", 9),
+    "prefix-partial-control-leak": (completion("cached_tokens", 384, request=9), "packing-327680", "prefix identity",
+                                    f"partial-prefix fresh-salt control {LEAK}", 9),
+    "prefix-prompt-length": (completion("prompt_tokens", -1, request=6), "packing-327680", "prefix identity",
+                             "incorrect output: same prompt: prompt_tokens cold/hit/fresh-salt [1999, 2000]", 9),
     "tokenize-http-503": (Misbehaviour(faults=(Fault("status", 503, kind="tokenize", request=2),)), "packing-327680",
-                          "prefix identity", "/tokenize answered HTTP 503", 6),
+                          "prefix identity", "/tokenize answered HTTP 503", 7),
     "tokenize-no-tokens": (Misbehaviour(faults=(Fault("drop_tokens", kind="tokenize"),)), "packing-327680",
-                           "prefix identity", "/tokenize returned an unexpected body: no tokens list", 6),
+                           "prefix identity", "/tokenize returned an unexpected body: no tokens list", 7),
     "corruption-foreign-code": (completion("code", CORRUPTION_CODES[10], salt_suffix="corruption set-0"),
                                 "packing-327680", "corruption set",
                                 f"cross-request corruption: request 1 answered with request 6's code {CORRUPTION_CODES[10]} "
-                                "(1 foreign code(s) in 1 request(s))", 24),
+                                "(1 foreign code(s) in 1 request(s))", 25),
     "corruption-truncated": (completion("truncate", salt_suffix="corruption set-4"), "packing-327680", "corruption set",
-                             f"incorrect output: request 5: missing {CORRUPTION_CODES[9]}", 24),
+                             f"incorrect output: request 5: missing {CORRUPTION_CODES[9]}", 25),
     "corruption-empty": (completion("empty", salt_suffix="corruption set-7"), "packing-327680", "corruption set",
-                         f"incorrect output: request 8: missing {CORRUPTION_CODES[14]}, {CORRUPTION_CODES[15]}", 24),
+                         f"incorrect output: request 8: missing {CORRUPTION_CODES[14]}, {CORRUPTION_CODES[15]}", 25),
     "corruption-unknown-code": (completion("code", "NEEDLE-0000-0000", salt_suffix="corruption set-15"),
                                 "packing-327680", "corruption set",
                                 f"incorrect output: request 16: missing {CORRUPTION_CODES[31]}; "
-                                "unknown NEEDLE-0000-0000 (not a failure)", 24),
+                                "unknown NEEDLE-0000-0000 (not a failure)", 25),
     "corruption-leaking-salt": (completion("cached_tokens", 384, salt_suffix="corruption set-2"), "packing-327680",
-                                "corruption set", f"corruption set request 3 (fresh salt) {LEAK}", 24),
+                                "corruption set", f"corruption set request 3 (fresh salt) {LEAK}", 25),
     "needles-wrong-code": (completion("code", "NEEDLE-0000-0000", salt_suffix="-needles"), "packing-327680", "needles",
-                           f"incorrect output: needle at 3000: {NEEDLE_CODES[1]} at token 3000 (estimate)", 25),
-    "needles-truncated": (completion("truncate", request=25), "packing-327680", "needles",
-                          f"incorrect output: needle at 3000: {NEEDLE_CODES[1]} at token 3000 (estimate)", 25),
+                           f"incorrect output: needle at 3000: {NEEDLE_CODES[1]} at token 3000 (estimate)", 26),
+    "needles-truncated": (completion("truncate", request=26), "packing-327680", "needles",
+                          f"incorrect output: needle at 3000: {NEEDLE_CODES[1]} at token 3000 (estimate)", 26),
     "needles-empty": (completion("empty", salt_suffix="-needles"), "packing-327680", "needles",
-                      f"incorrect output: needle at 1000: {NEEDLE_CODES[0]} at token 1000 (estimate)", 25),
+                      f"incorrect output: needle at 1000: {NEEDLE_CODES[0]} at token 1000 (estimate)", 26),
     "needles-leaking-salt": (completion("cached_tokens", 384, salt_suffix="-needles"), "packing-327680", "needles",
-                             f"needle request (fresh salt) {LEAK}", 25),
+                             f"needle request (fresh salt) {LEAK}", 26),
     "needles-no-details": (completion("drop_details", salt_suffix="-needles"), "packing-327680", "needles",
                            "/v1/completions returned an unexpected body: usage.prompt_tokens_details.cached_tokens is "
-                           "missing", 25),
-    "needles-invalid-json": (completion("invalid_json", request=25), "packing-327680", "needles",
-                             "/v1/completions returned an unexpected body: not JSON", 25),
+                           "missing", 26),
+    "needles-invalid-json": (completion("invalid_json", request=26), "packing-327680", "needles",
+                             "/v1/completions returned an unexpected body: not JSON", 26),
     "needles-http-500": (completion("status", 500, prompt_tokens=5048), "packing-327680", "needles",
-                         "/v1/completions answered HTTP 500: ", 25),
+                         "/v1/completions answered HTTP 500: ", 26),
     "pressure-foreign-code": (completion("code", PRESSURE_CODES[0], salt_suffix="pressure-1"), "packing-327680",
                               "pressure", f"cross-request corruption: request 2 answered with request 1's code "
-                              f"{PRESSURE_CODES[0]} (1 foreign code(s) in 1 request(s))", 27),
+                              f"{PRESSURE_CODES[0]} (1 foreign code(s) in 1 request(s))", 28),
     "pressure-truncated": (completion("truncate", salt_suffix="pressure-0"), "packing-327680", "pressure",
-                           f"incorrect output: request 1: missing {PRESSURE_CODES[1]}", 27),
+                           f"incorrect output: request 1: missing {PRESSURE_CODES[1]}", 28),
     "pressure-leaking-salt": (completion("cached_tokens", 384, salt_suffix="pressure-1"), "packing-327680", "pressure",
-                              f"pressure request 2 (fresh salt) {LEAK}", 27),
+                              f"pressure request 2 (fresh salt) {LEAK}", 28),
     "pressure-http-502": (completion("status", 502, salt_suffix="pressure-0"), "packing-327680", "pressure",
-                          "/v1/completions answered HTTP 502: ", 27),
+                          "/v1/completions answered HTTP 502: ", 28),
 }
 
 
@@ -170,7 +173,7 @@ def test_a_timeout_stops_the_needle_step_and_skips_pressure(manifest):
     faults = completion("delay", 60, salt_suffix="-needles")
     with OpenAIDouble(faults=faults) as double:
         err, report = stop_of(manifest, double, timeout_s=0.5)
-        assert double.counts["completion"] == 25
+        assert double.counts["completion"] == 26
     assert f"needles: cannot reach {double.url}/v1/completions: ReadTimeout" in err.message
     assert "start the serve" in (err.fix or "")
     assert_stopped_at(report, "needles")
@@ -181,7 +184,7 @@ def test_the_memory_floor_stops_the_needle_step(manifest):
     reader = lambda: [NodeMemory("spark-b", next(readings) * GIB)]  # noqa: E731 - a one-line fake
     with OpenAIDouble() as double:
         err, report = stop_of(manifest, double, reader=reader)
-        assert double.counts["completion"] == 24
+        assert double.counts["completion"] == 25
     assert err.message.startswith("needles: memory floor: MemAvailable below 1.50 GiB on spark-b 1.00 GiB")
     assert_stopped_at(report, "needles")
 
@@ -200,7 +203,7 @@ def test_a_clean_run_reads_every_length_from_the_server(manifest, tokenizer):
     prompts = build_prefix_prompts(synthetic_corpus(), 2000, 1000)
     with OpenAIDouble(tokenizer=tokenizer) as double:
         report, _ = run_plan(manifest, double.url)
-        assert double.counts["completion"] == 27
+        assert double.counts["completion"] == 28
     full, partial = token_ids(prompts.full, tokenizer), token_ids(prompts.partial, tokenizer)
     n, m = len(full), shared_prefix_length(full, partial)
     assert {"estimate": n == 2000, "words": n > 2200, "long-words": n < 1800}[tokenizer], n
@@ -219,9 +222,9 @@ def small_preset(manifest: Manifest, max_model_len: int) -> Manifest:
 
 
 @pytest.mark.parametrize(("max_model_len", "sizes", "step", "sent"), [
-    (6000, {}, "needles", 24),
-    (8000, {"corruption_tokens": 7900}, "corruption set", 8),
-    (8000, {"pressure_tokens": 7900}, "pressure", 25),
+    (6000, {}, "needles", 25),
+    (8000, {"corruption_tokens": 7900}, "corruption set", 9),
+    (8000, {"pressure_tokens": 7900}, "pressure", 26),
 ], ids=["needle", "corruption-tokens", "pressure-tokens"])
 def test_a_prompt_the_estimate_fits_but_the_server_does_not_stops_before_it_is_sent(manifest, max_model_len, sizes,
                                                                                     step, sent):
