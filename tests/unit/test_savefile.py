@@ -99,7 +99,7 @@ def test_the_oci_layout_yields_the_store_manifest_and_names_compression() -> Non
 
 
 def test_a_truncated_stream_is_a_clean_error() -> None:
-    data = oci_save(gzip.compress)[0]
+    data = oci_save(lambda raw: gzip.compress(raw, mtime=0))[0]  # a fixed header: the cut lands on the same bytes every run
     with pytest.raises(BaseImageError, match=r"docker save stream of x:1 is truncated or corrupt"):
         read_save(chunks(data[: len(data) // 3]), "x:1")
 
