@@ -75,6 +75,25 @@ def generate(out: Path) -> None:
     wrapped.save_pretrained(out)
 
 
+CORPUS_FILES = ("opinions_cl.jsonl", "filings_recap.jsonl")  # the names kvbake's validate reads
+CORPUS_RECORDS, CORPUS_WORDS = 24, 600
+
+
+def corpus_text(file_name: str, record: int) -> str:
+    """One record: pseudo-words of the model's own vocabulary, chosen by hash, so every prompt token is a known id."""
+    vocabulary = words()
+    picks = (hashlib.sha256(f"kvbake-tiny-corpus:{file_name}:{record}:{i}".encode()).digest() for i in range(CORPUS_WORDS))
+    return " ".join(vocabulary[int.from_bytes(digest[:4], "big") % len(vocabulary)] for digest in picks)
+
+
+def write_corpus(folder: Path) -> None:
+    """The validation corpus for the tiny model (the files `validate --corpus` reads); the same bytes on every run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in CORPUS_FILES:
+        lines = (json.dumps({"text": corpus_text(name, record)}) + "\n" for record in range(CORPUS_RECORDS))
+        (folder / name).write_text("".join(lines))
+
+
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file under folder, by relative path."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
@@ -152,6 +171,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rebuild", action="store_true", help="generate even if the cached folder verifies")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="also generate twice more and compare every file's sha256")
+    parser.add_argument("--corpus", type=Path, default=None, metavar="DIR",
+                        help="also write a validation corpus in the model's vocabulary to DIR (for validate --corpus)")
     return parser.parse_args(argv)
 
 
@@ -188,6 +209,9 @@ def host_main(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     for name, digest in json.loads(sums_path(model_dir).read_text()).items():
         print(f"  {digest}  {name}")
+    if args.corpus is not None:
+        write_corpus(args.corpus)
+        print(f"corpus: {args.corpus}")
     print(model_dir)
     return 0
 

@@ -166,7 +166,7 @@ def test_a_clean_run_does_not_roll_back_and_a_failed_rollback_is_its_own_error(m
 
 def test_rollback_on_failure_needs_a_deployment(capsys, manifest, double):
     code, _, err = validate(capsys, manifest, double.url, "--preset", "control", "--rollback-on-failure")
-    assert code == 1 and "--rollback-on-failure needs --deploy" in err
+    assert code == 2 and err.count("\n") == 1 and "--rollback-on-failure needs --deploy" in err
 
 
 def test_a_held_preset_needs_its_flag_and_reason(capsys, manifest, double):
