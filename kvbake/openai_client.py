@@ -161,6 +161,14 @@ class OpenAIClient:
         with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
             return tuple(pool.map(self.complete, requests))
 
+    def metrics_text(self) -> str | None:
+        """The serve's Prometheus metrics (GET /metrics), or None when it does not answer them."""
+        try:
+            response = self._http.get("/metrics")
+        except (httpx.HTTPError, httpx.InvalidURL):
+            return None
+        return response.text if response.status_code == 200 else None
+
     def tokenize(self, prompt: str) -> tuple[int, ...]:
         """The server's token ids for a prompt (vLLM's POST /tokenize), for exact shared-prefix lengths."""
         body = self._call("POST", "/tokenize", {"model": self.resolve_model(), "prompt": prompt})

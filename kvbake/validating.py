@@ -25,6 +25,7 @@ from kvbake.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionReques
 from kvbake.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.presets import ChosenPreset
+from kvbake.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
 from kvbake.validate_plan import (
     ANSWER_TOKENS, INERTNESS_RUNS, STEPS, SYNTHETIC, PlanOptions, Report, StepResult, make_options, not_run,
     report_text, report_to_dict, score_inertness, score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,
@@ -133,9 +134,19 @@ class PlanRun:
         fresh = _complete(self.client, prompt.text, o.salt("needles-fresh"))
         return score_needles_identity(prompt, cold, hit, fresh, o.preset.prefix_block)
 
+    def pressure(self) -> StepResult:
+        """Concurrent long requests over the pool, with the preemptions the serve counted meanwhile."""
+        before = self.preemption_count()
+        result = self.needle_set(STEPS[4], self.options.pressure_tokens, self.options.pressure)
+        return with_preemptions(result, preemptions_during(before, self.preemption_count()))
+
+    def preemption_count(self) -> float | None:
+        text = self.client.metrics_text()
+        return None if text is None else counter_total(text, PREEMPTIONS)
+
     def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
         o = self.options
-        pressure = (lambda: self.needle_set(STEPS[4], o.pressure_tokens, o.pressure)) if o.pressure else None
+        pressure = self.pressure if o.pressure else None
         return ((STEPS[0] if o.control else "baseline", self.inertness), (STEPS[1], self.prefix),
                 (STEPS[2], lambda: self.needle_set(STEPS[2], o.corruption_tokens, 16)), (STEPS[3], self.needles),
                 (STEPS[4], pressure))

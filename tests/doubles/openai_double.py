@@ -17,7 +17,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 from tests.doubles.double_faults import BatchGate, Fault, Misbehaviour, misbehaviour_json, misbehaviour_update
 from tests.doubles.double_text import TOKENIZERS, PrefixCacheModel, find_needle_codes, token_ids, token_pieces
@@ -73,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path == "/v1/models":
             self._send(self.server.double.handle_models())
+        elif self.path == "/metrics":
+            self._send(self.server.double.handle_metrics())
         else:
             self._send(_error(404, f"no route GET {self.path}"))
 
@@ -110,6 +112,7 @@ class OpenAIDouble:
         self.cache = PrefixCacheModel(block)
         self.gate = BatchGate()
         self.faults = faults or Misbehaviour()
+        self.metrics: Callable[[], str] | None = None  # the text of GET /metrics; None answers 404, as a serve without metrics
         self._received: list[dict[str, Any]] = []
         self._counts = {"completion": 0, "tokenize": 0, "models": 0}
         self._lock = threading.Lock()
@@ -193,6 +196,12 @@ class OpenAIDouble:
         early = self._early(effects)
         entries = [] if "empty" in effects else [{"id": self.model, "object": "model"}]
         return early or (200, {"object": "list", "data": entries})
+
+    def handle_metrics(self) -> Answer:
+        """Answer GET /metrics with the text `metrics` gives, or 404 when it is unset."""
+        if self.metrics is None:
+            return _error(404, "no metrics")
+        return 200, self.metrics().encode()
 
     def handle_completion(self, body: Any) -> Answer:
         """Answer POST /v1/completions."""

@@ -76,7 +76,8 @@ def test_auto_picks_identity_and_the_whole_plan_passes_on_a_double_that_cannot_r
     assert [s.summary for s in report.steps[2:]] == [
         "16/16 requests identical to their solo cold runs, 0 foreign codes",
         "4/4 checks: cold, hit (cached 4992) and fresh-salt runs of a 5048-token prompt with needles at 1000, 3000",
-        "2/2 requests identical to their solo cold runs, 0 foreign codes, 2 concurrent 5048-token requests"]
+        "2/2 requests identical to their solo cold runs, 0 foreign codes, 2 concurrent 5048-token requests; "
+        "preemptions not counted (the serve exposes no vllm:num_preemptions_total)"]
     data = last_report(manifest)
     assert data["outcome"] == "passed" and data["oracle"]["used"] == "identity"
     assert data["steps"][0]["data"]["recall_probe"] == {"code": PROBE_CODE, "prompt_tokens": 400, "recalled": False}
