@@ -21,6 +21,7 @@ from kvbake.readiness import wait_until_ready
 from kvbake.release import Release, release_from_json, release_to_json
 from kvbake.running import adopted_rank_failures, agreement_failures, expected_image_id, rank_failures, switch_env
 from kvbake.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
+from kvbake.serve_logs import TAIL_LINES, telling_line
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +126,9 @@ def not_running(fleet: Fleet, name: str, replaced: str | None = None) -> str | N
     state = found.get("State") or {}
     if state.get("Running") and not state.get("Restarting") and not found.get("RestartCount"):
         return None
-    tail = engine.container_log_tail(container).splitlines()
+    why = telling_line(engine.container_log_tail(container, TAIL_LINES))
     how = "keeps restarting" if state.get("Restarting") or found.get("RestartCount") else "is not running"
-    return f"the serving container {container} on {name} {how} (exit code {state.get('ExitCode')}: {tail[-1] if tail else 'no output'})"
+    return f"the serving container {container} on {name} {how} (exit code {state.get('ExitCode')}: {why})"
 
 
 def start_group(fleet: Fleet, steps: dict[str, tuple[Release | None, Release | None]]) -> None:
