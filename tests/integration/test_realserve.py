@@ -1,0 +1,181 @@
+"""Real vLLM in the loop: the serving stand-in baked, pushed and deployed on the local engine with the reference
+launcher; its capacity line predicted and read back, the supervised plan passed, and the seeded faults caught.
+
+One node (this machine's engine, as an operator who builds and serves on one Spark): vLLM 0.32's CPU path cannot run
+one tensor-parallel group across two processes as two nodes, and a second replica would double the 3.8 GB base on the
+nodes and the start-up time. The two-node paths run with the serve stand-in in test_ship_ready.py and the fleet tests.
+The module runs in file order on one node: the failing first deploys leave it serving nothing, then the happy path,
+then the seeded prefix-reuse fault."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from kvbake.cli import main
+from kvbake.engine import Engine
+from kvbake.rig import LocalRegistry
+from kvbake.rig import realserve as rs
+from kvbake.rig.ports import free_port
+
+from conftest import run
+
+pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]
+
+CONTROL_LINE = "CPU KV cache size: 32,768 tokens, Maximum concurrency for 4,096 tokens per request: 8.00x"
+PACKING_LINE = "CPU KV cache size: 65,536 tokens, Maximum concurrency for 4,096 tokens per request: 16.00x"
+TOO_LONG = """  too-long:
+    status: validated
+    max_model_len: 16384
+    switches: {}
+    launcher_args: ["--block-size", "128", "--dtype", "float32", "--kv-cache-memory-bytes", "67108864", "--enforce-eager"]
+    note: "longer than the model's 8,192 positions: vLLM refuses to start"
+"""
+
+
+@dataclass(frozen=True)
+class RealServe:
+    """The project, its model, the registry and the one-node deployment."""
+
+    manifest: Path
+    model: rs.TinyModel
+    deploy: Path
+    port: int
+    folder: Path
+
+    def ship(self, *argv: str, deploy: Path | None = None) -> list[str]:
+        return [*argv, "--manifest", str(self.manifest), "--deploy", str(deploy or self.deploy)]
+
+
+@pytest.fixture(scope="module")
+def realserve(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServe]:
+    folder = tmp_path_factory.mktemp("realserve")
+    rs.require_base(engine)
+    model = rs.tiny_model(folder / "corpus")
+    manifest = rs.project_copy(folder)
+    manifest.write_text(manifest.read_text().replace("output:", TOO_LONG + "output:"))  # a runtime section: no re-lock
+    if not rs.lock_matches_local_base(manifest, engine):  # a base built on another machine: re-pin this one
+        assert main(["lock", "--manifest", str(manifest), "--rebase-base"]) == 0
+    with LocalRegistry(rs.registry_root()) as registry:
+        repository = f"{registry.address}/kvbake/realserve-kvpack"
+        rs.clear_node(engine, repository)
+        assert main(["build", "--manifest", str(manifest)]) == 0
+        assert main(["push", "--manifest", str(manifest), "--registry", registry.address]) == 0
+        port = free_port()
+        try:
+            yield RealServe(manifest, model, rs.deployment(folder, model, port), port, folder)
+        finally:
+            rs.clear_node(engine, repository)
+
+
+def status_of(capsys: pytest.CaptureFixture, serve: RealServe) -> dict:
+    code, out, err = run(capsys, *serve.ship("status", "--json"))
+    assert code == 0, err
+    return json.loads(out)
+
+
+def assert_serving_nothing(capsys: pytest.CaptureFixture, engine: Engine, serve: RealServe) -> None:
+    """A failed first deploy leaves no serving container and no current release on the node."""
+    assert engine.container_inspect(rs.CONTAINER) is None
+    status = status_of(capsys, serve)
+    (node,) = status["nodes"]
+    assert node["current"] is None and node["previous"] is None and not node["recorded_current_missing"], node
+    assert not status["diverged"] and status["marked_diverged"] is None and status["pending_journal"] is None, status
+
+
+def assert_failed_deploy(capsys: pytest.CaptureFixture, engine: Engine, serve: RealServe, argv: list[str], *fragments: str) -> str:
+    code, _, err = run(capsys, *argv)
+    assert code == 12 and err.count("\n") == 1, err
+    assert all(fragment in err for fragment in fragments), err
+    assert_serving_nothing(capsys, engine, serve)
+    return err
+
+
+def test_a_model_folder_missing_on_the_node_fails_the_first_deploy(capsys, engine, realserve) -> None:
+    missing = rs.deployment(realserve.folder, realserve.model, realserve.port, name="missing-model.yaml",
+                            model_dir="/srv/kvbake-no-such-model")
+    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "control", deploy=missing),
+                         "bind source path does not exist: /srv/kvbake-no-such-model")
+
+
+def test_a_preset_longer_than_the_model_stops_the_serve_and_is_reverted(capsys, engine, realserve) -> None:
+    code, _, err = run(capsys, "capacity", "too-long", "--manifest", str(realserve.manifest),
+                       "--model-config", str(realserve.model.config), "--device", "cpu")
+    assert code == 17 and "max_model_len 16,384 is above the model's max_position_embeddings 8,192" in err
+    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "too-long"),
+                         f"the serving container {rs.CONTAINER} on node-a", "max_model_len")
+
+
+def test_a_switch_that_crashes_start_up_is_reverted(capsys, engine, realserve) -> None:
+    argv = realserve.ship("deploy", "--preset", "crash-at-start", "--allow-held", "--reason", "seeded start-up fault")
+    assert_failed_deploy(capsys, engine, realserve, argv, f"the serving container {rs.CONTAINER} on node-a",
+                         "VLLM_KVBAKE_PACK_FACTOR")
+
+
+def test_a_serve_that_never_answers_its_readiness_probe_is_reverted(capsys, engine, realserve) -> None:
+    never = rs.deployment(realserve.folder, realserve.model, realserve.port, name="never-ready.yaml",
+                          readiness_port=free_port(), readiness_timeout_s=20)
+    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "control", deploy=never),
+                         "the serve never became ready", "within 20 s")
+
+
+def capacity(capsys: pytest.CaptureFixture, serve: RealServe, preset: str) -> str:
+    code, out, err = run(capsys, "capacity", preset, "--manifest", str(serve.manifest), "--model-config",
+                         str(serve.model.config), "--device", "cpu", "--deploy", str(serve.deploy))
+    assert code == 0, err
+    return out
+
+
+def validate(capsys: pytest.CaptureFixture, serve: RealServe, preset: str, *extra: str) -> tuple[int, str, str]:
+    return run(capsys, *serve.ship("validate", "--preset", preset, *rs.validate_args(serve.model, serve.port), *extra))
+
+
+def assert_step(capsys: pytest.CaptureFixture, serve: RealServe, argv: list[str], expected_out: str = "") -> str:
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and expected_out in out, err or out
+    return out
+
+
+def answer(serve: RealServe, prompt: str) -> str:
+    body = {"model": rs.SERVED_NAME, "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    response = httpx.post(f"http://127.0.0.1:{serve.port}/v1/completions", json=body, timeout=60)
+    response.raise_for_status()
+    return response.json()["choices"][0]["text"]
+
+
+def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> None:
+    prompt = json.loads((realserve.model.corpus / "opinions_cl.jsonl").read_text().splitlines()[0])["text"][:400]
+    assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "control", "--reason", "inert first"))
+    assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")
+    assert f"node-a: {CONTROL_LINE}" in capacity(capsys, realserve, "control")
+    control_answer = answer(realserve, prompt)
+    assert control_answer.strip()
+    code, out, err = validate(capsys, realserve, "control")
+    assert code == 0 and "oracle:   identity (auto" in out and "PASSED" in out, err or out
+    assert "40/40 requests identical to their solo cold runs" in out and "preemption(s)" in out, out
+
+    assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "packing-x2", "--reason", "opt in"))
+    assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", "VLLM_KVBAKE_PACK_FACTOR=2"), "all ranks agree")
+    assert f"node-a: {PACKING_LINE}" in capacity(capsys, realserve, "packing-x2")
+    code, out, err = validate(capsys, realserve, "packing-x2")
+    assert code == 0 and "PASSED" in out, err or out
+
+    assert_step(capsys, realserve, realserve.ship("rollback"), "rolled back every rank")
+    assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")
+    assert f"node-a: {CONTROL_LINE}" in capacity(capsys, realserve, "control")
+    assert answer(realserve, prompt) == control_answer
+
+
+def test_the_seeded_reuse_fault_stops_validation_and_rolls_back(capsys, realserve) -> None:
+    held = ("--allow-held", "--reason", "seeded fault: validation must stop")
+    assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "fault-reuse", *held))
+    code, _, err = validate(capsys, realserve, "fault-reuse", *held, "--rollback-on-failure")
+    assert code == 15 and err.count("\n") == 1, err
+    assert err.startswith("error (validation stop): prefix identity: incorrect output: hit output"), err
+    assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")
+    assert status_of(capsys, realserve)["nodes"][0]["current"]["preset"] == "control"
