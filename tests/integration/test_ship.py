@@ -19,6 +19,7 @@ from shiprig import BAKED, CONTAINER, REPO_ROOT, STANDIN_LAUNCHER, deploy_contro
 pytestmark = pytest.mark.docker
 
 
+@pytest.mark.default_engine_only  # the ssh transport does not depend on the engine; the other profiles deploy over sockets
 def test_deploy_verify_rollback_status_with_node_b_over_ssh(capsys, shipped, rig, tmp_path):
     """The whole flow with node B reached as production reaches nodes: DOCKER_HOST=ssh://user@host."""
     shutil.copytree(shipped["deploy"].parent / ".kvbake", tmp_path / ".kvbake", dirs_exist_ok=True)

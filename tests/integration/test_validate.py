@@ -75,6 +75,7 @@ def reports(manifest: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in paths]
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_a_clean_run_passes_every_step_and_writes_the_report(capsys, manifest, double):
     code, out, err = validate(capsys, manifest, double.url, "--preset", "control", "--pressure", "3")
     assert (code, err) == (0, "")
@@ -97,6 +98,7 @@ def test_a_clean_run_passes_every_step_and_writes_the_report(capsys, manifest, d
     ({"fail_status": 500}, "/v1/completions answered HTTP 500", ()),
     ({"omit_last_code": True}, "corruption set: incorrect output: request 1: missing", ("--oracle", "recall")),
 ], ids=["foreign-code", "wrong-cached-count", "leaking-salt", "http-500", "missing-code"])
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_a_fault_stops_the_run_with_its_reason(capsys, manifest, double, faults, reason, argv):
     double.faults = Misbehaviour(**faults)
     code, out, err = validate(capsys, manifest, double.url, "--preset", "packing-327680", *argv)
@@ -106,6 +108,7 @@ def test_a_fault_stops_the_run_with_its_reason(capsys, manifest, double, faults,
     assert reports(manifest)[-1]["outcome"] == "stopped"
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_an_unreachable_endpoint_is_a_one_line_stop(capsys, manifest):
     code, out, err = validate(capsys, manifest, "http://127.0.0.1:9", "--preset", "control")
     assert code == 15 and err.count("\n") == 1 and "cannot reach http://127.0.0.1:9/v1/models" in err
@@ -139,6 +142,7 @@ def request(manifest: Path, url: str, preset: str = "packing-327680") -> Validat
                            corruption_tokens=2000, mem_interval_s=0)
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_a_floor_crossed_mid_run_stops_there_and_rolls_back(manifest, double):
     samples = iter([8, 8, 8, 1, 1])
     calls = []
@@ -151,6 +155,7 @@ def test_a_floor_crossed_mid_run_stops_there_and_rolls_back(manifest, double):
     assert data["rollback"] == "done: rolled back" and data["memory"]["lowest_bytes"] == {"spark-b": GIB}
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_a_clean_run_does_not_roll_back_and_a_failed_rollback_is_its_own_error(manifest, double):
     calls = []
     run_validation(request(manifest, double.url), rollback=lambda: calls.append(1) or "x")
@@ -164,11 +169,13 @@ def test_a_clean_run_does_not_roll_back_and_a_failed_rollback_is_its_own_error(m
         run_validation(request(manifest, double.url), rollback=broken)
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_rollback_on_failure_needs_a_deployment(capsys, manifest, double):
     code, _, err = validate(capsys, manifest, double.url, "--preset", "control", "--rollback-on-failure")
     assert code == 2 and err.count("\n") == 1 and "--rollback-on-failure needs --deploy" in err
 
 
+@pytest.mark.default_engine_only  # the plan against the double; no node engine involved
 def test_a_held_preset_needs_its_flag_and_reason(capsys, manifest, double):
     code, _, err = validate(capsys, manifest, double.url, "--preset", "longctx-524288")
     assert code == 14 and "is held" in err
@@ -176,6 +183,7 @@ def test_a_held_preset_needs_its_flag_and_reason(capsys, manifest, double):
     assert code == 0 and "override: --allow-held: window 3" in out
 
 
+@pytest.mark.default_engine_only  # configuration files only; no node engine involved
 def test_config_check_names_every_drifted_missing_and_extra_file(capsys, manifest, tmp_path):
     out_dir = tmp_path / "configs"
     assert run(capsys, "config", "--all", "--manifest", str(manifest), "--out", str(out_dir))[0] == 0
@@ -189,6 +197,7 @@ def test_config_check_names_every_drifted_missing_and_extra_file(capsys, manifes
     assert "drifted: control/ranks.env; missing: packing-327680/launcher.args; extra: stale/ranks.env" in err
 
 
+@pytest.mark.default_engine_only  # configuration files only; no node engine involved
 def test_config_refuses_a_held_preset_without_its_flag(capsys, manifest, tmp_path):
     code, _, err = run(capsys, "config", "longctx-524288", "--manifest", str(manifest), "--out", str(tmp_path))
     assert code == 14 and "--allow-held" in err and not any(tmp_path.iterdir())
