@@ -10,6 +10,7 @@ then the seeded prefix-reuse fault."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -17,8 +18,13 @@ from typing import Iterator
 import httpx
 import pytest
 
+from kvbake.chain import read_patch
 from kvbake.cli import main
+from kvbake.coverage import check_coverage
 from kvbake.engine import Engine
+from kvbake.lock import read_lock
+from kvbake.manifest import load_manifest
+from kvbake.plan import read_overlay
 from kvbake.rig import LocalRegistry
 from kvbake.rig import realserve as rs
 from kvbake.rig.ports import free_port
@@ -27,6 +33,7 @@ from conftest import run
 
 pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]
 
+UNKNOWN = "Unknown vLLM environment variable detected"
 CONTROL_LINE = "CPU KV cache size: 32,768 tokens, Maximum concurrency for 4,096 tokens per request: 8.00x"
 PACKING_LINE = "CPU KV cache size: 65,536 tokens, Maximum concurrency for 4,096 tokens per request: 16.00x"
 TOO_LONG = """  too-long:
@@ -161,6 +168,7 @@ def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> N
 
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "packing-x2", "--reason", "opt in"))
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", "VLLM_KVBAKE_PACK_FACTOR=2"), "all ranks agree")
+    assert UNKNOWN not in Engine(rs.LOCAL_ENGINE).container_logs(rs.CONTAINER), "the chain registers the switch"
     assert f"node-a: {PACKING_LINE}" in capacity(capsys, realserve, "packing-x2")
     code, out, err = validate(capsys, realserve, "packing-x2")
     assert code == 0 and "PASSED" in out, err or out
@@ -179,3 +187,31 @@ def test_the_seeded_reuse_fault_stops_validation_and_rolls_back(capsys, realserv
     assert err.startswith("error (validation stop): prefix identity: incorrect output: hit output"), err
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")
     assert status_of(capsys, realserve)["nodes"][0]["current"]["preset"] == "control"
+
+
+def base_serve_log(engine: Engine, model: rs.TinyModel, env: dict[str, str], wanted: str, timeout_s: float = 180) -> str:
+    """Start the base image (no chain) with `env` until its log shows `wanted` (or the time is up); its log."""
+    mount = [["type=bind", f"source={model.folder}", "target=/models/served", "readonly"]]
+    container = engine.client.run(rs.BASE, ["-m", "vllm.entrypoints.openai.api_server", "--model", "/models/served",
+                                            "--max-model-len", "4096", "--dtype", "float32", "--enforce-eager"],
+                                  entrypoint="python3", detach=True, envs={"HF_HUB_OFFLINE": "1", **env},
+                                  networks=["none"], mounts=mount, shm_size="1g", name="kvbake-realserve-base-probe")
+    try:
+        deadline = time.monotonic() + timeout_s
+        while wanted not in (log := engine.container_logs(container.id)) and time.monotonic() < deadline:
+            time.sleep(1)
+        return log
+    finally:
+        engine.remove_container(container.id)
+
+
+def test_the_chain_registers_its_switch_so_neither_kvbake_nor_vllm_warns(engine, realserve) -> None:
+    manifest = load_manifest(realserve.manifest)
+    patches = {p.id: read_patch(p)[1] for p in manifest.chain}
+    tree = read_overlay(manifest, read_lock(manifest))
+    report = check_coverage(manifest, patches, tree)
+    assert report.ok and report.warnings == () and {"VLLM_KVBAKE_PACK_FACTOR", "VLLM_KVBAKE_FAULT_REUSE"} <= set(report.reads)
+    unregistered = check_coverage(manifest, patches, {k: v for k, v in tree.items() if k != "vllm/envs.py"})
+    assert len(unregistered.warnings) == 1 and "VLLM_KVBAKE_FAULT_REUSE, VLLM_KVBAKE_PACK_FACTOR may be unregistered" in unregistered.warnings[0]
+    log = base_serve_log(engine, realserve.model, {"VLLM_KVBAKE_PACK_FACTOR": "2"}, UNKNOWN)
+    assert f"{UNKNOWN}: VLLM_KVBAKE_PACK_FACTOR" in log, "without the chain vLLM does not know the switch"
