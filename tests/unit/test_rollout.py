@@ -133,6 +133,35 @@ def test_the_rollback_chain(world, sequence, expected):
         assert state["records"] == expected and not state["lock"] and state["transition"] is None
 
 
+def node_engines_state(w: World) -> dict:
+    """Everything each fake node holds but the images a pull by digest adds: tags, containers, state files."""
+    import copy
+
+    return {name: (copy.deepcopy({ref: i for ref, i in e.tags.items() if "@sha256:" not in ref}), copy.deepcopy(e.containers),
+                   copy.deepcopy(e.files)) for name, e in w.engines.items()}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("labels", "node b: {image} has other labels (k); fix: push again and retry"),
+    ("layers", "node b: {image} does not have the release's layers; fix: push again and retry"),
+], ids=["labels", "layers"])
+def test_phase_1_refuses_a_pulled_image_unlike_the_release_and_changes_nothing(world, change, message):
+    """The registry serves node b an image under the release's digest reference whose labels, or layers, are not the
+    release's: the deploy stops in phase 1, before any tag, lock, record or serve moves on either node."""
+    deploy(world, CONTROL)
+    pulled = world.engines["b"].registry[PACKING.image]
+    if change == "labels":
+        pulled["Config"]["Labels"] = {"k": "forged"}
+    else:
+        pulled["RootFS"]["Layers"] = [*BASE, "sha256:thin-forged"]
+    before, held = world.snapshot(), node_engines_state(world)
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, PACKING)
+    assert refused.value.one_line() == message.format(image=PACKING.image)
+    assert world.snapshot() == before and node_engines_state(world) == held
+    assert world.launches == ["a:control", "b:control"]
+
+
 def test_the_plan_is_made_under_the_locks(world, monkeypatch):
     """A second operator's deploy that completes just before this one takes its locks stays in the rollback chain."""
     deploy(world, CONTROL)
