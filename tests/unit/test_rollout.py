@@ -439,3 +439,27 @@ def test_adopt_refuses_and_changes_nothing(world, change, message):
     with pytest.raises(RolloutError, match=message):
         adopt(world.fleet, "x", False)
     assert world.snapshot() == before
+
+
+@pytest.mark.parametrize("lost_on", [("b",), ("a", "b")], ids=["one node", "every node"])
+def test_status_never_shows_as_current_a_release_whose_image_is_gone(world, lost_on):
+    """A node records PACKING as current but its `:current` tag (and so the image) is gone: status shows no current
+    release there, says the recorded one is missing, and calls the deployment diverged, even when every node lost it."""
+    from kvbake.shipping import status, status_table
+
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    for name in lost_on:
+        world.engines[name].untag(f"{REPO}:current")
+    data = status(world.fleet)
+    rows = {row["node"]: row for row in data["nodes"]}
+    for name, row in rows.items():
+        lost = name in lost_on
+        assert row["current"] is None if lost else row["current"]["id"] == PACKING.id
+        assert row["recorded_current_missing"] is lost and row["running_matches_current"] is not lost
+        assert row["previous"]["id"] == CONTROL.id
+    assert data["diverged"] is True and data["marked_diverged"] is None and data["pending_journal"] is None
+    lines = status_table(data).splitlines()
+    for name in lost_on:
+        assert next(line for line in lines if line.startswith(name + " ")).split()[2] == "-"
+    assert lines[-1] == "DIVERGED: the ranks do not agree"
