@@ -3,14 +3,17 @@ that the first deploy keeps it as `previous` and the first rollback brings that 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
 from kvbake.errors import KvbakeError, RolloutError
 from kvbake.nodestate import NodeState
-from kvbake.release import Release
+from kvbake.presets import check_reason
+from kvbake.release import Release, release_to_json
 from kvbake.rollout import locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.running import switch_env
+from kvbake.secretscan import refuse_credentials
 from kvbake.transitions import Fleet
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,9 @@ def adopted_release(fleet: Fleet, node: str, container: dict, reason: str) -> Re
 
 def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
     """Record every node's running serve as its current release, so that the first deploy keeps it as `previous` and
-    the first rollback restores it exactly. Every rank must run the same image with the same switch set."""
+    the first rollback restores it exactly. Every rank must run the same image with the same switch set. Neither the
+    reason nor the adopted image's record (its labels, say) may hold anything that looks like a credential."""
+    check_reason(reason)
     refuse_pending(fleet.deployment)
     containers = serving_containers(fleet)
     journal_id = new_journal_id("adopt")
@@ -61,6 +66,8 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
             raise RolloutError(f"adopt: {', '.join(known)} already run a kvbake release", "adopt is for a serve kvbake did not deploy; "
                                "deploy or roll back instead; nothing was changed")
         releases = {node: adopted_release(fleet, node, containers[node], reason) for node in fleet.engines}
+        for node, release in releases.items():
+            refuse_credentials(json.loads(release_to_json(release)), f"adopt: the release record of {node}")
         if len({r.id for r in releases.values()}) > 1:
             shown = "; ".join(f"{n}: {r.image} with {dict(r.switches) or 'no switches'}" for n, r in releases.items())
             raise RolloutError(f"adopt: the ranks run different serves ({shown})", "adopt needs one image and one switch set on every "

@@ -463,3 +463,118 @@ def test_status_never_shows_as_current_a_release_whose_image_is_gone(world, lost
     for name in lost_on:
         assert next(line for line in lines if line.startswith(name + " ")).split()[2] == "-"
     assert lines[-1] == "DIVERGED: the ranks do not agree"
+
+
+# -- credentials: nothing that looks like one is written to a node, the journal or the diverged mark ---------------
+
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+HF_TOKEN = "hf_" + "AbCdEfGhIj" * 3 + "kLmN"
+SCAN_FIX = "fix: remove it at its source (use a credential helper or git config, never a URL or a label)"
+
+
+def everything_written(w: World) -> bytes:
+    """Every byte kvbake wrote: each node's state files and this host's state folder."""
+    nodes = b"".join(data for e in w.engines.values() for files in e.files.values() for data in files.values())
+    folder = w.fleet.deployment.state_dir
+    local = b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()) if folder.exists() else b""
+    return nodes + local
+
+
+def test_a_release_whose_reason_holds_a_token_is_refused_before_anything_is_pulled(world):
+    from dataclasses import replace
+
+    from kvbake.errors import IntegrityError
+
+    deploy(world, CONTROL)
+    before, held = world.snapshot(), node_engines_state(world)
+    images = {name: dict(e.images) for name, e in world.engines.items()}
+    leaky = replace(PACKING, reason=f"window {GITHUB_TOKEN}")
+    with pytest.raises(IntegrityError) as refused:
+        deploy(world, leaky)
+    assert refused.value.one_line() == (f"release {leaky.id}: reason (a GitHub token) looks like a credential and would be written in "
+                                        f"clear; {SCAN_FIX}")
+    assert world.snapshot() == before and node_engines_state(world) == held
+    assert {name: dict(e.images) for name, e in world.engines.items()} == images, "nothing was pulled"
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+
+
+def test_a_token_in_a_record_an_earlier_kvbake_wrote_is_withheld_when_copied_and_never_stops_a_transition(world):
+    """Each node's current record holds a token in its reason (an earlier kvbake accepted it). The next deploy copies
+    that record into the journal and into `previous`: it proceeds, and every copy holds a note instead of the token;
+    the rollback after it too."""
+    from dataclasses import replace as replaced
+
+    from kvbake.noderecords import encode
+    from kvbake.secretscan import withheld
+
+    deploy(world, CONTROL)
+    for name, engine in world.engines.items():
+        records = NodeState(name, engine).read()
+        legacy = replaced(records, current=replaced(records.current, reason=f"old {GITHUB_TOKEN}"))
+        engine.files["kvbake-state"][records.slot] = encode(legacy, records.seq)
+    journals, written = [], []
+
+    def write_and_read_back(folder, journal):
+        write_journal(folder, journal)
+        journals.append(journal)
+        written.append((folder / "journal.json").read_bytes())
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transitions, "write_journal", write_and_read_back)
+        deploy(world, PACKING)
+    assert journals and GITHUB_TOKEN in str(journals[0]), "the plan itself carried the token"
+    assert all(GITHUB_TOKEN.encode() not in data and withheld("a GitHub token").encode() in data for data in written)
+    for name, engine in world.engines.items():
+        records = NodeState(name, engine).read()
+        assert (records.current.id, records.previous.id) == (PACKING.id, CONTROL.id)
+        assert records.previous.reason == withheld("a GitHub token")
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+    rollout.rollback(world.fleet, False)
+    assert NodeState("a", world.engines["a"]).read().current.reason == withheld("a GitHub token")
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+
+
+def test_a_diverged_mark_is_written_with_a_credential_like_cause_withheld(world, monkeypatch):
+    """The forward step fails with a launcher line that holds a token and the revert fails too: the deployment is
+    marked diverged here and on every node, with that cause withheld, never lost and never in clear."""
+    from kvbake.secretscan import withheld
+
+    deploy(world, CONTROL)
+    fake = transitions.launch
+
+    def leaky_then_busy(fleet, name, rel):
+        if name == "b" and rel.preset == "packing":
+            raise RolloutError(f"launcher on b exited 1 (HF_TOKEN={HF_TOKEN} was rejected)", "fix the launcher")
+        if name == "b" and world.engines["b"].image_id_of(f"{REPO}:current") == CONTROL.config_digest and world.launches[-1:] == ["a:control"]:
+            raise RolloutError("launcher on b exited 1 (GPU busy)", "fix the launcher")
+        fake(fleet, name, rel)
+
+    monkeypatch.setattr(transitions, "launch", leaky_then_busy)
+    with pytest.raises(DivergedError):
+        deploy(world, PACKING)
+    note = withheld("a Hugging Face token")
+    local = read_diverged(world.fleet.deployment.state_dir)
+    assert local["cause"] == note and local["revert_error"] == "launcher on b exited 1 (GPU busy); fix: fix the launcher"
+    for name, engine in world.engines.items():
+        assert NodeState(name, engine).read().diverged["cause"] == note, name
+    assert HF_TOKEN.encode() not in everything_written(world)
+
+
+def test_adopt_refuses_a_credential_in_its_reason_or_in_the_adopted_images_record(world):
+    from kvbake.adoption import adopt
+    from kvbake.errors import IntegrityError
+
+    start_unadopted_serve(world)
+    before = world.snapshot()
+    with pytest.raises(IntegrityError) as refused:
+        adopt(world.fleet, f"seed serve {GITHUB_TOKEN}", False)
+    assert refused.value.one_line() == ("--reason holds a GitHub token, which would be written in clear into the release records, every "
+                                        "node's state, the journal, configs and reports; fix: give the reason without the credential; "
+                                        "nothing was written")
+    for engine in world.engines.values():
+        engine.images["sha256:base"]["Config"]["Labels"] = {"org.opencontainers.image.source": "https://ops:hunter22@git.example/x.git"}
+    with pytest.raises(IntegrityError) as refused:
+        adopt(world.fleet, "seed serve", False)
+    assert refused.value.one_line() == ("adopt: the release record of a: labels.org.opencontainers.image.source (URL userinfo) looks like a "
+                                        f"credential and would be written in clear; {SCAN_FIX}")
+    assert world.snapshot() == before and b"hunter22" not in everything_written(world)

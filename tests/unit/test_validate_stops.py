@@ -327,3 +327,19 @@ def test_validate_with_a_deployment_waits_for_the_readiness_probe_before_the_fir
         assert double.counts["completion"] > 0
     assert probe.seen == [0, 0, 0], "three probes (503, 503, 200), all before the first request to the endpoint"
     assert report.stop is None
+
+
+def test_an_endpoint_or_model_that_carries_a_credential_is_refused_before_any_request(manifest):
+    from kvbake.errors import IntegrityError
+
+    with OpenAIDouble() as double:
+        host = double.url.split("://", 1)[1]
+        for endpoint, model, option, kind in ((f"http://ops:hunter22@{host}", None, "--endpoint", "URL userinfo"),
+                                              (double.url, "tiny?api_key=hunter22", "--model", "a password or token query pair")):
+            request = ValidateRequest(manifest, choose_preset(manifest, "control"), endpoint, model=model)
+            with pytest.raises(IntegrityError) as caught:
+                run_validation(request)
+            assert caught.value.one_line() == (f"{option} holds {kind}, which would be written in clear into the validation report; fix: "
+                                               f"give {option} without it (the plan sends no credentials); nothing was sent or written")
+        assert double.counts == {"completion": 0, "tokenize": 0, "models": 0}
+    assert not (manifest.root / ".kvbake").exists()
