@@ -26,7 +26,7 @@ def serving_containers(fleet: Fleet) -> dict[str, dict]:
     found = {node: engine.container_inspect(name) for node, engine in fleet.engines.items()}
     missing = [node for node, container in found.items() if not (container and (container.get("State") or {}).get("Running"))]
     if missing:
-        raise RolloutError(f"adopt: {', '.join(missing)} run no serve (no running container {name})",
+        raise RolloutError(f"adopt: {', '.join(missing)} {'runs' if len(missing) == 1 else 'run'} no serve (no running container {name})",
                            "adopt records a running serve; start it there first, or deploy a release instead; nothing was changed")
     return found
 
@@ -63,8 +63,8 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
         refuse_marks(views)
         known = [f"{v.name} ({v.records.current.id})" for v in views if v.records.current]
         if known:
-            raise RolloutError(f"adopt: {', '.join(known)} already run a kvbake release", "adopt is for a serve kvbake did not deploy; "
-                               "deploy or roll back instead; nothing was changed")
+            raise RolloutError(f"adopt: {', '.join(known)} already {'runs' if len(known) == 1 else 'run'} a kvbake release",
+                               "adopt is for a serve kvbake did not deploy; deploy or roll back instead; nothing was changed")
         releases = {node: adopted_release(fleet, node, containers[node], reason) for node in fleet.engines}
         for node, release in releases.items():
             refuse_credentials(json.loads(release_to_json(release)), f"adopt: the release record of {node}")

@@ -424,15 +424,22 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ("no serve on b", r"^adopt: b run no serve \(no running container serve\)"),
+    ("no serve on b", r"^adopt: b runs no serve \(no running container serve\); fix: adopt records a running serve"),
+    ("no serve anywhere", r"^adopt: a, b run no serve \(no running container serve\); fix: adopt records a running serve"),
     ("another switch on b", r"^adopt: the ranks run different serves"),
+    ("a release on a", r"^adopt: a \([0-9a-f]{16}\) already runs a kvbake release; fix: adopt is for a serve kvbake did not deploy"),
+    ("a release on both", r"^adopt: a \([0-9a-f]{16}\), b \([0-9a-f]{16}\) already run a kvbake release; fix: adopt is for a serve"),
 ])
 def test_adopt_refuses_and_changes_nothing(world, change, message):
     from kvbake.adoption import adopt
 
     start_unadopted_serve(world)
-    if change == "no serve on b":
-        world.engines["b"].remove_container(CONTAINER)
+    if change.startswith("no serve"):
+        for name in ("b",) if change.endswith("on b") else ("a", "b"):
+            world.engines[name].remove_container(CONTAINER)
+    elif change.startswith("a release"):
+        for name in ("a",) if change.endswith("on a") else ("a", "b"):
+            NodeState(name, world.engines[name]).update("base:1", "seeded", current=CONTROL)
     else:
         world.engines["b"].run_serving(CONTAINER, "base:1", ["S=1"])
     before = world.snapshot()
