@@ -128,3 +128,16 @@ def test_the_floors_are_the_ones_given(project, capsys):
     argv = ["doctor", "--manifest", str(project.root / "manifest.yaml"), "--deploy", str(project.root / "deploy.yaml"),
             "--mem-floor", "0.5", "--disk-floor", "5"]
     assert cli.main(argv) == 0, capsys.readouterr()
+
+
+def test_a_node_whose_base_is_another_image_fails_its_base_line_and_skips_its_memory_line(project, capsys):
+    locked = read_lock(load_manifest(project.root / "manifest.yaml")).base.config_digest
+    other = "sha256:" + "0" * 64
+    project.nodes["unix:///run/spark-b.sock"].base_config = other
+    code, lines, err = run_doctor(project, capsys)
+    name = load_manifest(project.root / "manifest.yaml").base.node_name
+    line = f"spark-b: {name} is config {other[:19]}, the lock pins {locked[:19]}; fix: run python build.py base sync (--force moves the tag)"
+    assert code == 6
+    assert lines[-1] == f"FAIL  base on spark-b        {line}"
+    assert err == f"error (base image): doctor: 1 check(s) failed, first: base on spark-b: {line}\n"
+    assert project.nodes["unix:///run/spark-b.sock"].probes == [], "no memory probe on a node without the base"
