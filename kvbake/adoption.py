@@ -3,14 +3,17 @@ that the first deploy keeps it as `previous` and the first rollback brings that 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
 from kvbake.errors import KvbakeError, RolloutError
 from kvbake.nodestate import NodeState
-from kvbake.release import Release
+from kvbake.presets import check_reason
+from kvbake.release import Release, release_to_json
 from kvbake.rollout import locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.running import switch_env
+from kvbake.secretscan import refuse_credentials
 from kvbake.transitions import Fleet
 
 log = logging.getLogger(__name__)
@@ -23,7 +26,7 @@ def serving_containers(fleet: Fleet) -> dict[str, dict]:
     found = {node: engine.container_inspect(name) for node, engine in fleet.engines.items()}
     missing = [node for node, container in found.items() if not (container and (container.get("State") or {}).get("Running"))]
     if missing:
-        raise RolloutError(f"adopt: {', '.join(missing)} run no serve (no running container {name})",
+        raise RolloutError(f"adopt: {', '.join(missing)} {'runs' if len(missing) == 1 else 'run'} no serve (no running container {name})",
                            "adopt records a running serve; start it there first, or deploy a release instead; nothing was changed")
     return found
 
@@ -47,7 +50,9 @@ def adopted_release(fleet: Fleet, node: str, container: dict, reason: str) -> Re
 
 def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
     """Record every node's running serve as its current release, so that the first deploy keeps it as `previous` and
-    the first rollback restores it exactly. Every rank must run the same image with the same switch set."""
+    the first rollback restores it exactly. Every rank must run the same image with the same switch set. Neither the
+    reason nor the adopted image's record (its labels, say) may hold anything that looks like a credential."""
+    check_reason(reason)
     refuse_pending(fleet.deployment)
     containers = serving_containers(fleet)
     journal_id = new_journal_id("adopt")
@@ -58,9 +63,11 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
         refuse_marks(views)
         known = [f"{v.name} ({v.records.current.id})" for v in views if v.records.current]
         if known:
-            raise RolloutError(f"adopt: {', '.join(known)} already run a kvbake release", "adopt is for a serve kvbake did not deploy; "
-                               "deploy or roll back instead; nothing was changed")
+            raise RolloutError(f"adopt: {', '.join(known)} already {'runs' if len(known) == 1 else 'run'} a kvbake release",
+                               "adopt is for a serve kvbake did not deploy; deploy or roll back instead; nothing was changed")
         releases = {node: adopted_release(fleet, node, containers[node], reason) for node in fleet.engines}
+        for node, release in releases.items():
+            refuse_credentials(json.loads(release_to_json(release)), f"adopt: the release record of {node}")
         if len({r.id for r in releases.values()}) > 1:
             shown = "; ".join(f"{n}: {r.image} with {dict(r.switches) or 'no switches'}" for n, r in releases.items())
             raise RolloutError(f"adopt: the ranks run different serves ({shown})", "adopt needs one image and one switch set on every "

@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     doctor.add_argument("--deploy", type=Path, default=None, help="deployment file whose nodes to check (default: none)")
     doctor.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")
     doctor.add_argument("--mem-floor", type=float, default=1.5, metavar="GIB", help="lowest MemAvailable a node may have (default 1.5)")
-    doctor.add_argument("--disk-floor", type=float, default=20.0, metavar="GIB", help="least free disk here and under each node's data root (default 20)")
+    doctor.add_argument("--disk-floor", type=float, default=20.0, metavar="GIB", help="least free disk in the manifest's folder and under each node's data root (default 20)")
     add_ship_commands(sub, common)
     add_validation_commands(sub, common)
     return top

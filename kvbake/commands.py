@@ -11,6 +11,7 @@ from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.plan import make_plan, plan_summary, read_overlay, tag_for
+from kvbake.presets import check_reason
 from kvbake.record import build_record, write_record
 
 Result = tuple[dict, str]
@@ -199,6 +200,7 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
 
     if not (args.preset or args.resume or args.revert):
         raise_usage("deploy needs --preset NAME (or --resume / --revert)")
+    check_reason(args.reason)
     manifest, lock, plan, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
         release_id = None
@@ -224,6 +226,7 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
 def cmd_adopt(args: argparse.Namespace) -> Result:
     from kvbake.adoption import adopt
 
+    check_reason(args.reason)
     *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
     releases = adopt(fleet, args.reason, args.break_lock)
     lines = [f"{node}: adopted container {r.adopted['container_id'][:12]} ({r.image}, {dict(r.switches) or 'no switches'}) as release {r.id}"
@@ -265,6 +268,7 @@ def cmd_config(args: argparse.Namespace) -> Result:
     from kvbake import runtime_config as rc
     from kvbake.presets import choose_preset
 
+    check_reason(args.reason)
     manifest = _manifest(args)
     out = args.out if args.out is not None else manifest.root / "configs"
     shown = _shown(manifest, out)
@@ -349,8 +353,10 @@ def cmd_validate(args: argparse.Namespace) -> Result:
     from kvbake.deployfile import load_deployment
     from kvbake.presets import choose_preset
     from kvbake.validate_plan import parse_depths, report_text, report_to_dict
-    from kvbake.validating import ValidateRequest, run_validation
+    from kvbake.validating import ValidateRequest, check_written_options, run_validation
 
+    check_reason(args.reason)
+    check_written_options(args.endpoint, args.model)
     manifest = _manifest(args)
     chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
     deployment = load_deployment(args.deploy) if args.deploy else None

@@ -1,5 +1,6 @@
 """`build.py doctor`: check, without changing anything, what kvbake needs on this host and on every node: the engine
-profile, the registry's TLS and login, each node's reachability and base, free disk and MemAvailable."""
+profile, the registry's TLS and login, the free disk of the manifest's folder, and each node's reachability, base, free
+disk and MemAvailable."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def registry_line(engine: Engine, manifest: Manifest, registry: str | None) -> s
 
 
 def free_disk_line(path: Path, floor: int) -> str:
+    """The free disk of the manifest's folder, where kvbake writes the lock, overlay/, its records and reports."""
     free = shutil.disk_usage(path).free
     if free < floor:
         raise ResourceError(f"{path}: {gib(free)} free, below {gib(floor)}", "free disk space there before a lock or build")
@@ -101,7 +103,7 @@ def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: 
     checks = [checked("engine", lambda: engine_line(engine))]
     if checks[0].verdict == OK:
         checks.append(checked("registry", lambda: registry_line(engine, manifest, registry)))
-    checks.append(checked("free disk (here)", lambda: free_disk_line(Path.home(), disk_floor)))
+    checks.append(checked("free disk (here)", lambda: free_disk_line(manifest.root.absolute(), disk_floor)))
     for node in deployment.nodes if deployment else ():
         remote = Engine(node.host)
         reach = checked(f"node {node.name}", lambda: engine_line(remote))

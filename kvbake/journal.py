@@ -9,6 +9,7 @@ from typing import Any
 
 from kvbake.atomicfile import write_atomic
 from kvbake.errors import DivergedError, RolloutError
+from kvbake.secretscan import withhold_credentials
 
 JOURNAL = "journal.json"
 DIVERGED = "DIVERGED.json"
@@ -46,7 +47,10 @@ class Journal:
 
 
 def write_journal(folder: Path, journal: Journal) -> None:
-    write_atomic(folder / JOURNAL, (json.dumps(journal_to_dict(journal), indent=1, sort_keys=True) + "\n").encode())
+    """The journal copies the release records the nodes keep: a string in them that looks like a credential (a reason an
+    earlier kvbake recorded, say) is written as a note of what was withheld, so that no journal write can stop a
+    transition or its revert. What a deploy adds is refused before it starts (rollout.deploy)."""
+    write_atomic(folder / JOURNAL, (json.dumps(withhold_credentials(journal_to_dict(journal)), indent=1, sort_keys=True) + "\n").encode())
 
 
 def journal_to_dict(journal: Journal) -> dict[str, Any]:
@@ -83,7 +87,9 @@ def clear_journal(folder: Path) -> None:
 
 
 def mark_diverged(folder: Path, details: dict[str, Any]) -> None:
-    write_atomic(folder / DIVERGED, (json.dumps(details, indent=1, sort_keys=True) + "\n").encode())
+    """The mark is never lost: a string that looks like a credential (a launcher's last line in the cause, say) is
+    written as a note of what was withheld, as in every journal."""
+    write_atomic(folder / DIVERGED, (json.dumps(withhold_credentials(details), indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_diverged(folder: Path) -> dict[str, Any] | None:

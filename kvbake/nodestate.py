@@ -15,6 +15,7 @@ from kvbake.engine import Engine
 from kvbake.errors import RolloutError
 from kvbake.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
 from kvbake.release import release_to_json
+from kvbake.secretscan import withhold_credentials
 
 LOCK_NAME = "kvbake-lock"
 STATE_NAME = "kvbake-state"
@@ -81,7 +82,13 @@ class NodeState:
 
     def write(self, image: str, records: NodeRecords, audit_line: str) -> NodeRecords:
         """Write the whole record (under the node lock) into the slot that does not hold the newest copy, and append
-        one audit line. Every field is written, so a release or transition that became none is cleared."""
+        one audit line. Every field is written, so a release or transition that became none is cleared. A string that
+        looks like a credential (in a record an earlier kvbake wrote, a launcher's line in a diverged mark) is written as
+        a note of what was withheld, so that no write can stop a transition or its revert; what a deploy or an adoption
+        adds was refused before it started."""
+        records = replace(records, current=withhold_credentials(records.current), previous=withhold_credentials(records.previous),
+                          transition=withhold_credentials(records.transition), diverged=withhold_credentials(records.diverged))
+        audit_line = withhold_credentials(audit_line)
         old = self._read_or_fresh()
         written = replace(records, audit=old.audit + _audit_line(audit_line), seq=old.seq + 1, slot=next_slot(old))
         with tempfile.TemporaryDirectory(prefix="kvbake-state-") as tmp:

@@ -9,6 +9,7 @@ from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import PresetError
 from kvbake.manifest import Manifest, Preset, did_you_mean
 from kvbake.manifest_text import control_character
+from kvbake.secretscan import refuse_in_option
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,7 @@ def choose_preset(manifest: Manifest, name: str, allow_held: bool = False, allow
     if name not in manifest.presets:
         raise PresetError(f"unknown preset {name!r}{did_you_mean(name, list(manifest.presets))}",
                           f"choose one of: {', '.join(manifest.presets)}")
-    char = control_character(reason) if reason else None
-    if char:
-        raise PresetError(f"--reason contains control character {char}", "give the reason on one line without control characters; it is recorded")
+    check_reason(reason)
     preset = manifest.presets[name]
     problems = switch_problems(manifest, preset.switches) + field_problems(preset)
     if problems:
@@ -72,6 +71,17 @@ def choose_preset(manifest: Manifest, name: str, allow_held: bool = False, allow
         raise PresetError(f"preset {name}: max-model-len {preset.max_model_len} is above the remote drafter's limit {manifest.drafter_max_positions}",
                           "raise drafter.max_positions only after the drafter serves that range, or choose a shorter preset")
     return ChosenPreset(preset, _status_override(preset, allow_held, allow_untested, reason))
+
+
+def check_reason(reason: str | None) -> None:
+    """A --reason is written into release records, every node's state, the journal, configs and validation reports: one
+    line without control characters (a PresetError), and nothing that looks like a credential (an IntegrityError, as
+    every hit of the credential scan)."""
+    char = control_character(reason) if reason else None
+    if char:
+        raise PresetError(f"--reason contains control character {char}", "give the reason on one line without control characters; it is recorded")
+    refuse_in_option("--reason", reason, "the release records, every node's state, the journal, configs and reports",
+                     "give the reason without the credential; nothing was written")
 
 
 def _status_override(preset: Preset, allow_held: bool, allow_untested: bool, reason: str | None) -> str | None:

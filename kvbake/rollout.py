@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import secrets
 import socket
 import time
@@ -17,7 +18,8 @@ from kvbake.journal import Journal, NodePlan, clear_journal, journal_from_dict, 
 from kvbake.noderecords import NodeRecords
 from kvbake.nodestate import NodeState
 from kvbake.profile import EngineProfile
-from kvbake.release import Release
+from kvbake.release import Release, release_to_json
+from kvbake.secretscan import refuse_credentials
 from kvbake.transitions import Fleet, records_of, revert, run_transition
 
 
@@ -191,8 +193,10 @@ def refuse_pending(deployment: Deployment) -> None:
 def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
            reseat: frozenset[str] = frozenset()) -> Journal:
     """Phase 1 (pull and check) needs no lock; then every lock, then the state is read and the plan fixed, then phase
-    2. On failure every node is reverted (or the deployment is marked diverged)."""
+    2. On failure every node is reverted (or the deployment is marked diverged). A release record holding anything that
+    looks like a credential is refused before anything is pulled."""
     folder = fleet.deployment.state_dir
+    refuse_credentials(json.loads(release_to_json(release)), f"release {release.id}")
     refuse_pending(fleet.deployment)
     profiles, reseated = checked_stores(fleet, reseat)
     staged = stage_release(fleet, release, base_image, base_layers)

@@ -1,9 +1,12 @@
-"""Find anything that looks like a credential in text bound for labels, records or journals; name where, never echo it."""
+"""Find anything that looks like a credential in text bound for labels, records, journals, node state or reports; name
+where, never echo it. Every writer either refuses such text (nothing is written) or, where the write must happen even
+then (a diverged mark, a validation report), writes a note of what was withheld in its place."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 from typing import Any, Iterator, Mapping
 
@@ -82,3 +85,33 @@ def refuse_credentials(values: Mapping[str, Any], what: str) -> None:
         places = ", ".join(f"{where} ({kind})" for where, kind in dict(found).items())
         raise IntegrityError(f"{what}: {places} looks like a credential and would be written in clear",
                              "remove it at its source (use a credential helper or git config, never a URL or a label)")
+
+
+def refuse_in_option(option: str, text: str | None, written: str, fix: str) -> None:
+    """Raise IntegrityError when the command-line value `text` of `option` looks like a credential; never echo it."""
+    kind = credential_kind(text) if text else None
+    if kind:
+        raise IntegrityError(f"{option} holds {kind}, which would be written in clear into {written}", fix)
+
+
+def withheld(kind: str) -> str:
+    return f"(withheld: it looked like {kind})"
+
+
+def withhold_credentials(value: Any) -> Any:
+    """`value` (mappings, lists, tuples, dataclasses, nested) with every string that looks like a credential replaced,
+    whole, by a note of its kind: for text kvbake must write even then and did not choose (a launcher's last line in a
+    diverged mark, a serve's answer in a validation report)."""
+    if isinstance(value, str):
+        kind = credential_kind(value)
+        return withheld(kind) if kind else value
+    if isinstance(value, Mapping):
+        return {withhold_credentials(key) if isinstance(key, str) else key: withhold_credentials(item) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(withhold_credentials(item) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(withhold_credentials(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: withhold_credentials(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    return value

@@ -25,6 +25,7 @@ from kvbake.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionReques
 from kvbake.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.presets import ChosenPreset
+from kvbake.secretscan import refuse_in_option, withhold_credentials
 from kvbake.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
 from kvbake.validate_plan import (
     ANSWER_TOKENS, INERTNESS_RUNS, STEPS, SYNTHETIC, PlanOptions, Report, StepResult, make_options, not_run,
@@ -217,9 +218,17 @@ def _roll_back(rollback: Callable[[], str] | None) -> tuple[str, KvbakeError | N
         return f"failed: {err.one_line()}", err
 
 
+def check_written_options(endpoint: str, model: str | None) -> None:
+    """The endpoint and the model id are written into the report: neither may carry a credential (nothing is sent)."""
+    for option, text in (("--endpoint", endpoint), ("--model", model)):
+        refuse_in_option(option, text, "the validation report", f"give {option} without it (the plan sends no credentials); "
+                         "nothing was sent or written")
+
+
 def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None = None,
                    reader: Reader | None = None) -> tuple[Report, Path]:
     """Run the plan, write the report; a stop (after the optional rollback) raises ValidationStop naming the report."""
+    check_written_options(request.endpoint, request.model)
     release = release_of(request.deployment)
     check_release(release, request.chosen.preset.name)
     wait_for_the_serve(request.deployment)
@@ -265,7 +274,9 @@ def _now() -> str:
 
 
 def write_report(folder: Path, report: Report) -> Path:
-    """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path."""
+    """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path. A string
+    that looks like a credential (a serve's answer, say) is written as a note of what was withheld: the report is kept."""
+    report = withhold_credentials(report)
     folder.mkdir(parents=True, exist_ok=True)
     stem, number = report.name, 1
     while (folder / f"{stem}.json").exists():

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
 
 from kvbake.engine import Engine
 from kvbake.errors import EngineError, KvbakeError
 from kvbake.rig.recipes import PROFILE_ENV, selected_profile
+
+# Property tests write nothing into the repository (no .hypothesis/ folder): they keep no example database (every
+# settings(...) a test module makes later inherits this profile), and Hypothesis' other caches go to a private
+# temporary folder, removed at exit, unless HYPOTHESIS_STORAGE_DIRECTORY names one.
+settings.register_profile("kvbake", database=None)
+settings.load_profile("kvbake")
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kvbake-hypothesis-")
+    atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 
 STANDIN_BASE = "kvbake-standin/vllm-base:0.33.0"
 STANDIN_BASES = (STANDIN_BASE, STANDIN_BASE + "-arm64")

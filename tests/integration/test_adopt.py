@@ -78,7 +78,7 @@ def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bin
     Engine(rig["b"].host).remove_container(CONTAINER)
     before = fleet_snapshot(rig, shipped)
     code, _, err = ship(capsys, shipped, "adopt")
-    assert code == 12 and "adopt: spark-b run no serve (no running container kvbake-serve)" in err and err.count("\n") == 1, err
+    assert code == 12 and "adopt: spark-b runs no serve (no running container kvbake-serve)" in err and err.count("\n") == 1, err
     assert fleet_snapshot(rig, shipped) == before
 
 

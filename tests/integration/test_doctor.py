@@ -1,5 +1,5 @@
 """`doctor` on real engines: every check passes on the rig; a node that is down or lacks the base is one FAIL line,
-and the exit code is that failure's."""
+and the exit code is that failure's; the registry line checks TLS and the engine's login store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from kvbake.engine import Engine
-from kvbake.rig import NodeEngine
+from kvbake.rig import Credentials, LocalRegistry, NodeEngine, login, private_client, write_htpasswd
 
 from conftest import run
 from shiprig import BASE, STANDIN_LAUNCHER, write_deploy
@@ -50,3 +50,45 @@ def test_an_unreachable_node_is_named(capsys, shipped, rig, tmp_path):
     code, out, err = doctor(capsys, shipped, rig, deploy_file)
     assert code == 12 and "FAIL  node spark-b" in out and "is unreachable" in out, out + err
     assert Engine(rig["a"].host).ping()
+
+
+def store_with_wrong_password(folder, address: str, username: str):
+    import base64
+
+    folder.mkdir(parents=True)
+    auth = base64.b64encode(f"{username}:not-the-password".encode()).decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {address: {"auth": auth}}}))
+    return folder
+
+
+def test_the_registry_line_checks_tls_and_the_engines_login(capsys, tiny, tmp_path, monkeypatch):
+    """A TLS + htpasswd registry: no login stored, then a wrong one, are each the registry's FAIL line and exit 11,
+    naming no secret; with the engine's login it is an ok line saying TLS and the user."""
+    credentials = Credentials.generate("pusher")
+    htpasswd = write_htpasswd(tmp_path / "auth" / "htpasswd", credentials)
+    with LocalRegistry(tmp_path / "registry", tls=True, htpasswd=htpasswd, username="pusher") as secured:
+        address = secured.address
+
+        def doctor_here() -> tuple[int, str, str]:
+            return run(capsys, "doctor", "--manifest", str(tiny), "--registry", address, "--disk-floor", "0.1")
+
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "empty-store"))
+        code, out, err = doctor_here()
+        cause, fix = (f"registry {address} requires a login and the engine's login store has none for it",
+                      f"docker login {address} (with the same DOCKER_CONFIG), then retry")
+        assert code == 11, out + err
+        assert re.search(rf"^FAIL +registry +{re.escape(cause)}; fix: {re.escape(fix)}$", out, re.MULTILINE), out
+        assert err == f"error (registry): doctor: 1 check(s) failed, first: registry: {cause}; fix: {fix}\n"
+
+        monkeypatch.setenv("DOCKER_CONFIG", str(store_with_wrong_password(tmp_path / "wrong-store", address, "pusher")))
+        code, out, err = doctor_here()
+        cause, fix = f"registry {address} refused the stored credentials of user pusher", f"docker login {address} again with the right password"
+        assert code == 11 and "not-the-password" not in out + err, out + err
+        assert err == f"error (registry): doctor: 1 check(s) failed, first: registry: {cause}; fix: {fix}\n"
+
+        login(private_client(tmp_path / "store"), address, credentials)
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "store"))
+        code, out, err = doctor_here()
+        assert (code, err) == (0, ""), out + err
+        assert re.search(rf"^ok +registry +{re.escape(address)} over TLS, logged in as pusher, tiny: 0 tags$", out, re.MULTILINE), out
+        assert credentials.password not in out

@@ -813,6 +813,40 @@ def _(p: Project) -> Run:
     return build("validate", "--preset", "control", "--endpoint", "http://127.0.0.1:9", "--oracle", "magic")
 
 
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+HF_TOKEN = "hf_" + "AbCdEfGhIj" * 3 + "kLmN"
+
+
+@scenario("cli-reason-token-deploy")
+def _(p: Project) -> Run:
+    p.standin().write("deploy.yaml", DEPLOY)
+    return build("deploy", "--preset", "control", "--reason", f"rollout {GITHUB_TOKEN}", "--deploy", "deploy.yaml")
+
+
+@scenario("cli-reason-userinfo-adopt")
+def _(p: Project) -> Run:
+    p.standin().write("deploy.yaml", DEPLOY)
+    return build("adopt", "--reason", "as in https://ops:hunter22@wiki.example/serve", "--deploy", "deploy.yaml")
+
+
+@scenario("cli-reason-password-config")
+def _(p: Project) -> Run:
+    p.standin()
+    return build("config", "longctx-524288", "--allow-held", "--reason", "window password=hunter22")
+
+
+@scenario("cli-reason-token-validate")
+def _(p: Project) -> Run:
+    p.standin()
+    return build("validate", "--preset", "control", "--endpoint", "http://127.0.0.1:9", "--reason", f"probe {HF_TOKEN}")
+
+
+@scenario("cli-endpoint-userinfo")
+def _(p: Project) -> Run:
+    p.standin()
+    return build("validate", "--preset", "control", "--endpoint", "http://ops:hunter22@127.0.0.1:9")
+
+
 # -- kv_arith -------------------------------------------------------------------------------------------------
 
 

@@ -78,3 +78,11 @@ def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Pa
     with pytest.raises(ManifestError, match=r"^deployment file gone\.yaml not found; fix: pass --deploy PATH "
                                             r"\(see README: Deploy, rollback and recovery\)$"):
         load_deployment(tmp_path / "gone.yaml")
+
+
+def test_the_readme_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:
+    from kvbake.running import CODE_OVERRIDES
+
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| `python build.py verify-running"))
+    listed = re.search(r"no code-selecting override \(([^)]*)\)", row).group(1)
+    assert tuple(re.findall(r"`([A-Z_]+)`", listed)) == CODE_OVERRIDES

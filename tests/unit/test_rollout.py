@@ -133,6 +133,35 @@ def test_the_rollback_chain(world, sequence, expected):
         assert state["records"] == expected and not state["lock"] and state["transition"] is None
 
 
+def node_engines_state(w: World) -> dict:
+    """Everything each fake node holds but the images a pull by digest adds: tags, containers, state files."""
+    import copy
+
+    return {name: (copy.deepcopy({ref: i for ref, i in e.tags.items() if "@sha256:" not in ref}), copy.deepcopy(e.containers),
+                   copy.deepcopy(e.files)) for name, e in w.engines.items()}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("labels", "node b: {image} has other labels (k); fix: push again and retry"),
+    ("layers", "node b: {image} does not have the release's layers; fix: push again and retry"),
+], ids=["labels", "layers"])
+def test_phase_1_refuses_a_pulled_image_unlike_the_release_and_changes_nothing(world, change, message):
+    """The registry serves node b an image under the release's digest reference whose labels, or layers, are not the
+    release's: the deploy stops in phase 1, before any tag, lock, record or serve moves on either node."""
+    deploy(world, CONTROL)
+    pulled = world.engines["b"].registry[PACKING.image]
+    if change == "labels":
+        pulled["Config"]["Labels"] = {"k": "forged"}
+    else:
+        pulled["RootFS"]["Layers"] = [*BASE, "sha256:thin-forged"]
+    before, held = world.snapshot(), node_engines_state(world)
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, PACKING)
+    assert refused.value.one_line() == message.format(image=PACKING.image)
+    assert world.snapshot() == before and node_engines_state(world) == held
+    assert world.launches == ["a:control", "b:control"]
+
+
 def test_the_plan_is_made_under_the_locks(world, monkeypatch):
     """A second operator's deploy that completes just before this one takes its locks stays in the rollback chain."""
     deploy(world, CONTROL)
@@ -395,18 +424,164 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ("no serve on b", r"^adopt: b run no serve \(no running container serve\)"),
+    ("no serve on b", r"^adopt: b runs no serve \(no running container serve\); fix: adopt records a running serve"),
+    ("no serve anywhere", r"^adopt: a, b run no serve \(no running container serve\); fix: adopt records a running serve"),
     ("another switch on b", r"^adopt: the ranks run different serves"),
+    ("a release on a", r"^adopt: a \([0-9a-f]{16}\) already runs a kvbake release; fix: adopt is for a serve kvbake did not deploy"),
+    ("a release on both", r"^adopt: a \([0-9a-f]{16}\), b \([0-9a-f]{16}\) already run a kvbake release; fix: adopt is for a serve"),
 ])
 def test_adopt_refuses_and_changes_nothing(world, change, message):
     from kvbake.adoption import adopt
 
     start_unadopted_serve(world)
-    if change == "no serve on b":
-        world.engines["b"].remove_container(CONTAINER)
+    if change.startswith("no serve"):
+        for name in ("b",) if change.endswith("on b") else ("a", "b"):
+            world.engines[name].remove_container(CONTAINER)
+    elif change.startswith("a release"):
+        for name in ("a",) if change.endswith("on a") else ("a", "b"):
+            NodeState(name, world.engines[name]).update("base:1", "seeded", current=CONTROL)
     else:
         world.engines["b"].run_serving(CONTAINER, "base:1", ["S=1"])
     before = world.snapshot()
     with pytest.raises(RolloutError, match=message):
         adopt(world.fleet, "x", False)
     assert world.snapshot() == before
+
+
+@pytest.mark.parametrize("lost_on", [("b",), ("a", "b")], ids=["one node", "every node"])
+def test_status_never_shows_as_current_a_release_whose_image_is_gone(world, lost_on):
+    """A node records PACKING as current but its `:current` tag (and so the image) is gone: status shows no current
+    release there, says the recorded one is missing, and calls the deployment diverged, even when every node lost it."""
+    from kvbake.shipping import status, status_table
+
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    for name in lost_on:
+        world.engines[name].untag(f"{REPO}:current")
+    data = status(world.fleet)
+    rows = {row["node"]: row for row in data["nodes"]}
+    for name, row in rows.items():
+        lost = name in lost_on
+        assert row["current"] is None if lost else row["current"]["id"] == PACKING.id
+        assert row["recorded_current_missing"] is lost and row["running_matches_current"] is not lost
+        assert row["previous"]["id"] == CONTROL.id
+    assert data["diverged"] is True and data["marked_diverged"] is None and data["pending_journal"] is None
+    lines = status_table(data).splitlines()
+    for name in lost_on:
+        assert next(line for line in lines if line.startswith(name + " ")).split()[2] == "-"
+    assert lines[-1] == "DIVERGED: the ranks do not agree"
+
+
+# -- credentials: nothing that looks like one is written to a node, the journal or the diverged mark ---------------
+
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+HF_TOKEN = "hf_" + "AbCdEfGhIj" * 3 + "kLmN"
+SCAN_FIX = "fix: remove it at its source (use a credential helper or git config, never a URL or a label)"
+
+
+def everything_written(w: World) -> bytes:
+    """Every byte kvbake wrote: each node's state files and this host's state folder."""
+    nodes = b"".join(data for e in w.engines.values() for files in e.files.values() for data in files.values())
+    folder = w.fleet.deployment.state_dir
+    local = b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()) if folder.exists() else b""
+    return nodes + local
+
+
+def test_a_release_whose_reason_holds_a_token_is_refused_before_anything_is_pulled(world):
+    from dataclasses import replace
+
+    from kvbake.errors import IntegrityError
+
+    deploy(world, CONTROL)
+    before, held = world.snapshot(), node_engines_state(world)
+    images = {name: dict(e.images) for name, e in world.engines.items()}
+    leaky = replace(PACKING, reason=f"window {GITHUB_TOKEN}")
+    with pytest.raises(IntegrityError) as refused:
+        deploy(world, leaky)
+    assert refused.value.one_line() == (f"release {leaky.id}: reason (a GitHub token) looks like a credential and would be written in "
+                                        f"clear; {SCAN_FIX}")
+    assert world.snapshot() == before and node_engines_state(world) == held
+    assert {name: dict(e.images) for name, e in world.engines.items()} == images, "nothing was pulled"
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+
+
+def test_a_token_in_a_record_an_earlier_kvbake_wrote_is_withheld_when_copied_and_never_stops_a_transition(world):
+    """Each node's current record holds a token in its reason (an earlier kvbake accepted it). The next deploy copies
+    that record into the journal and into `previous`: it proceeds, and every copy holds a note instead of the token;
+    the rollback after it too."""
+    from dataclasses import replace as replaced
+
+    from kvbake.noderecords import encode
+    from kvbake.secretscan import withheld
+
+    deploy(world, CONTROL)
+    for name, engine in world.engines.items():
+        records = NodeState(name, engine).read()
+        legacy = replaced(records, current=replaced(records.current, reason=f"old {GITHUB_TOKEN}"))
+        engine.files["kvbake-state"][records.slot] = encode(legacy, records.seq)
+    journals, written = [], []
+
+    def write_and_read_back(folder, journal):
+        write_journal(folder, journal)
+        journals.append(journal)
+        written.append((folder / "journal.json").read_bytes())
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transitions, "write_journal", write_and_read_back)
+        deploy(world, PACKING)
+    assert journals and GITHUB_TOKEN in str(journals[0]), "the plan itself carried the token"
+    assert all(GITHUB_TOKEN.encode() not in data and withheld("a GitHub token").encode() in data for data in written)
+    for name, engine in world.engines.items():
+        records = NodeState(name, engine).read()
+        assert (records.current.id, records.previous.id) == (PACKING.id, CONTROL.id)
+        assert records.previous.reason == withheld("a GitHub token")
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+    rollout.rollback(world.fleet, False)
+    assert NodeState("a", world.engines["a"]).read().current.reason == withheld("a GitHub token")
+    assert GITHUB_TOKEN.encode() not in everything_written(world)
+
+
+def test_a_diverged_mark_is_written_with_a_credential_like_cause_withheld(world, monkeypatch):
+    """The forward step fails with a launcher line that holds a token and the revert fails too: the deployment is
+    marked diverged here and on every node, with that cause withheld, never lost and never in clear."""
+    from kvbake.secretscan import withheld
+
+    deploy(world, CONTROL)
+    fake = transitions.launch
+
+    def leaky_then_busy(fleet, name, rel):
+        if name == "b" and rel.preset == "packing":
+            raise RolloutError(f"launcher on b exited 1 (HF_TOKEN={HF_TOKEN} was rejected)", "fix the launcher")
+        if name == "b" and world.engines["b"].image_id_of(f"{REPO}:current") == CONTROL.config_digest and world.launches[-1:] == ["a:control"]:
+            raise RolloutError("launcher on b exited 1 (GPU busy)", "fix the launcher")
+        fake(fleet, name, rel)
+
+    monkeypatch.setattr(transitions, "launch", leaky_then_busy)
+    with pytest.raises(DivergedError):
+        deploy(world, PACKING)
+    note = withheld("a Hugging Face token")
+    local = read_diverged(world.fleet.deployment.state_dir)
+    assert local["cause"] == note and local["revert_error"] == "launcher on b exited 1 (GPU busy); fix: fix the launcher"
+    for name, engine in world.engines.items():
+        assert NodeState(name, engine).read().diverged["cause"] == note, name
+    assert HF_TOKEN.encode() not in everything_written(world)
+
+
+def test_adopt_refuses_a_credential_in_its_reason_or_in_the_adopted_images_record(world):
+    from kvbake.adoption import adopt
+    from kvbake.errors import IntegrityError
+
+    start_unadopted_serve(world)
+    before = world.snapshot()
+    with pytest.raises(IntegrityError) as refused:
+        adopt(world.fleet, f"seed serve {GITHUB_TOKEN}", False)
+    assert refused.value.one_line() == ("--reason holds a GitHub token, which would be written in clear into the release records, every "
+                                        "node's state, the journal, configs and reports; fix: give the reason without the credential; "
+                                        "nothing was written")
+    for engine in world.engines.values():
+        engine.images["sha256:base"]["Config"]["Labels"] = {"org.opencontainers.image.source": "https://ops:hunter22@git.example/x.git"}
+    with pytest.raises(IntegrityError) as refused:
+        adopt(world.fleet, "seed serve", False)
+    assert refused.value.one_line() == ("adopt: the release record of a: labels.org.opencontainers.image.source (URL userinfo) looks like a "
+                                        f"credential and would be written in clear; {SCAN_FIX}")
+    assert world.snapshot() == before and b"hunter22" not in everything_written(world)

@@ -119,3 +119,118 @@ def test_a_record_holding_a_credential_is_not_written(tmp_path) -> None:
     assert not (tmp_path / "builds" / "tag1.json").exists()
     clean = {"image": "r/x:tag1", "built_by": "builder@buildhost"}
     assert write_json_record(tmp_path / "builds", "r/x:tag1", clean).name == "tag1.json"
+
+
+# -- what reaches node state, the journal, the diverged mark and the reports ---------------------------------------
+
+HF = "hf_" + "AbCdEfGhIj" * 3 + "kLmN"
+STANDIN = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
+
+
+def test_withhold_replaces_each_credential_like_string_whole_and_keeps_the_rest() -> None:
+    import dataclasses
+    from collections import namedtuple
+
+    from kvbake.secretscan import withhold_credentials, withheld
+
+    @dataclasses.dataclass(frozen=True)
+    class Step:
+        name: str
+        detail: str
+        data: dict
+
+    Pair = namedtuple("Pair", "left right")
+    value = {"cause": f"launcher on b exited 1 (HF_TOKEN={HF} was rejected)", "n": 3, "none": None,
+             "steps": (Step("baseline", "answered password=hunter22", {"codes": ["A1", "ok"]}),), "pair": Pair("x", f"token {GHP}"),
+             f"key {GHP}": "v"}
+    assert withhold_credentials(value) == {
+        "cause": withheld("a Hugging Face token"), "n": 3, "none": None,
+        "steps": (Step("baseline", withheld("a password or token query pair"), {"codes": ["A1", "ok"]}),),
+        "pair": Pair("x", withheld("a GitHub token")), withheld("a GitHub token"): "v"}
+    assert withheld("a GitHub token") == "(withheld: it looked like a GitHub token)"
+    clean = {"a": ["b", ("c",)], "d": 1}
+    assert withhold_credentials(clean) == clean
+
+
+def test_a_reason_that_looks_like_a_credential_is_refused_by_every_preset_choice() -> None:
+    from kvbake.errors import PresetError
+    from kvbake.manifest import load_manifest
+    from kvbake.presets import choose_preset
+
+    manifest = load_manifest(STANDIN)
+    with pytest.raises(IntegrityError) as caught:
+        choose_preset(manifest, "longctx-524288", allow_held=True, reason=f"window {GHP}")
+    assert caught.value.one_line() == ("--reason holds a GitHub token, which would be written in clear into the release records, every "
+                                       "node's state, the journal, configs and reports; fix: give the reason without the credential; "
+                                       "nothing was written")
+    with pytest.raises(PresetError, match=r"^--reason contains control character U\+000A"):
+        choose_preset(manifest, "control", reason="two\nlines")
+    assert choose_preset(manifest, "longctx-524288", allow_held=True, reason="supervised window, 4 tokens=512").override == (
+        "--allow-held: supervised window, 4 tokens=512")
+
+
+def test_node_state_is_written_with_credential_like_strings_withheld(tmp_path) -> None:
+    import dataclasses
+
+    from kvbake.nodestate import NodeState
+    from kvbake.release import Release
+    from kvbake.secretscan import withheld
+    from tests.unit.fake_engine import FakeEngine
+
+    engine = FakeEngine("a")
+    engine.images["sha256:x"] = {"Id": "sha256:x"}
+    release = Release(image="r/x@sha256:" + "a" * 64, config_digest="sha256:x", layers=("sha256:l",), labels={"k": "v"}, preset="p",
+                      switches={}, max_model_len=4096, launcher_args=(), deployed_by="ops", deployed_at="t", reason=f"old {GHP}",
+                      override=None)
+    state = NodeState("a", engine)
+    state.write("sha256:x", dataclasses.replace(state.read(), current=release, transition={"id": "deploy-1", "reason": f"old {GHP}"},
+                                                diverged={"cause": f"exited 1 ({HF})"}), f"deploy-1 by {GHP}")
+    records = state.read()
+    assert records.current.reason == records.transition["reason"] == withheld("a GitHub token")
+    assert records.current.id == release.id and records.current.labels == {"k": "v"}
+    assert records.diverged == {"cause": withheld("a Hugging Face token")}
+    assert records.audit.endswith(f" {withheld('a GitHub token')}\n")
+    written = b"".join(engine.files["kvbake-state"].values())
+    assert GHP.encode() not in written and HF.encode() not in written
+
+
+def test_the_journal_and_the_diverged_mark_are_written_with_credential_like_strings_withheld(tmp_path) -> None:
+    from kvbake.journal import Journal, NodePlan, mark_diverged, read_diverged, read_journal, write_journal
+    from kvbake.secretscan import withheld
+
+    records = {"current": {"reason": f"old {GHP}"}, "previous": None}
+    write_journal(tmp_path, Journal("deploy-1", "deploy", "r", (NodePlan("a", None, None, "sha256:x", None, records, records),)))
+    assert read_journal(tmp_path).nodes[0].after_records["current"]["reason"] == withheld("a GitHub token")
+    mark_diverged(tmp_path, {"journal": "deploy-1", "cause": f"launcher on b exited 1 ({HF})", "repair": "python build.py deploy --revert"})
+    assert read_diverged(tmp_path) == {"journal": "deploy-1", "cause": withheld("a Hugging Face token"),
+                                       "repair": "python build.py deploy --revert"}
+    written = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert GHP.encode() not in written and HF.encode() not in written
+
+
+def test_a_validation_report_is_written_with_credential_like_strings_withheld(tmp_path) -> None:
+    import json
+
+    from kvbake.manifest import load_manifest
+    from kvbake.memwatch import GIB
+    from kvbake.prefix_identity import Check
+    from kvbake.presets import choose_preset
+    from kvbake.secretscan import withheld
+    from kvbake.validate_plan import Report, StepResult, stopped
+    from kvbake.validating import write_report
+
+    manifest = load_manifest(STANDIN)
+    steps = (StepResult("baseline", "3/3 runs", (Check("answer", False, f"the serve answered 'token {GHP}'"),), {"text": f"{HF}"}),
+             stopped("prefix identity", f"the serve answered password=hunter22 ({HF})", None))
+    report = Report(choose_preset(manifest, "control"), "http://127.0.0.1:8000", "tiny", {"id": None, "text": "no release record"},
+                    "synthetic", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", steps,
+                    {"watched": False, "floor_bytes": GIB, "samples": 0, "lowest_bytes": {}}, "not requested")
+    path = write_report(tmp_path, report)
+    data = json.loads(path.read_text())
+    text = path.with_suffix(".txt").read_text()
+    assert data["stop"]["reason"] == withheld("a Hugging Face token") == data["steps"][0]["data"]["text"]
+    assert data["steps"][0]["checks"][0]["detail"] == withheld("a GitHub token")
+    assert f"STOPPED at prefix identity: {withheld('a Hugging Face token')}" in text
+    assert f"FAIL answer: {withheld('a GitHub token')}" in text
+    for written in (path.read_text(), text):
+        assert GHP not in written and HF not in written and "hunter22" not in written

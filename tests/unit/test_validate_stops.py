@@ -239,3 +239,107 @@ def test_a_prompt_the_estimate_fits_but_the_server_does_not_stops_before_it_is_s
             "for the answer") in err.message
     assert "pass smaller --depths, --corruption-tokens or --pressure-tokens" in (err.fix or "")
     assert_stopped_at(report, step)
+
+
+class Probe:
+    """A readiness endpoint on loopback: answers each status in turn (then keeps the last), and notes how many requests
+    the validation endpoint had received at each probe."""
+
+    def __init__(self, statuses: list[int], double: OpenAIDouble) -> None:
+        import http.server
+        import threading
+
+        self.statuses, self.seen = list(statuses), []
+        probe = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                probe.seen.append(sum(double.counts.values()))
+                status = probe.statuses.pop(0) if len(probe.statuses) > 1 else probe.statuses[0]
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/health"
+
+    def __enter__(self) -> "Probe":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def unused_loopback_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/health"
+
+
+def deployment_with(tmp_path: Path, readiness: Any) -> Any:
+    from kvbake.deployfile import Deployment, Launcher, Node
+
+    return Deployment(tmp_path / "deploy.yaml", (Node("spark-a", "unix:///a", "head"), Node("spark-b", "unix:///b", "worker")),
+                      Launcher(("launch",), "serve", 10), 900, readiness=readiness)
+
+
+def run_deployed(manifest: Manifest, url: str, deployment: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """run_plan with --deploy: the head's release record and the memory readings come from fakes, not engines."""
+    import kvbake.validating as validating
+
+    monkeypatch.setattr(validating, "release_of", lambda deployment: {"id": None, "text": "no release record (fake)"})
+    request = ValidateRequest(manifest, choose_preset(manifest, "control"), url, depths=(1000, 3000), prefix_tokens=2000,
+                              corruption_tokens=2000, deployment=deployment, mem_interval_s=0)
+    return run_validation(request, reader=lambda: [NodeMemory("spark-a", 8 * GIB)])
+
+
+def test_validate_with_a_deployment_whose_serve_never_gets_ready_stops_before_any_request(manifest, tmp_path, monkeypatch):
+    from kvbake.deployfile import Readiness
+
+    url = unused_loopback_url()
+    with OpenAIDouble() as double:
+        with pytest.raises(ValidationStop) as caught:
+            run_deployed(manifest, double.url, deployment_with(tmp_path, Readiness(url, 200, 0.3, 0.05)), monkeypatch)
+        assert double.counts == {"completion": 0, "tokenize": 0, "models": 0}
+    assert type(caught.value) is ValidationStop and caught.value.exit_code == 15
+    assert caught.value.one_line() == (f"not started: the serve never became ready: GET {url} answered no answer (ConnectError), not 200, "
+                                       "within 0.3 s; fix: deploy the preset (python build.py deploy) and validate once it is ready")
+    assert not (manifest.root / ".kvbake").exists(), "no report: the plan never started"
+
+
+def test_validate_with_a_deployment_waits_for_the_readiness_probe_before_the_first_request(manifest, tmp_path, monkeypatch):
+    from kvbake.deployfile import Readiness
+
+    with OpenAIDouble() as double, Probe([503, 503, 200], double) as probe:
+        report, _ = run_deployed(manifest, double.url, deployment_with(tmp_path, Readiness(probe.url, 200, 30, 0.05)), monkeypatch)
+        assert double.counts["completion"] > 0
+    assert probe.seen == [0, 0, 0], "three probes (503, 503, 200), all before the first request to the endpoint"
+    assert report.stop is None
+
+
+def test_an_endpoint_or_model_that_carries_a_credential_is_refused_before_any_request(manifest):
+    from kvbake.errors import IntegrityError
+
+    with OpenAIDouble() as double:
+        host = double.url.split("://", 1)[1]
+        for endpoint, model, option, kind in ((f"http://ops:hunter22@{host}", None, "--endpoint", "URL userinfo"),
+                                              (double.url, "tiny?api_key=hunter22", "--model", "a password or token query pair")):
+            request = ValidateRequest(manifest, choose_preset(manifest, "control"), endpoint, model=model)
+            with pytest.raises(IntegrityError) as caught:
+                run_validation(request)
+            assert caught.value.one_line() == (f"{option} holds {kind}, which would be written in clear into the validation report; fix: "
+                                               f"give {option} without it (the plan sends no credentials); nothing was sent or written")
+        assert double.counts == {"completion": 0, "tokenize": 0, "models": 0}
+    assert not (manifest.root / ".kvbake").exists()
