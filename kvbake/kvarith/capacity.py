@@ -71,8 +71,14 @@ class Capacity:
 
     @property
     def log_line(self) -> str:
-        return (f"GPU KV cache size: {self.tokens:,} tokens, Maximum concurrency for "
-                f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+        return capacity_line("GPU", self.num_blocks, self.blocks_per_request, self.max_model_len)
+
+
+def capacity_line(pool: str, num_blocks: int, blocks_per_request: int, max_model_len: int) -> str:
+    """vLLM's start-up line: concurrency = blocks / blocks per full-length request, tokens = int(concurrency x length)."""
+    concurrency = num_blocks / blocks_per_request
+    return (f"{pool} KV cache size: {int(concurrency * max_model_len):,} tokens, Maximum concurrency for "
+            f"{max_model_len:,} tokens per request: {concurrency:.2f}x")
 
 
 def lookahead_extra_retained(spec_tokens: int, mtp_layers: int) -> int:

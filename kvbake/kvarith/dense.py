@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.errors import KvArithError
+from kvbake.kvarith.capacity import capacity_line
 from kvbake.kvarith.config import read_config_json
 from kvbake.kvarith.limits import MAX_CONFIG_INT, MAX_CONFIG_LAYERS, MAX_NUM_BLOCKS, check_int, shown
 
@@ -65,9 +66,8 @@ class DenseCapacity:
         return self.blocks_per_request <= self.num_blocks - 1
 
     def log_line(self, device: str = "cuda") -> str:
-        label = DEVICE_LABELS.get(device, device.upper())
-        return (f"{label} KV cache size: {self.tokens:,} tokens, Maximum concurrency for "
-                f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+        return capacity_line(DEVICE_LABELS.get(device, device.upper()), self.num_blocks, self.blocks_per_request,
+                             self.max_model_len)
 
 
 def is_dense_config(data: Any) -> bool:
