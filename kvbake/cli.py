@@ -110,8 +110,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     deploy.add_argument("--reason", help="why (recorded in the release record and the audit logs)")
     deploy.add_argument("--allow-held", action="store_true", help="allow a preset whose status is held (needs --reason)")
     deploy.add_argument("--allow-untested", action="store_true", help="allow a preset whose status is untested (needs --reason)")
-    deploy.add_argument("--resume", action="store_true", help="finish an interrupted deploy from its journal")
-    deploy.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
+    recovery = deploy.add_mutually_exclusive_group()  # both at once would silently do one of them
+    recovery.add_argument("--resume", action="store_true", help="finish an interrupted deploy from its journal")
+    recovery.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
     base = sub.add_parser("base", parents=[common, ship], help="put the locked base in the private registry and on every node")

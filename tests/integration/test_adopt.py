@@ -1,5 +1,6 @@
 """Adopting the bind-mount serve on real node engines: a deploy over it is refused until `adopt`; the first deploy
-keeps it as `previous`; the first rollback brings that very container back, bind mount and switches included."""
+keeps it as `previous`; the first rollback brings that very container back, bind mount and switches included, and so
+does a first deploy that fails."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import pytest
 
 from kvbake.engine import Engine
+from kvbake.nodestate import STATE_NAME
 
 from conftest import run
-from shiprig import BAKED, BASE, CONTAINER, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship
+from faultscenarios import failing_launcher, operator_host
+from shiprig import BAKED, BASE, CONTAINER, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship, ship_with
 
 pytestmark = pytest.mark.docker
 SERVE = ["-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: exit(0))\nwhile True: time.sleep(3600)\n"]
@@ -72,6 +75,30 @@ def test_adopt_then_deploy_then_rollback_restores_the_bind_mount_serve_exactly(c
     assert code == 0, err
     for key in ("a", "b"):
         assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None, "out of the rollback chain: removed"
+
+
+def test_a_failed_first_deploy_after_adopt_restores_the_bind_mount_serve(capsys, shipped, rig, bind_mount_serve, tmp_path):
+    """The launcher fails on spark-b (started second: spark-a then runs kvbake's container, and both adopted containers
+    were set aside): every node runs its adopted container again, with its mount and switch, and nothing else moved."""
+    ids = bind_mount_serve
+    host = operator_host(tmp_path, rig, "operator", failing_launcher(tmp_path, "spark-b", when_switches=False))
+    code, _, err = ship_with(capsys, shipped, host, "adopt", "--reason", "the bind-mount serve")
+    assert code == 0, err
+    before = fleet_snapshot(rig, shipped, host)
+    code, _, err = ship_with(capsys, shipped, host, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "first baked")
+    assert code == 12 and err.count("\n") == 1 and "launcher on spark-b exited 1 (launcher: GPU busy)" in err, err
+    assert fleet_snapshot(rig, shipped, host) == before
+    for key in ("a", "b"):
+        engine = Engine(rig[key].host)
+        serving = engine.container_inspect(CONTAINER)
+        assert serving["Id"] == ids[key] and serving["State"]["Running"], f"spark-{key} runs another container"
+        assert [(m["Type"], m["Destination"]) for m in serving["Mounts"]] == [("bind", BAKED)]
+        assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
+        left = sorted(c.name for c in engine.client.container.list(all=True))
+        assert left == sorted([CONTAINER, STATE_NAME]), f"spark-{key} keeps {left}"
+    code, out, err = ship_with(capsys, shipped, host, "status", "--json")
+    assert code == 0 and {row["current"]["preset"] for row in json.loads(out)["nodes"]} == {"adopted"}, out + err
+    assert ship_with(capsys, shipped, host, "verify-running")[0] == 0
 
 
 def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bind_mount_serve):

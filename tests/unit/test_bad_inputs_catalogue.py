@@ -813,6 +813,12 @@ def _(p: Project) -> Run:
     return build("validate", "--preset", "control", "--endpoint", "http://127.0.0.1:9", "--oracle", "magic")
 
 
+@scenario("cli-deploy-resume-and-revert")
+def _(p: Project) -> Run:
+    p.standin().write("deploy.yaml", DEPLOY)
+    return build("deploy", "--resume", "--revert", "--deploy", "deploy.yaml")
+
+
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
 HF_TOKEN = "hf_" + "AbCdEfGhIj" * 3 + "kLmN"
 

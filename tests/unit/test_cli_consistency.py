@@ -60,6 +60,20 @@ def test_deploy_without_a_preset_is_a_usage_error_before_any_file_is_read(tmp_pa
                                        "fix: see python build.py deploy --help\n")
 
 
+@pytest.mark.parametrize(("first", "second"), [("--resume", "--revert"), ("--revert", "--resume")])
+def test_resume_and_revert_together_are_a_usage_error_before_any_file_is_read(first: str, second: str, tmp_path: Path, capsys,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvbake import commands, engine
+
+    monkeypatch.setattr(engine, "DockerClient", lambda *a, **k: pytest.fail("the engine was contacted"))
+    monkeypatch.setattr(commands, "_ship_context", lambda *a, **k: pytest.fail("a file was read"))
+    absent = str(tmp_path / "absent.yaml")
+    assert main(["deploy", first, second, "--manifest", absent, "--deploy", absent]) == 2
+    assert capsys.readouterr().err == (f"error (usage): argument {second}: not allowed with argument {first}; "
+                                       "fix: see python build.py deploy --help\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def readme_headings() -> list[str]:
     return [line.lstrip("#").strip() for line in README.read_text().splitlines() if line.startswith("#")]
 
