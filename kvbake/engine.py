@@ -51,11 +51,16 @@ class Engine(ContainerOps):
 
     def ping(self) -> dict[str, Any]:
         """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too."""
+        unreachable = "start dockerd (see README: Two commands) or pass the right --host"
         try:
             info = self.client.system.info()
+            if not info.server_version:
+                # docker-cli 26 (Debian 13) answers `info` with exit 0 and no server part when the engine is down;
+                # `version` fails with the reason.
+                self.client.version()
+                raise EngineError(f"{self.label} is unreachable (docker info names no server)", unreachable)
         except DockerException as err:
-            raise EngineError(f"{self.label} is unreachable ({_stderr(err)})",
-                              "start dockerd (see README: Two commands) or pass the right --host") from None
+            raise EngineError(f"{self.label} is unreachable ({_stderr(err)})", unreachable) from None
         facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
                  "architecture": info.architecture, "os_type": info.os_type}
         self._profile = profile_from_info(facts, self.label)

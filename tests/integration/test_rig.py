@@ -133,14 +133,19 @@ def test_both_nodes_hold_the_same_layers(
     assert node_a.client.info().docker_root_dir != node_b.client.info().docker_root_dir
 
 
+def answers(client: DockerClient) -> bool:
+    """True when the engine behind the client answers `docker info` with a server: docker-cli 28 fails when it does
+    not, docker-cli 26 (Debian 13) exits 0 without the server part."""
+    try:
+        return bool(client.info().server_version)
+    except DockerException:
+        return False
+
+
 def test_node_goes_down_and_comes_back_with_its_images(pulled: str, nodes: tuple[Node, Node, LoopbackSshd]) -> None:
     _, node_b, _ = nodes
     stop_seconds = node_b.engine.stop()
-    with pytest.raises(DockerException) as failure:
-        node_b.client.info()
-    assert failure.value.return_code != 0
-    with pytest.raises(DockerException):
-        node_b.engine.client().info()
+    assert not answers(node_b.client) and not answers(node_b.engine.client())
     start_seconds = node_b.engine.start()
     assert node_b.client.image.inspect(pulled).repo_digests == [pulled]
     print(f"node engine stop {stop_seconds:.2f}s, start {start_seconds:.2f}s")

@@ -1,0 +1,49 @@
+"""An engine that does not answer is unreachable, whichever docker CLI reports it (exit code, or an info without server)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from python_on_whales.exceptions import DockerException
+
+from kvbake.engine import Engine
+from kvbake.errors import EngineError
+
+DOWN = "Cannot connect to the Docker daemon at unix:///run/node.sock. Is the docker daemon running?"
+
+
+def failing(*_args, **_kwargs):
+    raise DockerException(["docker", "version"], 1, b"", DOWN.encode())
+
+
+def engine_whose_info_is(info: SimpleNamespace, version=failing) -> Engine:
+    engine = Engine("unix:///run/node.sock")
+    engine.client = SimpleNamespace(system=SimpleNamespace(info=lambda: info), version=version)
+    return engine
+
+
+def test_an_info_without_server_is_unreachable_with_the_clis_reason() -> None:
+    """docker-cli 26 exits 0 from `info` with an empty server part when the engine is down."""
+    with pytest.raises(EngineError) as failure:
+        engine_whose_info_is(SimpleNamespace(server_version="")).ping()
+    assert failure.value.message == f"unix:///run/node.sock is unreachable ({DOWN})"
+    assert failure.value.exit_code == 8
+
+
+def test_an_info_without_server_is_unreachable_even_when_version_answers() -> None:
+    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start dockerd"):
+        engine_whose_info_is(SimpleNamespace(server_version=""), version=lambda: None).ping()
+
+
+def test_an_info_that_fails_is_unreachable() -> None:
+    engine = engine_whose_info_is(SimpleNamespace())
+    engine.client.system.info = failing
+    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(Cannot connect to the Docker daemon"):
+        engine.ping()
+
+
+def test_a_current_engine_answers_with_its_profile() -> None:
+    info = SimpleNamespace(server_version="26.1.5+dfsg1", driver="overlay2", driver_status=[["Backing Filesystem", "extfs"]],
+                           architecture="x86_64", os_type="linux")
+    assert engine_whose_info_is(info).ping()["profile"] == "docker-26.1-classic"
