@@ -200,9 +200,12 @@ class Engine(ContainerOps):
                                 "blobs already uploaded are skipped") from None
 
     def legacy_build(self, context: Path, dockerfile: Path, tag: str) -> str:
-        """`docker build` with the classic builder, no network; returns the image ID."""
+        """`docker build` with the classic builder, no network; returns the image ID. DOCKER_BUILDKIT=0 keeps it classic
+        where a buildx plugin is installed (Debian 13's docker.io), since BuildKit resolves `FROM sha256:…` remotely."""
+        config = self.client.client_config
+        classic = DockerClient(host=self.host, config=config.config, client_call=["env", "DOCKER_BUILDKIT=0", *config.client_call])
         try:
-            image = self.client.legacy_build(context, file=dockerfile, tags=[tag], network="none", pull=False, cache=False)
+            image = classic.legacy_build(context, file=dockerfile, tags=[tag], network="none", pull=False, cache=False)
         except DockerException as err:
             raise EngineError(f"{self.label}: docker build failed ({_stderr(err)})", "read the build output with --debug") from None
         return image.id
