@@ -26,6 +26,7 @@ STORAGE_PATH = re.compile(r"^/storage/(?P<name>.+)/(?P<digest>sha256:[0-9a-f]{64
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-authorization",
                         "proxy-authenticate", "content-length"})
 RELAYED_BLOB_HEADERS = ("content-type", "docker-content-digest", "etag")
+TLS_HANDSHAKE = b"\x16"  # the record type that starts a TLS ClientHello
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         pass
+
+    def handle_one_request(self) -> None:
+        """A TLS ClientHello gets the answer Go's HTTP servers give (the registry's own, too), which tells an engine
+        trying HTTPS first to fall back to HTTP. Python's parser would answer it in HTTP/0.9 form, with no status line,
+        and the containerd image store's fallback, which looks for "HTTP/", would give up."""
+        if self.rfile.peek(1)[:1] == TLS_HANDSHAKE:
+            self.wfile.write(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+            self.close_connection = True
+            return
+        super().handle_one_request()
 
     def reply(self, status: int, headers: list[tuple[str, str]], body: bytes = b"", length: int | None = None) -> None:
         self.send_response(status)
