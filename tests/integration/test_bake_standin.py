@@ -92,7 +92,7 @@ def test_the_base_bytecode_is_gone_and_would_otherwise_win(capsys, engine, stand
     target = f"{lock.source_root}/vllm/v1/__pycache__/kv_cache_interface.cpython-311.pyc"
     (context / "Dockerfile").write_text(f"FROM {image}\nCOPY stale.pyc {target}\n")
     poisoned = "kvbake-test/stale-bytecode:1"
-    engine.client.legacy_build(context, tags=[poisoned], network="none")
+    engine.legacy_build(context, context / "Dockerfile", poisoned)  # the classic builder, as buildx may be installed
     try:
         with pytest.raises(IntegrityError, match="kv_cache_interface.py: the code Python would run is not the patched source"):
             prove_bytecode(engine, poisoned, lock)

@@ -273,7 +273,7 @@ def test_verify_refuses_a_tampered_image(capsys, engine, tiny, tmp_path, change,
     (context / "extra.txt").write_text("extra")
     (context / "Dockerfile").write_text(f"FROM {image}\n{change}\n")
     tampered = f"kvbake-test/tampered:{abs(hash(change)) % 10_000}"
-    engine.client.legacy_build(context, tags=[tampered], network="none")
+    engine.legacy_build(context, context / "Dockerfile", tampered)  # the classic builder, as buildx may be installed
     try:
         code, _, err = run(capsys, "verify", tampered, "--manifest", str(tiny))
         assert code == 7 and fragment in err, err
