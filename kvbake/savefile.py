@@ -184,7 +184,8 @@ def _store_manifest(collected: _Collected, reference: str) -> bytes | None:
         return None
     document = _json(collected, "index.json", reference)
     for _ in range(4):
-        entries = [m for m in document.get("manifests") or [] if m.get("mediaType") in MANIFEST_TYPES + INDEX_TYPES]
+        entries = [m for m in document.get("manifests") or []
+                   if m.get("mediaType") in MANIFEST_TYPES + INDEX_TYPES and not is_attestation(m)]
         if len(entries) != 1:
             raise BaseImageError(f"index.json in the docker save of {reference} names {len(entries)} images, expected one",
                                  "save a single-platform image")
@@ -197,6 +198,15 @@ def _store_manifest(collected: _Collected, reference: str) -> bytes | None:
             return data
         document = json.loads(data)
     raise BaseImageError(f"index.json in the docker save of {reference} nests too deeply", "save a single-platform image")
+
+
+def is_attestation(entry: dict) -> bool:
+    """An index entry for BuildKit's provenance or SBOM attestations (the containerd store keeps them beside the image
+    when BuildKit built it): not an image to read."""
+    annotations = entry.get("annotations") or {}
+    platform = entry.get("platform") or {}
+    return (annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+            or (platform.get("os"), platform.get("architecture")) == ("unknown", "unknown"))
 
 
 def blob_path(digest: str) -> str:

@@ -73,6 +73,25 @@ def oci_save(compress=lambda data: data, media="application/vnd.oci.image.layer.
     return archive(members), store_manifest
 
 
+def with_attestation(data: bytes, store_manifest: bytes, platforms: int = 1) -> bytes:
+    """The save as the containerd store writes a BuildKit-built image: index.json names an image index holding the
+    image manifest (once per platform) and BuildKit's attestation manifest."""
+    manifest_digest = sha256_digest(store_manifest)
+    attestation = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "layers": []})
+    image = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": len(store_manifest)}
+    entries = [{**image, "platform": {"os": "linux", "architecture": arch}} for arch in ("amd64", "arm64")[:platforms]]
+    entries.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha256_digest(attestation),
+                    "size": len(attestation), "platform": {"os": "unknown", "architecture": "unknown"},
+                    "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": manifest_digest}})
+    nested = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries})
+    top = {"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json",
+                                               "digest": sha256_digest(nested), "size": len(nested)}]}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        kept = [(m.name, tar.extractfile(m).read()) for m in tar if m.isfile() and m.name != "index.json"]
+    path = lambda blob: "blobs/sha256/" + sha256_digest(blob).split(":")[1]  # noqa: E731
+    return archive(sorted(kept + [(path(attestation), attestation), (path(nested), nested)]) + [("index.json", json.dumps(top).encode())])
+
+
 def chunks(data: bytes, size: int = 700):
     return (data[i:i + size] for i in range(0, len(data), size))
 
@@ -89,6 +108,18 @@ def test_every_save_format_gives_the_same_config_sizes_and_directories(make) -> 
     assert saved.layer_sizes == tuple(len(x) for x in LAYERS)
     assert saved.dirs == {"usr": DirMeta(0o755, 0, 0, 1_700_000_000), "usr/lib": DirMeta(0o755, 0, 0, 1_700_000_000),
                           "usr/lib/py": DirMeta(0o700, 0, 0, 1_700_000_000)}  # the topmost layer wins
+
+
+def test_buildkits_attestation_manifest_beside_the_image_is_not_an_image() -> None:
+    data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
+    saved = read_save(chunks(with_attestation(data, store_manifest)), "x:1")
+    assert saved.store_manifest == store_manifest and saved.config_digest == sha256_digest(CONFIG)
+
+
+def test_an_index_of_two_platforms_is_refused_even_beside_an_attestation() -> None:
+    data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
+    with pytest.raises(BaseImageError, match=r"^index\.json in the docker save of x:1 names 2 images, expected one; fix: save a single-platform image$"):
+        read_save(chunks(with_attestation(data, store_manifest, platforms=2)), "x:1")
 
 
 def test_the_oci_layout_yields_the_store_manifest_and_names_compression() -> None:
