@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError
-from kvbake.savefile import SavedImage, read_save
+from kvbake.engines.core.savefile import SavedImage, read_save
 
 
 def capture_base(engine: Engine, reference: str, diff_ids: tuple[str, ...], wanted_dirs: frozenset[str]) -> SavedImage:

@@ -9,7 +9,7 @@ from typing import Any
 from kvbake.building import check_base
 from kvbake.credentials import credentials_for
 from kvbake.deployfile import Deployment
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from kvbake import manifestcache
+from kvbake.engines.adapters import manifestcache
 from kvbake.chain import apply_chain
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, IntegrityError, ResourceError
 from kvbake.extract import Extractor
 from kvbake.gitapply import GitApplier
 from kvbake.locking import check_switch_coverage
-from kvbake.identity import ExpectedId, StoreManifest, derived_store_manifest, expected_id, thin_blob
+from kvbake.engines.core.containerd import StoreManifest, derived_store_manifest, thin_blob
+from kvbake.engines.core.identity import ExpectedId, expected_id
 from kvbake.image import archive_members, oci_layout_members, write_archive
-from kvbake.profile import CONTAINERD, STORE_CHECK, EngineProfile
+from kvbake.engines.core.detection import STORE_CHECK, EngineProfile
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest
 from kvbake.dockerfile import render
@@ -95,7 +96,7 @@ def check_base(engine: Engine, manifest: Manifest, lock: Lock) -> BaseOnEngine:
     if failures:
         raise BaseImageError(f"{manifest.base.image} on {engine.label} ({profile.name}) differs from the lock: {'; '.join(failures)}",
                              "load the exact base image that was locked, or review and run python build.py lock")
-    store_manifest = engine.store_manifest(inspect["Id"], manifest.base.image) if profile.store == CONTAINERD else None
+    store_manifest = engine.store_manifest(inspect["Id"], manifest.base.image) if profile.image_store.keeps_manifests else None
     return BaseOnEngine(profile, store_manifest, inspect["Id"])
 
 

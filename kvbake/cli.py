@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
         return report(err, debug=False)
     configure_logging(args.debug)
     from kvbake import commands
-    from kvbake.engine import show_progress
+    from kvbake.engines.adapters.client import show_progress
 
     show_progress(sys.stdout.isatty() and not args.json)
 

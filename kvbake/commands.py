@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvbake.building import build_image, build_with_docker
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest

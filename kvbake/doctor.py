@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvbake.credentials import credentials_for
 from kvbake.deployfile import Deployment
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, EngineError, KvbakeError, ResourceError, RolloutError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest

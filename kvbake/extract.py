@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kvbake.digests import sha256_hex
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from kvbake.atomicfile import write_atomic
 from kvbake.errors import RolloutError
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 
 ENGINES = "engines.json"
 

@@ -16,7 +16,7 @@ from kvbake.chain import ChainStep, apply_chain, first_touches, read_patch
 from kvbake.coverage import check_coverage, raise_for_coverage
 from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import sha256_hex, tree_sha256
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, IntegrityError, LockError, PatchError
 from kvbake.extract import BaseFile, Extractor
 from kvbake.gitapply import GitApplier, patch_id
@@ -24,8 +24,8 @@ from kvbake.layer import in_image, parent_dirs
 from kvbake.lock import (Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, check_lock_matches, load_lock_file, lock_bytes,
                          locked_source_date_epoch, pinned_manifest_sha256, write_lock)
 from kvbake.manifest import Manifest
-from kvbake.profile import CONTAINERD
-from kvbake.savefile import DirMeta, SavedImage
+from kvbake.engines.core.detection import store_named
+from kvbake.engines.core.savefile import DirMeta, SavedImage
 from kvbake.overlayswap import exclusive, recover_overlay, swap_overlay
 from kvbake.plan import make_plan, read_overlay
 from kvbake.verify import platform_of
@@ -60,7 +60,7 @@ def registry_digest_of(reference: str, repo_digests: list[str], store: str) -> s
     The containerd store lists a digest for every image, loaded ones too, so there only a reference that names its
     registry host counts."""
     repository = reference.rsplit(":", 1)[0] if "@" not in reference else reference.split("@", 1)[0]
-    if store == CONTAINERD and not names_registry_host(repository):
+    if store_named(store).digests_loaded_images and not names_registry_host(repository):
         return None
     return next((d.split("@", 1)[1] for d in repo_digests if d.split("@", 1)[0] == repository), None)
 
@@ -74,7 +74,7 @@ def names_registry_host(repository: str) -> bool:
 def check_capture(engine: Engine, reference: str, inspect: dict, captured: SavedImage) -> None:
     """The saved config must be the one the engine names: by Id (classic) or by its manifest's config (containerd)."""
     profile = engine.profile()
-    if profile.store == CONTAINERD:
+    if profile.image_store.keeps_manifests:
         manifest = engine.store_manifest(inspect["Id"], reference)
         named = manifest.config_digest
     else:

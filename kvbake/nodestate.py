@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
 from kvbake.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
 from kvbake.release import release_to_json

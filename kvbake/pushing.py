@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from kvbake import __version__
 from kvbake.credentials import credentials_for
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
 from kvbake.plan import Plan
 from kvbake.record import write_json_record

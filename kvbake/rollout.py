@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from kvbake.deployfile import Deployment
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
 from kvbake.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
 from kvbake.noderecords import NodeRecords
 from kvbake.nodestate import NodeState
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 from kvbake.release import Release, release_to_json
 from kvbake.secretscan import refuse_credentials
 from kvbake.transitions import Fleet, records_of, revert, run_transition

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import PresetError
-from kvbake.profile import CONTAINERD
+from kvbake.engines.core.detection import store_named
 
 
 def parse_expect(text: str) -> dict[str, str]:
@@ -69,9 +69,8 @@ def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None
 def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str, str]:
     """The Id a node's store gives the release's image, and what it is: the config digest on the classic store, the
     pulled manifest's digest (`repo@sha256:…`) on the containerd store."""
-    if store == CONTAINERD:
-        return pinned.rpartition("@")[2], "manifest digest"
-    return config_digest, "config digest"
+    image_store = store_named(store)
+    return image_store.pulled_id(config_digest, pinned), image_store.id_meaning
 
 
 def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],

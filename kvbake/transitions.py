@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kvbake.atomicfile import write_atomic
 from kvbake.deployfile import Deployment, Node
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import DivergedError, KvbakeError, RolloutError
 from kvbake.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
 from kvbake.nodestate import NodeState, who

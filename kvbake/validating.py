@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from kvbake.atomicfile import write_atomic
 from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import KvbakeError, RolloutError, ValidationStop
 from kvbake.identity_oracle import score_identity_set, score_needles_identity
 from kvbake.manifest import Manifest

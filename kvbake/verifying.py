@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kvbake.bytecode import PYC_HEADER, ModuleEvidence, module_failures, python_tags, shadow_candidates
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError
 from kvbake.extract import BaseFile, Extractor, stale_bytecode_names
 from kvbake.lock import Lock, LockedFile

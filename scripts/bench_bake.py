@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.building import build_image, docker_build_context  # noqa: E402
-from kvbake.engine import Engine  # noqa: E402
+from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.lock import read_lock  # noqa: E402
 from kvbake.locking import create_lock  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, KvbakeError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
@@ -88,7 +88,7 @@ def deployment(folder: Path, model: TinyModel, port: int, *, name: str = "deploy
 
 def registry_root() -> Path:
     """Where the real-serve rig keeps its registry's blobs between runs: the 3.8 GB base is uploaded once per machine."""
-    from kvbake.manifestcache import cache_root
+    from kvbake.engines.adapters.manifestcache import cache_root
 
     return cache_root() / "realserve-registry"
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.journal import DIVERGED, JOURNAL
 from kvbake.nodestate import LOCK_NAME, NodeState
 from kvbake.rig import NodeEngine

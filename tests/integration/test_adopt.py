@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.nodestate import STATE_NAME
 
 from conftest import run

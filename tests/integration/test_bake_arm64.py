@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.verifying import engine_can_run
 
 from conftest import run

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest

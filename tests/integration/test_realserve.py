@@ -21,7 +21,7 @@ import pytest
 from kvbake.chain import read_patch
 from kvbake.cli import main
 from kvbake.coverage import check_coverage
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.plan import read_overlay

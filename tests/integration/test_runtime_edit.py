@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.nodestate import NodeState
 
 from conftest import run

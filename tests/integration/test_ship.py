@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig import NodeEngine
 
 from conftest import run

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kvbake.cli import main
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.nodestate import NodeState
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,

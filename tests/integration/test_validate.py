@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError, ValidationStop
 from kvbake.manifest import load_manifest
 from kvbake.memwatch import GIB, NodeMemory

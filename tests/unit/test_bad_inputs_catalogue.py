@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kvbake import cli as kvbake_cli
-from kvbake import engine as engine_module
+from kvbake.engines.adapters import client as engine_module
 from kvbake.errors import EXIT_CODES, KvArithError, KvbakeError
 from kvbake.kvarith import cli as kv_arith_cli
 from tests.unit.helpers_manifest import MINIMAL, write_manifest

@@ -14,7 +14,7 @@ from kvbake import cli, commands, doctor
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.memwatch import GIB
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 DEPLOY = """\

@@ -6,7 +6,7 @@ import pytest
 
 from kvbake.errors import RolloutError
 from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 
 CLASSIC = EngineProfile("26.1.5", "classic", "overlay2")
 CONTAINERD = EngineProfile("26.1.5", "containerd", "overlayfs")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvbake import cli
-from kvbake import engine as engine_module
+from kvbake.engines.adapters import client as engine_module
 from kvbake.errors import IntegrityError
 from kvbake.lock import Lock, read_lock, write_lock
 from kvbake.locking import PENDING, migrate_lock

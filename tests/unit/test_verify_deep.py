@@ -17,7 +17,7 @@ from kvbake import cli, commands
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.plan import make_plan, read_overlay
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 MTIME = 1_700_000_000

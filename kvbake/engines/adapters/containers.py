@@ -1,4 +1,4 @@
-"""Adapter: the container, tag and pull calls of `Engine` used by rollout (a mixin, to keep engine.py small)."""
+"""Adapter: the calls of `Engine` on named containers (markers, inspect, logs, exec, probes), as a mixin of the client."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
+from python_on_whales.exceptions import DockerException, NoSuchContainer
 from python_on_whales.utils import run as run_cli
 
 from kvbake.errors import EngineError
@@ -18,7 +18,7 @@ def _last_line(err: DockerException) -> str:
 
 
 class ContainerOps:
-    """Calls on named containers and tags; expects `self.client` (a DockerClient) and `self.label`."""
+    """Calls on named containers; expects `self.client` (a DockerClient) and `self.label`."""
 
     client: Any
     label: str
@@ -107,19 +107,3 @@ class ContainerOps:
             return self.client.container.execute(container, argv)
         except DockerException as err:
             raise self._fail(f"exec in {container}", err) from None
-
-    def pull(self, reference: str) -> None:
-        try:
-            from kvbake.engine import progress_shown
-
-            self.client.image.pull(reference, quiet=not progress_shown())
-        except DockerException as err:
-            raise self._fail(f"pull {reference}", err) from None
-
-    def image_id_of(self, reference: str) -> str | None:
-        try:
-            return self.client.image.inspect(reference).id
-        except NoSuchImage:
-            return None
-        except DockerException as err:
-            raise self._fail(f"inspect {reference}", err) from None

@@ -1,4 +1,4 @@
-"""The identity model: the config digest is kvbake's identity on every engine; each store's own image ID is predicted from it."""
+"""The containerd image store: an image's Id is its manifest's digest, so kvbake writes and predicts that manifest."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from kvbake.digests import canonical_json, sha256_digest
 from kvbake.errors import BaseImageError
-from kvbake.profile import CONTAINERD, EngineProfile
 
+CONTAINERD = "containerd"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 # The thin layer's media type, in the family of the base's manifest.
@@ -77,23 +77,21 @@ def derived_store_manifest(base: StoreManifest, config_bytes: bytes, blob: bytes
     return canonical_json(document)
 
 
-@dataclass(frozen=True)
-class ExpectedId:
-    """The ID one engine will report for the derived image, and what kind of digest it is."""
+class ContainerdStore:
+    """The `ImageStore` of engines that keep images in containerd (the snapshotter store)."""
 
-    profile: EngineProfile
-    config_digest: str
-    store_id: str
+    name = CONTAINERD
+    id_meaning = "manifest digest"
+    keeps_manifests = True
+    digests_loaded_images = True
 
-    def describe(self) -> str:
-        return f"{self.profile.name}: image ID = {self.profile.id_meaning} {self.store_id}"
-
-
-def expected_id(profile: EngineProfile, config_bytes: bytes, manifest_bytes: bytes | None) -> ExpectedId:
-    """Classic store: the config digest. Containerd store: the digest of the manifest kvbake writes."""
-    config_digest = sha256_digest(config_bytes)
-    if profile.store == CONTAINERD:
+    def derived_id(self, config_bytes: bytes, manifest_bytes: bytes | None) -> str:
         if manifest_bytes is None:
             raise ValueError("the containerd store needs the derived manifest")
-        return ExpectedId(profile, config_digest, sha256_digest(manifest_bytes))
-    return ExpectedId(profile, config_digest, config_digest)
+        return sha256_digest(manifest_bytes)
+
+    def pulled_id(self, config_digest: str, pinned: str) -> str:
+        return pinned.rpartition("@")[2]
+
+
+STORE = ContainerdStore()

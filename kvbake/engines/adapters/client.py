@@ -1,4 +1,4 @@
-"""Adapter: the only module that talks to a Docker engine, through python-on-whales, with typed errors."""
+"""Adapter: the engine client over python-on-whales, with typed errors; it and containers.py alone talk to an engine."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
 from python_on_whales.utils import run as run_cli
 
-from kvbake import manifestcache
 from kvbake.digests import sha256_digest
-from kvbake.engine_ops import ContainerOps
+from kvbake.engines.adapters import manifestcache
+from kvbake.engines.adapters.containers import ContainerOps
+from kvbake.engines.core.containerd import StoreManifest, parse_store_manifest
+from kvbake.engines.core.detection import EngineProfile, profile_from_info
 from kvbake.errors import BaseImageError, EngineError, RegistryError
-from kvbake.identity import StoreManifest, parse_store_manifest
-from kvbake.profile import CONTAINERD, EngineProfile, profile_from_info
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Engine(ContainerOps):
         """The manifest behind a containerd-store image ID: from the cache, else read once from `docker save`."""
         data = manifestcache.get(image_id)
         if data is None:
-            from kvbake.savefile import read_save
+            from kvbake.engines.core.savefile import read_save
 
             log.info("reading the manifest of %s from docker save (once; cached afterwards)", reference)
             saved = read_save(self.save_stream(image_id), reference)
@@ -94,7 +94,7 @@ class Engine(ContainerOps):
 
     def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
         """kvbake's identity of a local image: its Id on the classic store, its manifest's config on the containerd store."""
-        if self.profile().store == CONTAINERD:
+        if self.profile().image_store.keeps_manifests:
             return self.store_manifest(inspect["Id"], reference).config_digest
         return str(inspect["Id"])
 
@@ -176,6 +176,20 @@ class Engine(ContainerOps):
             self.client.image.tag(image_id, reference)
         except DockerException as err:
             raise EngineError(f"{self.label}: tag {reference} failed ({_stderr(err)})", "check the engine") from None
+
+    def pull(self, reference: str) -> None:
+        try:
+            self.client.image.pull(reference, quiet=not progress_shown())
+        except DockerException as err:
+            raise self._fail(f"pull {reference}", err) from None
+
+    def image_id_of(self, reference: str) -> str | None:
+        try:
+            return self.client.image.inspect(reference).id
+        except NoSuchImage:
+            return None
+        except DockerException as err:
+            raise self._fail(f"inspect {reference}", err) from None
 
     def remove_image(self, reference: str) -> None:
         with contextlib.suppress(NoSuchImage, DockerException):

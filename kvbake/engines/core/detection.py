@@ -1,4 +1,4 @@
-"""Engine profiles: which Docker version and image store an engine runs, and what its image ID means there."""
+"""The detection: which Docker version and image store an engine runs (its profile), and the store module that serves it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from kvbake.engines.core import classic, containerd
+from kvbake.engines.core.classic import CLASSIC
+from kvbake.engines.core.containerd import CONTAINERD
+from kvbake.engines.core.store import ImageStore
 from kvbake.errors import EngineError
 
-CLASSIC = "classic"
-CONTAINERD = "containerd"
+STORES: Mapping[str, ImageStore] = {CLASSIC: classic.STORE, CONTAINERD: containerd.STORE}
 SNAPSHOTTER_DRIVER_TYPE = "io.containerd.snapshotter.v1"
 OLDEST_SUPPORTED = (20, 10)
 STORE_CHECK = "docker info --format '{{.Driver}} {{json .DriverStatus}}'"
@@ -34,14 +37,19 @@ class EngineProfile:
         return f"docker-{major}.{minor}-{self.store}"
 
     @property
+    def image_store(self) -> ImageStore:
+        """The store module behind this profile: everything that differs between stores goes through it."""
+        return store_named(self.store)
+
+    @property
     def id_meaning(self) -> str:
         """What this store reports as an image's Id."""
-        return "manifest digest" if self.store == CONTAINERD else "config digest"
+        return self.image_store.id_meaning
 
     @property
     def save_is_oci_layout(self) -> bool:
         """From Engine 25 on, `docker save` writes an OCI layout whose manifest.json points into blobs/."""
-        return self.version >= (25, 0) or self.store == CONTAINERD
+        return self.version >= (25, 0) or self.image_store.keeps_manifests
 
     def describe(self) -> str:
         return f"{self.name} (Docker {self.server_version}, {self.store} image store, driver {self.driver}; image ID = {self.id_meaning})"
@@ -57,6 +65,12 @@ def parse_version(text: str) -> tuple[int, int]:
     if not found:
         raise EngineError(f"the engine reports an unreadable server version {text!r}", "check the engine (docker version)")
     return int(found.group(1)), int(found.group(2))
+
+
+def store_named(store: str) -> ImageStore:
+    """The image store of a profile's `store` name; any name but the containerd store's is the classic store (as in
+    `store_of`)."""
+    return STORES.get(store, classic.STORE)
 
 
 def store_of(driver: str, driver_status: Sequence[Sequence[str]] | None) -> str:
