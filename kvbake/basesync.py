@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbake.building import check_base
+from kvbake.bake.adapters.builder import check_base
 from kvbake.credentials import credentials_for
 from kvbake.deployfile import Deployment
 from kvbake.engines.adapters.client import Engine

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kvbake.building import build_image, build_with_docker
+from kvbake.bake.adapters.builder import build_image, build_with_docker
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.plan import make_plan, plan_summary, read_overlay, tag_for
+from kvbake.bake.core.plan import make_plan, plan_summary, read_overlay, tag_for
 from kvbake.presets import check_reason
-from kvbake.record import build_record, write_record
+from kvbake.bake.core.build_record import build_record, write_record
 
 Result = tuple[dict, str]
 
@@ -61,8 +61,8 @@ def cmd_plan(args: argparse.Namespace) -> Result:
 
 
 def cmd_lock(args: argparse.Namespace) -> Result:
-    from kvbake.donor import import_patches
-    from kvbake.locking import create_lock
+    from kvbake.bake.adapters.donor import import_patches
+    from kvbake.bake.adapters.pinning import create_lock
 
     manifest = _manifest(args)
     if args.migrate:
@@ -81,7 +81,7 @@ def cmd_lock(args: argparse.Namespace) -> Result:
 
 
 def _migrate_lock(args: argparse.Namespace, manifest: Manifest) -> Result:
-    from kvbake.locking import migrate_lock
+    from kvbake.bake.adapters.pinning import migrate_lock
 
     if args.donor:
         raise UsageError("lock --migrate takes no --donor", "migrate first, then import patches with lock --donor DIR")
@@ -95,8 +95,8 @@ def _migrate_lock(args: argparse.Namespace, manifest: Manifest) -> Result:
 
 
 def cmd_verify(args: argparse.Namespace) -> Result:
-    from kvbake.building import DOCKER_BUILDER_SUFFIX
-    from kvbake.verifying import verify_image
+    from kvbake.bake.adapters.builder import DOCKER_BUILDER_SUFFIX
+    from kvbake.bake.adapters.verifier import verify_image
 
     manifest = _manifest(args)
     lock = read_lock(manifest)
@@ -114,7 +114,7 @@ def cmd_verify(args: argparse.Namespace) -> Result:
 
 
 def cmd_dockerfile(args: argparse.Namespace) -> Result:
-    from kvbake.dockerfile import render
+    from kvbake.bake.core.dockerfile import render
 
     manifest = _manifest(args)
     lock = read_lock(manifest)
@@ -310,7 +310,7 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> list[str]:
     from kvbake import runtime_config as rc
     from kvbake.deployfile import load_deployment
     from kvbake.nodestate import NodeState
-    from kvbake.provenance import switch_names
+    from kvbake.bake.core.provenance import switch_names
     from kvbake.rollout import connect
     from kvbake.running import switch_env
 

@@ -14,8 +14,8 @@ from kvbake import __version__
 from kvbake.credentials import credentials_for
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
-from kvbake.plan import Plan
-from kvbake.record import write_json_record
+from kvbake.bake.core.plan import Plan
+from kvbake.bake.core.build_record import write_json_record
 from kvbake.registry_api import RegistryClient, RemoteManifest, split_repository
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def local_tag(engine: Engine, image_id: str, reference: str) -> Iterator[None]:
 
 def _expected(engine: Engine, plan: Plan) -> tuple[Expected, str]:
     """What the registry must read back (by config digest), and the local store's ID of the image."""
-    from kvbake.verifying import verify_image
+    from kvbake.bake.adapters.verifier import verify_image
 
     report = verify_image(engine, plan, plan.reference, deep=False)
     labels = engine.require_image(report.image_id)["Config"]["Labels"]

@@ -10,7 +10,7 @@ from kvbake.digests import sha256_hex
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.manifest import Manifest
 from kvbake.presets import ChosenPreset, choose_preset, preset_sha256
-from kvbake.provenance import OWN
+from kvbake.bake.core.provenance import OWN
 from kvbake.release import Release
 
 LOCK_LABEL = OWN + "lock.sha256"

@@ -10,14 +10,14 @@ from typing import Any
 from kvbake.deployfile import Deployment
 from kvbake.errors import IntegrityError, RegistryError
 from kvbake.journal import read_diverged, read_journal
-from kvbake.layer import in_image
+from kvbake.bake.core.thin_layer import in_image
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.nodestate import NodeState
-from kvbake.plan import Plan
+from kvbake.bake.core.plan import Plan
 from kvbake.presets import ChosenPreset, preset_sha256
 from kvbake.pushing import PUSHES_DIR
-from kvbake.provenance import switch_names
+from kvbake.bake.core.provenance import switch_names
 from kvbake.release import Release
 from kvbake.rollout import connect, who_deploys
 from kvbake.running import rank_failures, switch_env, agreement_failures

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.verifying import engine_can_run
+from kvbake.bake.adapters.verifier import engine_can_run
 
 from conftest import run
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.extract import Extractor
+from kvbake.bake.adapters.extract import Extractor
 from kvbake.manifest import load_manifest
 
 from conftest import leftover_containers, run, tags_of

@@ -21,7 +21,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
+from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.pushing import push_image
 from kvbake.rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
 from kvbake.rig.ports import free_port

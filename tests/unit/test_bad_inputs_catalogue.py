@@ -1221,7 +1221,7 @@ def test_a_corrupt_push_record_is_a_registry_error(record: str, tmp_path: Path) 
     from kvbake.errors import RegistryError
     from kvbake.lock import read_lock
     from kvbake.manifest import load_manifest
-    from kvbake.plan import make_plan, read_overlay
+    from kvbake.bake.core.plan import make_plan, read_overlay
     from kvbake.shipping import PUSHES_DIR, pushed_reference
 
     Project(tmp_path, contextlib.ExitStack()).standin()

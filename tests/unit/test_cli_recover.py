@@ -13,7 +13,7 @@ from kvbake import cli, commands, rollout
 from kvbake.journal import Journal, NodePlan
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
+from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.presets import choose_preset
 from kvbake.shipping import make_release
 

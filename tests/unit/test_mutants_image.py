@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kvbake.image import (DROPPED_KEYS, OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, archive_members, derived_config, image_id,
+from kvbake.bake.core.derived_image import (DROPPED_KEYS, OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, archive_members, derived_config, image_id,
                           layer_descriptors, oci_layout_members, oci_manifest, rfc3339, write_archive)
 
 CONFIG = b'{"config":{}}'

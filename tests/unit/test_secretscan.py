@@ -98,7 +98,7 @@ def test_a_credential_in_a_key_is_found_and_placed_by_its_parent() -> None:
 def test_labels_refuse_a_lock_whose_donor_url_carries_a_token(tmp_path) -> None:
     import dataclasses
 
-    from kvbake.provenance import labels
+    from kvbake.bake.core.provenance import labels
     from tests.unit.helpers_manifest import make_lock, tiny_manifest
 
     manifest = tiny_manifest(tmp_path)
@@ -111,7 +111,7 @@ def test_labels_refuse_a_lock_whose_donor_url_carries_a_token(tmp_path) -> None:
 
 
 def test_a_record_holding_a_credential_is_not_written(tmp_path) -> None:
-    from kvbake.record import write_json_record
+    from kvbake.bake.core.build_record import write_json_record
 
     record = {"image": "r/x:tag1", "plan": {"donor": "https://builder:s3cret@example.invalid/x.git"}}
     with pytest.raises(IntegrityError, match=r"^record r/x:tag1: plan\.donor \(URL userinfo\) looks like a credential"):

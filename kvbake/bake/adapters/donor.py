@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 
 from kvbake.errors import DonorError
 from kvbake.manifest import Manifest
-from kvbake.nofollow import NotRegularFile, read_regular
+from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 
 
 def _git(donor: Path, *args: str) -> str:

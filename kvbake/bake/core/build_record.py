@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake import __version__
-from kvbake.plan import plan_summary
+from kvbake.bake.core.plan import plan_summary
 from kvbake.atomicfile import write_atomic
 from kvbake.secretscan import refuse_credentials
 

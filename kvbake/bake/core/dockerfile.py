@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kvbake.plan import Plan
+from kvbake.bake.core.plan import Plan
 
 HEADER = "# Rendered by `python build.py dockerfile` from {manifest} (sha256 {sha}) and its lock; do not edit by hand.\n"
 

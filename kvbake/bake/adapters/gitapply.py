@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbake.diffs import normalized_patch
+from kvbake.bake.core.diffs import normalized_patch
 from kvbake.errors import PatchError
 
 log = logging.getLogger(__name__)

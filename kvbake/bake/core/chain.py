@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kvbake.diffs import CREATE, FileChange, parse_patch
+from kvbake.bake.core.diffs import CREATE, FileChange, parse_patch
 from kvbake.digests import sha256_hex
 from kvbake.errors import PatchError
 from kvbake.lock import Lock, PatchFileHashes
 from kvbake.manifest import ChainPatch, Manifest
-from kvbake.nofollow import NotRegularFile, read_regular
+from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 
 
 class Applier(Protocol):

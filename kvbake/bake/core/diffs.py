@@ -8,11 +8,9 @@ from pathlib import PurePosixPath
 
 import unidiff
 
-from kvbake.diffheaders import refuse_special_headers
+from kvbake.bake.core.git_headers import refuse_special_headers
 from kvbake.errors import PatchError
-
-MODIFY = "modify"
-CREATE = "create"
+from kvbake.lock import CREATE, MODIFY  # the kinds of change a patch makes to a file, as the lock records them
 DEV_NULL = "/dev/null"
 KEPT_MODES = (None, "100644", "100755")
 EPOCH_STAMP = re.compile(r"(1970-01-01|1969-12-31)[ T]")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvbake.image import rfc3339
+from kvbake.bake.core.derived_image import rfc3339
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.secretscan import refuse_credentials

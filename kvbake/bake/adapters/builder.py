@@ -12,22 +12,22 @@ from pathlib import Path
 from typing import Iterator
 
 from kvbake.engines.adapters import manifestcache
-from kvbake.chain import apply_chain
+from kvbake.bake.core.chain import apply_chain
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, IntegrityError, ResourceError
-from kvbake.extract import Extractor
-from kvbake.gitapply import GitApplier
-from kvbake.locking import check_switch_coverage
+from kvbake.bake.adapters.extract import Extractor
+from kvbake.bake.adapters.gitapply import GitApplier
+from kvbake.bake.adapters.pinning import check_switch_coverage
 from kvbake.engines.core.containerd import StoreManifest, derived_store_manifest, thin_blob
 from kvbake.engines.core.identity import ExpectedId, expected_id
-from kvbake.image import archive_members, oci_layout_members, write_archive
+from kvbake.bake.core.derived_image import archive_members, oci_layout_members, write_archive
 from kvbake.engines.core.detection import STORE_CHECK, EngineProfile
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest
-from kvbake.dockerfile import render
-from kvbake.plan import Plan, check_plan_matches_lock, compare_three_ways, layer_files, make_plan, read_overlay
-from kvbake.provenance import switch_names
-from kvbake.verify import Expectation, base_failures, image_failures, raise_if_failed
+from kvbake.bake.core.dockerfile import render
+from kvbake.bake.core.plan import Plan, check_plan_matches_lock, compare_three_ways, layer_files, make_plan, read_overlay
+from kvbake.bake.core.provenance import switch_names
+from kvbake.bake.core.image_checks import Expectation, base_failures, image_failures, raise_if_failed
 
 log = logging.getLogger(__name__)
 DOCKER_BUILDER_SUFFIX = "-dockerbuild"
@@ -225,7 +225,7 @@ def docker_build_context(plan: Plan, directory: Path, local_base: str) -> Path:
 
 def build_with_docker(engine: Engine, manifest: Manifest) -> BuiltImage:
     """`docker build` of Dockerfile.overlay; the result must pass the same content verification (deep)."""
-    from kvbake.verifying import verify_image
+    from kvbake.bake.adapters.verifier import verify_image
 
     timings = Timings()
     plan, base = prepare(engine, manifest, timings)

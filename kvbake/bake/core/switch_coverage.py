@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 from kvbake.errors import ManifestError
 
 if TYPE_CHECKING:
-    from kvbake.diffs import FileChange
+    from kvbake.bake.core.diffs import FileChange
 
 ENVS_PATH = "vllm/envs.py"
 REGISTRY_DICT = "environment_variables"
