@@ -11,7 +11,7 @@ from kvbake import FORMAT_VERSION, READABLE_FORMATS
 from kvbake.atomicfile import write_atomic
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import LockError
-from kvbake.lockfields import Fields, kind_of, read_document, shown
+from kvbake.json_fields import Fields, kind_of, read_document, shown
 from kvbake.manifest import Manifest
 
 MODIFY = "modify"  # a patch changes a file of the base

@@ -17,8 +17,8 @@ import yaml
 
 from kvbake.digests import canonical_json
 from kvbake.errors import ManifestError
-from kvbake.manifest_text import check_strings
 from kvbake.safepath import resolve_inside
+from kvbake.yaml_strings import check_strings
 
 TAG_FIELDS = ("base_tag", "short_id", "name")
 # Runtime sections: what a deploy passes to the ranks. Changing them never changes the lock or the image.

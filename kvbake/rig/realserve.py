@@ -106,7 +106,7 @@ def validate_args(model: TinyModel, port: int) -> list[str]:
 
 def clear_node(engine: Engine, repository: str) -> None:
     """Remove what a deploy to the local engine left: the serve, kvbake's node state and lock, the release's tags."""
-    from kvbake.nodestate import LOCK_NAME, STATE_NAME
+    from kvbake.ship.adapters.nodestate import LOCK_NAME, STATE_NAME
 
     for name in (CONTAINER, STATE_NAME, LOCK_NAME):
         engine.remove_container(name)

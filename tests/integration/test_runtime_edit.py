@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.nodestate import NodeState
+from kvbake.ship.adapters.nodestate import NodeState
 
 from conftest import run
 from shiprig import CONTAINER, STANDIN_LAUNCHER, write_deploy

@@ -1222,7 +1222,7 @@ def test_a_corrupt_push_record_is_a_registry_error(record: str, tmp_path: Path) 
     from kvbake.lock import read_lock
     from kvbake.manifest import load_manifest
     from kvbake.bake.core.plan import make_plan, read_overlay
-    from kvbake.shipping import PUSHES_DIR, pushed_reference
+    from kvbake.ship.adapters.status import PUSHES_DIR, pushed_reference
 
     Project(tmp_path, contextlib.ExitStack()).standin()
     manifest = load_manifest(tmp_path / "manifest.yaml")

@@ -9,13 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvbake import cli, commands, rollout
-from kvbake.journal import Journal, NodePlan
+from kvbake import cli
+from kvbake.ship import commands
+from kvbake.ship.adapters import rollout
+from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import make_plan, read_overlay
-from kvbake.presets import choose_preset
-from kvbake.shipping import make_release
+from kvbake.operate.core.presets import choose_preset
+from kvbake.ship.adapters.status import make_release
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 IMAGE = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32

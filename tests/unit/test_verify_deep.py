@@ -13,7 +13,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from kvbake import cli, commands
+from kvbake import cli
+from kvbake.bake import commands
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import make_plan, read_overlay

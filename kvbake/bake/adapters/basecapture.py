@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import BaseImageError
 from kvbake.engines.core.savefile import SavedImage, read_save
+from kvbake.errors import BaseImageError
 
 
 def capture_base(engine: Engine, reference: str, diff_ids: tuple[str, ...], wanted_dirs: frozenset[str]) -> SavedImage:

@@ -11,23 +11,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from kvbake.engines.adapters import manifestcache
-from kvbake.bake.core.chain import apply_chain
-from kvbake.engines.adapters.client import Engine
-from kvbake.errors import BaseImageError, IntegrityError, ResourceError
 from kvbake.bake.adapters.extract import Extractor
 from kvbake.bake.adapters.gitapply import GitApplier
 from kvbake.bake.adapters.pinning import check_switch_coverage
-from kvbake.engines.core.containerd import StoreManifest, derived_store_manifest, thin_blob
-from kvbake.engines.core.identity import ExpectedId, expected_id
+from kvbake.bake.core.chain import apply_chain
 from kvbake.bake.core.derived_image import archive_members, oci_layout_members, write_archive
-from kvbake.engines.core.detection import STORE_CHECK, EngineProfile
-from kvbake.lock import Lock, read_lock
-from kvbake.manifest import Manifest
 from kvbake.bake.core.dockerfile import render
+from kvbake.bake.core.image_checks import Expectation, base_failures, image_failures, raise_if_failed
 from kvbake.bake.core.plan import Plan, check_plan_matches_lock, compare_three_ways, layer_files, make_plan, read_overlay
 from kvbake.bake.core.provenance import switch_names
-from kvbake.bake.core.image_checks import Expectation, base_failures, image_failures, raise_if_failed
+from kvbake.engines.adapters import manifestcache
+from kvbake.engines.adapters.client import Engine
+from kvbake.engines.core.containerd import StoreManifest, derived_store_manifest, thin_blob
+from kvbake.engines.core.detection import STORE_CHECK, EngineProfile
+from kvbake.engines.core.identity import ExpectedId, expected_id
+from kvbake.errors import BaseImageError, IntegrityError, ResourceError
+from kvbake.lock import Lock, read_lock
+from kvbake.manifest import Manifest
 
 log = logging.getLogger(__name__)
 DOCKER_BUILDER_SUFFIX = "-dockerbuild"

@@ -6,9 +6,9 @@ import os
 import subprocess
 from pathlib import Path, PurePosixPath
 
+from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 from kvbake.errors import DonorError
 from kvbake.manifest import Manifest
-from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 
 
 def _git(donor: Path, *args: str) -> str:

@@ -11,24 +11,24 @@ from pathlib import Path, PurePosixPath
 
 from kvbake import FORMAT_VERSION
 from kvbake.bake.adapters.basecapture import capture_base
+from kvbake.bake.adapters.extract import BaseFile, Extractor
+from kvbake.bake.adapters.gitapply import GitApplier, patch_id
 from kvbake.bake.core.bytecode import python_tags, shadow_candidates
 from kvbake.bake.core.chain import ChainStep, apply_chain, first_touches, read_patch
-from kvbake.bake.core.switch_coverage import check_coverage, raise_for_coverage
 from kvbake.bake.core.diffs import CREATE, MODIFY
+from kvbake.bake.core.switch_coverage import check_coverage, raise_for_coverage
+from kvbake.bake.core.thin_layer import in_image, parent_dirs
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, IntegrityError, LockError, PatchError
-from kvbake.bake.adapters.extract import BaseFile, Extractor
-from kvbake.bake.adapters.gitapply import GitApplier, patch_id
-from kvbake.bake.core.thin_layer import in_image, parent_dirs
 from kvbake.lock import (Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, check_lock_matches, load_lock_file, lock_bytes,
                          locked_source_date_epoch, pinned_manifest_sha256, write_lock)
-from kvbake.manifest import Manifest
-from kvbake.engines.core.detection import store_named
-from kvbake.engines.core.savefile import DirMeta, SavedImage
+from kvbake.bake.core.image_checks import platform_of
 from kvbake.bake.core.overlayswap import exclusive, recover_overlay, swap_overlay
 from kvbake.bake.core.plan import make_plan, read_overlay
-from kvbake.bake.core.image_checks import platform_of
+from kvbake.engines.core.detection import store_named
+from kvbake.engines.core.savefile import DirMeta, SavedImage
+from kvbake.manifest import Manifest
 
 log = logging.getLogger(__name__)
 PENDING = Derived(layer_diff_id="", image_id="")

@@ -6,14 +6,14 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from kvbake.bake.core.bytecode import PYC_HEADER, ModuleEvidence, module_failures, python_tags, shadow_candidates
-from kvbake.engines.adapters.client import Engine
-from kvbake.errors import IntegrityError
 from kvbake.bake.adapters.extract import BaseFile, Extractor, stale_bytecode_names
-from kvbake.lock import Lock, LockedFile
+from kvbake.bake.core.bytecode import PYC_HEADER, ModuleEvidence, module_failures, python_tags, shadow_candidates
+from kvbake.bake.core.image_checks import Expectation, file_failures, image_failures, platform_of, raise_if_failed
 from kvbake.bake.core.plan import Plan
 from kvbake.bake.core.provenance import switch_names
-from kvbake.bake.core.image_checks import Expectation, file_failures, image_failures, platform_of, raise_if_failed
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import IntegrityError
+from kvbake.lock import Lock, LockedFile
 
 # Runs inside the image with its own python3; python3-minimal has no json module, so it speaks Python literals.
 BYTECODE_PROOF = r"""

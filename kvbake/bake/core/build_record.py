@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kvbake import __version__
-from kvbake.bake.core.plan import plan_summary
 from kvbake.atomicfile import write_atomic
+from kvbake.bake.core.plan import plan_summary
 from kvbake.secretscan import refuse_credentials
 
 RECORDS_DIR = ".kvbake/builds"

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Protocol
 
 from kvbake.bake.core.diffs import CREATE, FileChange, parse_patch
+from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 from kvbake.digests import sha256_hex
 from kvbake.errors import PatchError
 from kvbake.lock import Lock, PatchFileHashes
 from kvbake.manifest import ChainPatch, Manifest
-from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 
 
 class Applier(Protocol):

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kvbake.bake.core.derived_image import derived_config, image_id, rfc3339
+from kvbake.bake.core.provenance import labels as provenance_labels
+from kvbake.bake.core.thin_layer import NEW_DIR_MODE, LayerDir, LayerFile, ThinLayer, build_layer, in_image
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.errors import IntegrityError
-from kvbake.bake.core.derived_image import derived_config, image_id, rfc3339
-from kvbake.bake.core.thin_layer import NEW_DIR_MODE, LayerDir, LayerFile, ThinLayer, build_layer, in_image
 from kvbake.lock import Derived, Lock
 from kvbake.manifest import Manifest
-from kvbake.bake.core.provenance import labels as provenance_labels
 
 OVERLAY_DIR = "overlay"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvbake.needle import NeedlePrompt, score_corruption
-from kvbake.openai_client import Completion
-from kvbake.prefix_identity import Check, check_fresh_salt, expected_cached_tokens, shared_prefix_length
-from kvbake.validate_plan import FAILED_FIX, STEPS, StepResult, foreign_stop, with_pressure_note
+from kvbake.operate.core.completions import Completion
+from kvbake.operate.core.needle import NeedlePrompt, score_corruption
+from kvbake.operate.core.prefix_identity import Check, check_fresh_salt, expected_cached_tokens, shared_prefix_length
+from kvbake.operate.core.validate_plan import FAILED_FIX, STEPS, StepResult, foreign_stop, with_pressure_note
 
 EXCERPT_CHARS = 8  # characters shown on each side of the first difference
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
-from kvbake.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
-from kvbake.release import release_to_json
 from kvbake.secretscan import withhold_credentials
+from kvbake.ship.core.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
+from kvbake.ship.core.release import release_to_json
 
 LOCK_NAME = "kvbake-lock"
 STATE_NAME = "kvbake-state"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from kvbake.validate_plan import StepResult
+from kvbake.operate.core.validate_plan import StepResult
 
 PREEMPTIONS = "vllm:num_preemptions_total"
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")

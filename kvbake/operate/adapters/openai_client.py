@@ -6,35 +6,16 @@ from collections.abc import Mapping, Sequence
 import functools
 import ssl
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from kvbake.errors import ValidationStop
+from kvbake.operate.core.completions import Completion, CompletionRequest
 
 DEFAULT_TIMEOUT_S = 900.0
-DEFAULT_MAX_TOKENS = 64
 BODY_EXCERPT_CHARS = 200
-
-
-@dataclass(frozen=True)
-class CompletionRequest:
-    """One greedy completion request; cache_salt isolates its prefix cache when set."""
-
-    prompt: str
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    cache_salt: str | None = None
-
-
-@dataclass(frozen=True)
-class Completion:
-    """The parts of a completion the validation checks read."""
-
-    text: str
-    prompt_tokens: int
-    cached_tokens: int
 
 
 def completion_payload(model: str, request: CompletionRequest) -> dict[str, Any]:

@@ -8,53 +8,21 @@ import os
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from kvbake.atomicfile import write_atomic
-from kvbake.deployfile import Deployment, Node
-from kvbake.engines.adapters.client import Engine
+from kvbake.deployfile import Deployment
 from kvbake.errors import DivergedError, KvbakeError, RolloutError
-from kvbake.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
-from kvbake.nodestate import NodeState, who
-from kvbake.readiness import wait_until_ready
-from kvbake.release import Release, release_from_json, release_to_json
-from kvbake.running import adopted_rank_failures, agreement_failures, expected_image_id, rank_failures, switch_env
-from kvbake.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
-from kvbake.serve_logs import TAIL_LINES, telling_line
+from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState, who
+from kvbake.ship.adapters.readiness import wait_until_ready
+from kvbake.ship.core.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
+from kvbake.ship.core.release import Release, release_from_json, release_to_json
+from kvbake.ship.core.running import agreement_failures, switch_env
+from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """The nodes of a deployment with one engine each, and what a rank must never diverge on."""
-
-    deployment: Deployment
-    engines: dict[str, Engine]
-    repository: str
-    switch_names: tuple[str, ...]
-    baked_paths: tuple[str, ...]
-    source_root: str = ""
-
-    def node(self, name: str) -> Node:
-        return next(n for n in self.deployment.nodes if n.name == name)
-
-    def tag(self, kind: str) -> str:
-        return f"{self.repository}:{kind}"
-
-    def expected_id(self, name: str, release: Release) -> tuple[str, str]:
-        """The Id this node's store gives the release's image, and its meaning."""
-        return expected_image_id(self.engines[name].profile().store, release.config_digest, release.image)
-
-    def rank_failures(self, name: str, container: dict | None, image: dict | None, release: Release,
-                      switches: dict[str, str] | None = None) -> list[str]:
-        """How one rank differs from its release (an adopted serve by its own rules); `switches` overrides the set."""
-        if release.adopted:
-            return adopted_rank_failures(name, container, image, release, self.switch_names)
-        expected = dict(release.switches) if switches is None else switches
-        return rank_failures(name, container, image, release.layers, release.labels, expected, self.switch_names, self.baked_paths,
-                             self.expected_id(name, release), self.source_root)
 
 
 def records_of(current: Release | None, previous: Release | None) -> dict:

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from kvbake import __version__
-from kvbake.credentials import RegistryAuth
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.registry_replies import detail, expect, follow, json_object, shown, token_of
-from kvbake.remote_manifest import (  # re-exported: callers read manifests through this module
+from kvbake.ship.adapters.credentials import RegistryAuth
+from kvbake.ship.adapters.registry_replies import detail, expect, follow, json_object, shown, token_of
+from kvbake.ship.core.remote_manifest import (  # re-exported: callers read manifests through this module
     DOCKER_LIST,
     DOCKER_MANIFEST,
     MANIFEST_ACCEPT,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbake.corpus import Corpus
 from kvbake.errors import UsageError
-from kvbake.needle import NeedlePrompt, build_needle_prompt, find_codes, make_needle_codes
-from kvbake.openai_client import Completion
-from kvbake.prefix_identity import check_fresh_salt
+from kvbake.operate.core.completions import Completion
+from kvbake.operate.core.corpus import Corpus
+from kvbake.operate.core.needle import NeedlePrompt, build_needle_prompt, find_codes, make_needle_codes
+from kvbake.operate.core.prefix_identity import check_fresh_salt
 
 ORACLES = ("auto", "recall", "identity")
 PROBE_TOKENS = 400  # the recall probe: a few hundred tokens of filler around one code

@@ -12,22 +12,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kvbake.atomicfile import write_atomic
-from kvbake.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.deployfile import Deployment
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import KvbakeError, RolloutError, ValidationStop
-from kvbake.identity_oracle import score_identity_set, score_needles_identity
 from kvbake.manifest import Manifest
-from kvbake.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
-from kvbake.needle import build_corruption_set, build_needle_prompt, make_needle_codes
-from kvbake.nodestate import NodeState
-from kvbake.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
-from kvbake.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
-from kvbake.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
-from kvbake.presets import ChosenPreset
+from kvbake.operate.adapters.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
+from kvbake.operate.adapters.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
+from kvbake.operate.core.corpus import Corpus, estimate_tokens, load_corpus
+from kvbake.operate.core.identity_oracle import score_identity_set, score_needles_identity
+from kvbake.operate.core.needle import build_corruption_set, build_needle_prompt, make_needle_codes
+from kvbake.operate.core.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
+from kvbake.operate.core.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
+from kvbake.operate.core.presets import ChosenPreset
+from kvbake.operate.core.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
 from kvbake.secretscan import refuse_in_option, withhold_credentials
-from kvbake.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
-from kvbake.validate_plan import (
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.operate.core.validate_plan import (
     ANSWER_TOKENS, INERTNESS_RUNS, STEPS, SYNTHETIC, PlanOptions, Report, StepResult, make_options, not_run,
     report_text, report_to_dict, score_inertness, score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,
 )
@@ -261,7 +261,7 @@ def wait_for_the_serve(deployment: Deployment | None) -> None:
     """With a deployment that names a readiness probe, the plan starts only once the serve answers it."""
     if deployment is None or deployment.readiness is None:
         return
-    from kvbake.readiness import wait_until_ready
+    from kvbake.ship.adapters.readiness import wait_until_ready
 
     try:
         wait_until_ready(deployment.readiness, lambda: None)

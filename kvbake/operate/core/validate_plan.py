@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbake.corpus import Corpus, Document
 from kvbake.errors import PresetError, UsageError
 from kvbake.manifest import Preset
-from kvbake.needle import NeedlePrompt, default_depths, score_corruption, score_recall
-from kvbake.openai_client import Completion
-from kvbake.oracle import OracleChoice, initial_choice, oracle_to_dict
-from kvbake.presets import ChosenPreset
-from kvbake.prefix_identity import Check, PrefixObservations, check_fresh_salt, comparison_floor, score_prefix_sequence
+from kvbake.operate.core.completions import Completion
+from kvbake.operate.core.corpus import Corpus, Document
+from kvbake.operate.core.needle import NeedlePrompt, default_depths, score_corruption, score_recall
+from kvbake.operate.core.oracle import OracleChoice, initial_choice, oracle_to_dict
+from kvbake.operate.core.prefix_identity import Check, PrefixObservations, check_fresh_salt, comparison_floor, score_prefix_sequence
+from kvbake.operate.core.presets import ChosenPreset
 
 STEPS = ("inertness", "prefix identity", "corruption set", "needles", "pressure")
 DEFAULT_PREFIX_TOKENS = 8000

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Mapping
 
 from kvbake.atomicfile import write_atomic
-from kvbake.errors import RolloutError
 from kvbake.engines.core.detection import EngineProfile
+from kvbake.errors import RolloutError
 
 ENGINES = "engines.json"
 

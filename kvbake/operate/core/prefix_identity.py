@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvbake.corpus import Corpus, chars_for_tokens, corpus_text
 from kvbake.errors import KvbakeError, ValidationStop
+from kvbake.operate.core.corpus import Corpus, chars_for_tokens, corpus_text
 
 DEFAULT_BLOCK = 384
 FLOOR_TOLERANCE = 1e-12

@@ -7,21 +7,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kvbake.deployfile import Deployment
-from kvbake.errors import IntegrityError, RegistryError
-from kvbake.journal import read_diverged, read_journal
-from kvbake.bake.core.thin_layer import in_image
-from kvbake.lock import Lock
-from kvbake.manifest import Manifest
-from kvbake.nodestate import NodeState
 from kvbake.bake.core.plan import Plan
-from kvbake.presets import ChosenPreset, preset_sha256
-from kvbake.pushing import PUSHES_DIR
-from kvbake.bake.core.provenance import switch_names
-from kvbake.release import Release
-from kvbake.rollout import connect, who_deploys
-from kvbake.running import rank_failures, switch_env, agreement_failures
-from kvbake.transitions import Fleet, observe
+from kvbake.errors import IntegrityError, RegistryError
+from kvbake.manifest import Manifest
+from kvbake.operate.core.presets import ChosenPreset, preset_sha256
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.pusher import PUSHES_DIR
+from kvbake.ship.adapters.rollout import who_deploys
+from kvbake.ship.adapters.transitions import observe
+from kvbake.ship.core.journal import read_diverged, read_journal
+from kvbake.ship.core.release import Release
+from kvbake.ship.core.running import rank_failures, switch_env, agreement_failures
 
 
 
@@ -50,14 +47,6 @@ def make_release(plan: Plan, image: str, chosen: ChosenPreset, reason: str) -> R
         deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
         runtime_sha256=preset_sha256(plan.manifest, preset),
     )
-
-
-def baked_paths(lock: Lock) -> tuple[str, ...]:
-    return tuple("/" + in_image(lock.source_root, f.path) for f in lock.files)
-
-
-def make_fleet(deployment: Deployment, manifest: Manifest, lock: Lock) -> Fleet:
-    return Fleet(deployment, connect(deployment), manifest.output.repository, switch_names(manifest), baked_paths(lock), lock.source_root)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kvbake.bake.core.provenance import OWN
 from kvbake.digests import sha256_hex
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.manifest import Manifest
-from kvbake.presets import ChosenPreset, choose_preset, preset_sha256
-from kvbake.bake.core.provenance import OWN
-from kvbake.release import Release
+from kvbake.operate.core.presets import ChosenPreset, choose_preset, preset_sha256
+from kvbake.ship.core.release import Release
 
 LOCK_LABEL = OWN + "lock.sha256"
 

@@ -8,15 +8,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbake.credentials import credentials_for
 from kvbake.deployfile import Deployment
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, EngineError, KvbakeError, ResourceError, RolloutError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
-from kvbake.memwatch import GIB, gib, parse_mem_available
-from kvbake.pushing import target_for
-from kvbake.registry_api import RegistryClient
+from kvbake.operate.adapters.memwatch import GIB, gib, parse_mem_available
+from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.ship.adapters.pusher import target_for
+from kvbake.ship.adapters.registry_api import RegistryClient
 
 OK, FAIL = "ok", "FAIL"
 DISK_FLOOR = 20 * GIB  # room for one more base and a few releases

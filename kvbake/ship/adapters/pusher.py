@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from kvbake import __version__
-from kvbake.credentials import credentials_for
+from kvbake.bake.core.build_record import write_json_record
+from kvbake.bake.core.plan import Plan
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
-from kvbake.bake.core.plan import Plan
-from kvbake.bake.core.build_record import write_json_record
-from kvbake.registry_api import RegistryClient, RemoteManifest, split_repository
+from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.ship.adapters.registry_api import RegistryClient, RemoteManifest, split_repository
 
 log = logging.getLogger(__name__)
 PUSHES_DIR = ".kvbake/pushes"

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbake.bake.adapters.builder import check_base
-from kvbake.credentials import credentials_for
 from kvbake.deployfile import Deployment
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
-from kvbake.pushing import Expected, Target, overwrite_refusal, read_back, ship, target_for
-from kvbake.registry_api import RegistryClient
-from kvbake.rollout import connect
+from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.ship.adapters.fleet import connect
+from kvbake.ship.adapters.pusher import Expected, Target, overwrite_refusal, read_back, ship, target_for
+from kvbake.ship.adapters.registry_api import RegistryClient
 
 BASE_TAG_PREFIX = "base-"
 

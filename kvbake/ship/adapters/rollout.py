@@ -1,4 +1,4 @@
-"""Gang rollout: phase 1 (pull by digest and check, nothing serving changes), phase 2 (lock, retag, restart, verify)."""
+"""Deploy, rollback, resume and revert on every node: phase 1 (pull by digest, check), phase 2 (lock, retag, restart, verify)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from kvbake.deployfile import Deployment
-from kvbake.engines.adapters.client import Engine
-from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
-from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
-from kvbake.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
-from kvbake.noderecords import NodeRecords
-from kvbake.nodestate import NodeState
 from kvbake.engines.core.detection import EngineProfile
-from kvbake.release import Release, release_to_json
+from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.secretscan import refuse_credentials
-from kvbake.transitions import Fleet, records_of, revert, run_transition
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.transitions import records_of, revert, run_transition
+from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.core.noderecords import NodeRecords
+from kvbake.ship.core.release import Release, release_to_json
+from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,6 @@ class NodeView:
     current_id: str | None
     previous_id: str | None
     serving: str | None = None  # the ID of the serving container the node has, if any
-
-
-def connect(deployment: Deployment) -> dict[str, Engine]:
-    """One engine per node; an unreachable node stops everything before any change."""
-    engines = {}
-    for node in deployment.nodes:
-        engine = Engine(node.host)
-        try:
-            engine.ping()
-        except EngineError as err:
-            raise RolloutError(f"node {node.name} ({node.host}) is unreachable: {err.message}", "bring the node's engine back, then retry; nothing was changed") from None
-        engines[node.name] = engine
-    return engines
 
 
 def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from kvbake.errors import PresetError
 from kvbake.engines.core.detection import store_named
+from kvbake.errors import PresetError
 
 
 def parse_expect(text: str) -> dict[str, str]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbake.capacity_prediction import Prediction, check_ranks, predict
 from kvbake.deployfile import Deployment
+from kvbake.errors import PresetError
 from kvbake.kvarith.dense import load_dense_config
 from kvbake.manifest import Manifest, did_you_mean
-from kvbake.errors import PresetError
+from kvbake.operate.core.capacity_prediction import Prediction, check_ranks, predict
 
 
 def predict_preset(manifest: Manifest, preset_name: str, model_config: Path, device: str) -> Prediction:
@@ -21,7 +21,7 @@ def predict_preset(manifest: Manifest, preset_name: str, model_config: Path, dev
 
 def rank_logs(deployment: Deployment) -> dict[str, str]:
     """Every node's serving container log (empty when the container is absent)."""
-    from kvbake.rollout import connect
+    from kvbake.ship.adapters.fleet import connect
 
     return {name: engine.container_logs(deployment.launcher.container) for name, engine in connect(deployment).items()}
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import RolloutError
-from kvbake.release import Release, release_from_json, release_to_json
+from kvbake.ship.core.release import Release, release_from_json, release_to_json
 
 FORMAT = 2
 SLOTS = ("state-a.json", "state-b.json")

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvbake.corpus import Corpus, chars_for_tokens, corpus_text, estimate_tokens
 from kvbake.errors import KvbakeError
+from kvbake.operate.core.corpus import Corpus, chars_for_tokens, corpus_text, estimate_tokens
 
 CORRUPTION_SET_SIZE = 16
 DEFAULT_DEPTH_FRACTIONS: tuple[float, ...] = (0.5, 0.9)

@@ -8,13 +8,13 @@ import logging
 import time
 
 from kvbake.errors import KvbakeError, RolloutError
-from kvbake.nodestate import NodeState
-from kvbake.presets import check_reason
-from kvbake.release import Release, release_to_json
-from kvbake.rollout import locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
-from kvbake.running import switch_env
+from kvbake.operate.core.presets import check_reason
 from kvbake.secretscan import refuse_credentials
-from kvbake.transitions import Fleet
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.rollout import locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
+from kvbake.ship.core.release import Release, release_to_json
+from kvbake.ship.core.running import switch_env
 
 log = logging.getLogger(__name__)
 ADOPTED_PRESET = "adopted"
