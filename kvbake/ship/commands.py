@@ -34,17 +34,17 @@ def cmd_push(args: argparse.Namespace) -> Result:
 
 
 def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
+    """The manifest, its lock, the deployment and its fleet; no plan: nothing is rebuilt after push."""
     from kvbake.deployfile import load_deployment
     from kvbake.ship.adapters.fleet import make_fleet
     from kvbake.ship.adapters.rollout import refuse_if_diverged
 
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest)
-    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     deployment = load_deployment(args.deploy)
     if refuse_diverged:
         refuse_if_diverged(deployment)
-    return manifest, lock, plan, deployment, make_fleet(deployment, manifest, lock)
+    return manifest, lock, deployment, make_fleet(deployment, manifest, lock)
 
 
 def cmd_base(args: argparse.Namespace) -> Result:
@@ -66,24 +66,24 @@ def cmd_base(args: argparse.Namespace) -> Result:
 
 def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.operate.core.presets import choose_preset
-    from kvbake.ship.adapters.rollout import deploy, recover
-    from kvbake.ship.adapters.status import make_release, pushed_reference
+    from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
+    from kvbake.ship.core.push_record import pushed_image
+    from kvbake.ship.core.release import make_release
 
     if not (args.preset or args.resume or args.revert):
         raise_usage("deploy needs --preset NAME (or --resume / --revert)")
     check_reason(args.reason)
-    manifest, lock, plan, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
+    manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
         release_id = None
         if args.preset and args.resume:
             chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
-            release_id = make_release(plan, args.image or pushed_reference(manifest, plan), chosen, args.reason or "").id
+            release_id = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys()).id
         journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, release_id)
         verb = "resumed" if args.resume else "reverted"
         return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
     chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
-    image = args.image or pushed_reference(manifest, plan)
-    release = make_release(plan, image, chosen, args.reason or "")
+    release = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys())
     unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
     if unknown:
         raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}")

@@ -17,9 +17,9 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
 from kvbake.ship.adapters.credentials import credentials_for
 from kvbake.ship.adapters.registry_api import RegistryClient, RemoteManifest, split_repository
+from kvbake.ship.core.push_record import PUSHES_DIR
 
 log = logging.getLogger(__name__)
-PUSHES_DIR = ".kvbake/pushes"
 KNOWN_TAGS_LIMIT = 50
 
 

@@ -1,52 +1,17 @@
-"""Glue for the ship commands: the release from manifest + lock + push record + preset, the fleet, verify-running, status."""
+"""verify-running and status: what every rank runs, against the release records its node keeps."""
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from kvbake.bake.core.plan import Plan
-from kvbake.errors import IntegrityError, RegistryError
-from kvbake.manifest import Manifest
-from kvbake.operate.core.presets import ChosenPreset, preset_sha256
+from kvbake.errors import IntegrityError
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.adapters.pusher import PUSHES_DIR
-from kvbake.ship.adapters.rollout import who_deploys
 from kvbake.ship.adapters.transitions import observe
 from kvbake.ship.core.journal import read_diverged, read_journal
 from kvbake.ship.core.release import Release
-from kvbake.ship.core.running import rank_failures, switch_env, agreement_failures
-
-
-
-def pushed_reference(manifest: Manifest, plan: Plan) -> str:
-    """The `repo@sha256:…` reference recorded by `push` for this plan's tag."""
-    path = manifest.root / PUSHES_DIR / f"{plan.tag}.json"
-    if not path.exists():
-        raise RegistryError(f"{plan.reference} has not been pushed (no push record)", "run python build.py push first")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RegistryError(f"the push record of {plan.tag} ({path.name}) is unreadable or not JSON ({err})",
-                            "run python build.py push again to rewrite it") from None
-    reference = record.get("pinned") if isinstance(record, dict) else None
-    if not isinstance(reference, str) or "@sha256:" not in reference:
-        raise RegistryError(f"the push record of {plan.tag} has no digest reference", "run python build.py push again")
-    return reference
-
-
-def make_release(plan: Plan, image: str, chosen: ChosenPreset, reason: str) -> Release:
-    preset = chosen.preset
-    return Release(
-        image=image, config_digest=plan.image_id, layers=(*plan.lock.base.diff_ids, plan.layer.diff_id),
-        labels=dict(plan.labels), preset=preset.name, switches=dict(preset.switches), max_model_len=preset.max_model_len,
-        launcher_args=preset.launcher_args, deployed_by=who_deploys(),
-        deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
-        runtime_sha256=preset_sha256(plan.manifest, preset),
-    )
+from kvbake.ship.core.running import agreement_failures, rank_failures, switch_env
 
 
 @dataclass(frozen=True)

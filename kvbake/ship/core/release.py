@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from kvbake.digests import canonical_json, sha256_hex
+from kvbake.manifest import Manifest
+from kvbake.operate.core.presets import ChosenPreset, preset_sha256
+
+
+@dataclass(frozen=True)
+class PushedImage:
+    """What a release pulls (`repo@sha256:…`) and what every node checks that it holds: config digest, layers, labels."""
+
+    pinned: str
+    config_digest: str
+    layers: tuple[str, ...]  # diff_ids: the locked base's, then the thin layer's
+    labels: Mapping[str, str]  # kvbake's own labels on the image
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,18 @@ class Release:
     def env(self) -> list[str]:
         """The switch set as NAME=VALUE, sorted: identical on every rank."""
         return [f"{name}={value}" for name, value in sorted(self.switches.items())]
+
+
+def make_release(pushed: PushedImage, chosen: ChosenPreset, manifest: Manifest, reason: str, deployed_by: str) -> Release:
+    """A new release: the pushed image with the chosen preset's runtime settings, who deploys it, when and why."""
+    preset = chosen.preset
+    return Release(
+        image=pushed.pinned, config_digest=pushed.config_digest, layers=pushed.layers, labels=dict(pushed.labels),
+        preset=preset.name, switches=dict(preset.switches), max_model_len=preset.max_model_len,
+        launcher_args=preset.launcher_args, deployed_by=deployed_by,
+        deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
+        runtime_sha256=preset_sha256(manifest, preset),
+    )
 
 
 def release_to_json(release: Release) -> str:
