@@ -1,5 +1,6 @@
-"""The real-serve stand-in on this machine: its base, tiny model and corpus, a project copy locked to the local base, and
-a deployment file that serves it with the reference vLLM launcher on one local engine."""
+"""The real-serve stand-in here: its base, tiny model and corpus, a locked project copy, a one-node deployment."""
+
+# The deployment serves it with the reference vLLM launcher on this machine's engine.
 
 from __future__ import annotations
 

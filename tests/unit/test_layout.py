@@ -148,6 +148,15 @@ def test_no_two_module_names_of_one_folder_group_differ_only_by_a_suffix(group: 
     assert names and not pairs, "names that differ only by a suffix: " + ", ".join(f"{a}/{b}" for a, b in pairs)
 
 
+def test_every_module_says_what_it_holds_in_a_one_line_docstring() -> None:
+    unsaid = []
+    for name, path in modules().items():
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+        if not doc or "\n" in doc.strip():
+            unsaid.append(name)
+    assert not unsaid, "no one-line module docstring: " + ", ".join(unsaid)
+
+
 def test_every_command_runs_from_its_stage_commands_module() -> None:
     subcommands = next(a for a in parser()._actions if a.dest == "command").choices
     assert set(COMMAND_STAGES) == set(subcommands)

@@ -1,5 +1,6 @@
-"""Adapter: `git apply`, wrapped strictly: isolated from any git config and repository, check first, no fuzz, no offsets;
-git reads the normalized patch (diffs.normalized_patch), never the raw file."""
+"""Adapter: `git apply`, strictly: no git config or repository, check first, no fuzz, no offsets."""
+
+# git reads the normalized patch (diffs.normalized_patch), never the raw file.
 
 from __future__ import annotations
 

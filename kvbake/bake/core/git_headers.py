@@ -1,5 +1,6 @@
-"""Refuse, from a patch's raw lines, the git headers that make `git apply` do more than edit text: links, modes,
-deletions, renames, copies and binary changes. unidiff keeps some of these as free text, so they are read here."""
+"""Refuse the git headers that make `git apply` do more than edit text: links, modes, deletions, renames, binaries."""
+
+# Copies too. unidiff keeps some of these as free text, so they are read here from a patch's raw lines.
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""Replace overlay/ and the lock crash-safely (the lock is the commit point) and recover from an interrupted swap.
+"""Replace overlay/ and the lock crash-safely (the lock is the commit point) and recover from an interrupted swap."""
 
-A swap runs these steps; a kill between any two leaves a state `recover_overlay` resolves on the next `lock`:
-  building   overlay.tmp.<token>/ exists, holding overlay/README.md so far        → discarded
-  built      overlay.tmp.<token>/ holds every patched file, synced to disk          → discarded
-  staged     renamed to overlay.new.<tag>/ (tag = lock sha256 prefix + token)      → discarded (lock not written)
-  lock-temp  the new lock sits in a temporary file beside the lock                  → temporary file removed
-  locked     the lock is replaced: the swap is committed                           → rolled forward
-  retired    overlay/ renamed to overlay.old.<tag>/                                → rolled forward
-  placed     overlay.new.<tag>/ renamed to overlay/                                → overlay.old.<tag>/ removed
-  done       overlay.old.<tag>/ removed
-A folder is discarded by renaming it to overlay.tmp.<token>/ first, so a half-removed folder is always scratch.
-KVBAKE_TEST_KILL_AT=<step> (test-only) makes the process SIGKILL itself right after that step.
-"""
+# A swap runs these steps; a kill between any two leaves a state `recover_overlay` resolves on the next `lock`:
+#   building   overlay.tmp.<token>/ exists, holding overlay/README.md so far        → discarded
+#   built      overlay.tmp.<token>/ holds every patched file, synced to disk          → discarded
+#   staged     renamed to overlay.new.<tag>/ (tag = lock sha256 prefix + token)      → discarded (lock not written)
+#   lock-temp  the new lock sits in a temporary file beside the lock                  → temporary file removed
+#   locked     the lock is replaced: the swap is committed                           → rolled forward
+#   retired    overlay/ renamed to overlay.old.<tag>/                                → rolled forward
+#   placed     overlay.new.<tag>/ renamed to overlay/                                → overlay.old.<tag>/ removed
+#   done       overlay.old.<tag>/ removed
+# A folder is discarded by renaming it to overlay.tmp.<token>/ first, so a half-removed folder is always scratch.
+# KVBAKE_TEST_KILL_AT=<step> (test-only) makes the process SIGKILL itself right after that step.
 
 from __future__ import annotations
 

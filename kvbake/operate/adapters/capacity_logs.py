@@ -7,8 +7,9 @@ from pathlib import Path
 from kvbake.deployfile import Deployment
 from kvbake.errors import PresetError
 from kvbake.kvarith.dense import load_dense_config
-from kvbake.manifest import Manifest, did_you_mean
+from kvbake.manifest import Manifest
 from kvbake.operate.core.capacity_prediction import Prediction, check_ranks, predict
+from kvbake.yaml_documents import did_you_mean
 
 
 def predict_preset(manifest: Manifest, preset_name: str, model_config: Path, device: str) -> Prediction:

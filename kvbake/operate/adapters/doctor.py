@@ -1,6 +1,7 @@
-"""`build.py doctor`: check, without changing anything, what kvbake needs on this host and on every node: the engine
-profile, the registry's TLS and login, the free disk of the manifest's folder, and each node's reachability, base, free
-disk and MemAvailable."""
+"""`build.py doctor`: check, changing nothing, the engine, the registry's TLS and login, the disk, and every node."""
+
+# On this host: the engine profile, the registry's TLS and login, the free disk of the manifest's folder.
+# On every node: reachability, the base, the free disk under its data root and MemAvailable.
 
 from __future__ import annotations
 

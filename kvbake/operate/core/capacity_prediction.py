@@ -1,5 +1,4 @@
-"""The KV capacity line a preset should make the serve log, predicted from the model config and the preset; and the check
-of a serve's log against it."""
+"""The KV capacity line a preset should make the serve log, from the model config and the preset; and a log's check."""
 
 from __future__ import annotations
 

@@ -7,9 +7,10 @@ from typing import Mapping
 
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import PresetError
-from kvbake.manifest import Manifest, Preset, did_you_mean
+from kvbake.manifest import Manifest, Preset
 from kvbake.secretscan import refuse_in_option
-from kvbake.yaml_strings import control_character
+from kvbake.yaml_documents import did_you_mean
+from kvbake.yaml_documents import control_character
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""`build.py adopt`: record the serve that runs on every node (kvbake did not deploy it) as the current release, so
-that the first deploy keeps it as `previous` and the first rollback brings that very container back."""
+"""`build.py adopt`: the serve every node runs (kvbake did not deploy it) becomes its current release."""
+
+# The first deploy keeps it as `previous`, and the first rollback brings that very container back.
 
 from __future__ import annotations
 

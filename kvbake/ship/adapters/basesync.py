@@ -1,5 +1,6 @@
-"""`build.py base sync`: the locked base once in the private registry, then on every node under the name phase 1 of
-a deploy looks for; idempotent, and a node's tag that names another image moves only with --force."""
+"""`build.py base sync`: the locked base once in the registry, then by digest on every node, named as deploy expects."""
+
+# Idempotent; a node's tag that names another image moves only with --force.
 
 from __future__ import annotations
 

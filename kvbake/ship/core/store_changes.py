@@ -1,5 +1,6 @@
-"""Which engine profile each node ran at its last completed transition, kept beside the journal on the deploying host.
-A node whose image store changed since then has lost its images, records and serving container with the old store."""
+"""Each node's engine profile at the last completed transition, kept beside the journal on the deploying host."""
+
+# A node whose image store changed since then has lost its images, records and serving container with the old store.
 
 from __future__ import annotations
 
