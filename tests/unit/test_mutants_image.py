@@ -1,4 +1,4 @@
-"""Exact-value tests of image.py that the mutation run showed were missing: whole documents and archive members, byte for byte."""
+"""Exact-value tests of derived_image.py (was image.py) that the mutation run showed were missing: whole documents and archive members, byte for byte."""
 
 from __future__ import annotations
 

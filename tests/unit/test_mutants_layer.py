@@ -1,4 +1,4 @@
-"""Exact-value tests of layer.py that the mutation run showed were missing: every tar member's full metadata, every whiteout."""
+"""Exact-value tests of thin_layer.py (was layer.py) that the mutation run showed were missing: every tar member's full metadata, every whiteout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact-value tests of verify.py that the mutation run showed were missing: empty inspect data, every message and fix."""
+"""Exact-value tests of image_checks.py (was verify.py) that the mutation run showed were missing: empty inspect data, every message and fix."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from kvbake.manifest import ChainPatch, Manifest
 
 
 class Applier(Protocol):
-    """What the chain needs from a patch tool (kvbake.gitapply satisfies it)."""
+    """What the chain needs from a patch tool (bake/adapters/gitapply.py satisfies it)."""
 
     def apply_strictly(self, label: str, patch: Path, tree: Path) -> None: ...
 

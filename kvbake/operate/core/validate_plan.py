@@ -163,7 +163,7 @@ def score_inertness(completions: Sequence[Completion], control: bool) -> StepRes
 
 
 def score_prefix(observations: PrefixObservations) -> StepResult:
-    """Cold, hit, fresh salt and partial prefix, scored by kvbake.prefix_identity (a leaking salt stops the run)."""
+    """Cold, hit, fresh salt and partial prefix, scored by prefix_identity (a leaking salt stops the run)."""
     verdict = score_prefix_sequence(observations)
     counts = {"cold": observations.cold.cached_tokens, "hit": observations.hit.cached_tokens,
               "fresh_salt": observations.fresh_salt.cached_tokens,
