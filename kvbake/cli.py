@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn
 
 from kvbake import __version__
+from kvbake.command_output import emit
 from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
 
 log = logging.getLogger("kvbake")
@@ -41,6 +41,11 @@ COMMANDS_HELP = """commands:
 """
 
 
+# Which stage's commands module runs each command (its function is `cmd_<command>`, dashes as underscores).
+COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "bake", "dockerfile": "bake",
+                  "push": "ship", "base": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
+                  "verify-running": "ship", "status": "ship",
+                  "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate"}
 BEFORE = "before_command_"
 COMMON_DEFAULTS = {"manifest": Path("manifest.yaml"), "host": None, "json": False, "debug": False}
 
@@ -170,10 +175,6 @@ def configure_logging(debug: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
-def emit(args: argparse.Namespace, data: dict, text: str) -> None:
-    print(json.dumps(data, indent=1, sort_keys=True) if args.json else text)
-
-
 def merge_common(top: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Each common option from either side of the command, or its default; a different value on each side is a usage error."""
     for name, default in COMMON_DEFAULTS.items():
@@ -205,18 +206,26 @@ def report(err: KvbakeError, debug: bool) -> int:
     return err.exit_code
 
 
+def handler_of(command: str) -> Callable[[argparse.Namespace], tuple[dict, str]]:
+    """The function of its stage's commands module that runs `command`."""
+    from kvbake.bake import commands as bake
+    from kvbake.operate import commands as operate
+    from kvbake.ship import commands as ship
+
+    stage = {"bake": bake, "ship": ship, "operate": operate}[COMMAND_STAGES[command]]
+    return getattr(stage, "cmd_" + command.replace("-", "_"))
+
+
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
     except UsageError as err:
         return report(err, debug=False)
     configure_logging(args.debug)
-    from kvbake import commands
-    from kvbake.engine import show_progress
+    from kvbake.engines.adapters.client import show_progress
 
     show_progress(sys.stdout.isatty() and not args.json)
-
-    handler: Callable[[argparse.Namespace], tuple[dict, str]] = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+    handler = handler_of(args.command)
     try:
         data, text = handler(args)
     except KvbakeError as err:

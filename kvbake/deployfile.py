@@ -11,8 +11,7 @@ from typing import Mapping
 import jsonschema
 
 from kvbake.errors import ManifestError
-from kvbake.manifest import describe_schema_error, parse_yaml
-from kvbake.manifest_text import check_strings
+from kvbake.yaml_documents import check_strings, describe_schema_error, parse_yaml
 
 HOST_CREDENTIAL_FIX = ("remove it from the file; an ssh host may name a user (ssh://user@node), "
                        "the key or password comes from the ssh agent or ~/.ssh/config")

@@ -9,11 +9,13 @@ from typing import Any, Callable
 
 from kvbake import FORMAT_VERSION, READABLE_FORMATS
 from kvbake.atomicfile import write_atomic
-from kvbake.diffs import CREATE, MODIFY
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import LockError
-from kvbake.lockfields import Fields, kind_of, read_document, shown
+from kvbake.json_fields import Fields, kind_of, read_document, shown
 from kvbake.manifest import Manifest
+
+MODIFY = "modify"  # a patch changes a file of the base
+CREATE = "create"  # a patch creates a file the base does not have
 
 
 @dataclass(frozen=True)

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from collections.abc import Hashable
 from typing import Any, Mapping
 
 import jsonschema
-import yaml
 
 from kvbake.digests import canonical_json
 from kvbake.errors import ManifestError
-from kvbake.manifest_text import check_strings
 from kvbake.safepath import resolve_inside
+from kvbake.yaml_documents import check_strings, describe_schema_error, did_you_mean, parse_yaml
 
 TAG_FIELDS = ("base_tag", "short_id", "name")
 # Runtime sections: what a deploy passes to the ranks. Changing them never changes the lock or the image.
@@ -171,40 +168,6 @@ def _read_bytes(path: Path) -> bytes:
         raise ManifestError(f"manifest {path.name} unreadable: {err.strerror}", "check the file's permissions") from err
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key given twice in one mapping."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, Hashable):
-            raise yaml.constructor.ConstructorError(None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def parse_yaml(raw: bytes, name: str) -> Any:
-    """Parse YAML strictly (no duplicate keys); a syntax error names the line."""
-    try:
-        return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" line {where.line + 1}" if where else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ManifestError(f"{name}{line}: malformed YAML: {problem}", "fix the YAML syntax at that line") from None
-    except RecursionError:
-        raise ManifestError(f"{name}: YAML nested too deeply to read", "flatten the document to the schema's shape") from None
-    except (ValueError, TypeError, OverflowError) as err:
-        raise ManifestError(f"{name}: a YAML value cannot be read: {err}", "quote the value (a date or number YAML cannot represent)") from None
-
-
 def manifest_schema() -> dict:
     """The JSON Schema shipped as package data."""
     text = resources.files("kvbake").joinpath("schema/manifest.schema.json").read_text(encoding="utf-8")
@@ -219,30 +182,6 @@ def validate_schema(document: Any, name: str) -> None:
     if errors:
         problems = "; ".join(describe_schema_error(err) for err in errors)
         raise ManifestError(f"{name}: {len(errors)} schema problem(s): {problems}", "edit the manifest to match the schema in kvbake/schema/manifest.schema.json")
-
-
-def describe_schema_error(err: jsonschema.ValidationError) -> str:
-    """One readable phrase: the dotted path, what is wrong, and a suggestion when a key looks misspelt."""
-    location = json_path(err.absolute_path)
-    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-        known = list(err.schema.get("properties", {}))
-        extra = [k for k in err.instance if k not in known]
-        return "; ".join(f"{location}: unknown key {k!r}{did_you_mean(k, known)}" for k in extra)
-    if err.validator == "required":
-        return f"{location}: missing key {err.message.split(' ')[0]}"
-    return f"{location}: {err.message}"
-
-
-def did_you_mean(word: Any, choices: list[str]) -> str:
-    if not isinstance(word, str):
-        return ""
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def json_path(parts: Any) -> str:
-    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
-    return text.lstrip(".") or "(top level)"
 
 
 def check_semantics(document: dict, name: str) -> None:

@@ -1,6 +1,7 @@
-"""Find anything that looks like a credential in text bound for labels, records, journals, node state or reports; name
-where, never echo it. Every writer either refuses such text (nothing is written) or, where the write must happen even
-then (a diverged mark, a validation report), writes a note of what was withheld in its place."""
+"""Find anything that looks like a credential in text bound for labels, records, journals, node state or reports."""
+
+# Name where, never echo it. Every writer either refuses such text (nothing is written) or, where the write must happen
+# even then (a diverged mark, a validation report), writes a note of what was withheld in its place.
 
 from __future__ import annotations
 

@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvbake.building import build_image, docker_build_context  # noqa: E402
-from kvbake.engine import Engine  # noqa: E402
+from kvbake.bake.adapters.builder import build_image, docker_build_context  # noqa: E402
+from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.lock import read_lock  # noqa: E402
-from kvbake.locking import create_lock  # noqa: E402
+from kvbake.bake.adapters.pinning import create_lock  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
-from kvbake.plan import make_plan, read_overlay  # noqa: E402
+from kvbake.bake.core.plan import make_plan, read_overlay  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
-from kvbake.verifying import verify_image  # noqa: E402
+from kvbake.bake.adapters.verifier import verify_image  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parents[1] / "examples" / "standin"
 STANDIN_BASE = "kvbake-standin/vllm-base:0.33.0"

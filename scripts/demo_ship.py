@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
-from kvbake.engine import Engine  # noqa: E402
+from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from kvbake.rig.recipes import available_recipes, other_profiles  # noqa: E402
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--others"]:
-        from kvbake.engine import Engine
+        from kvbake.engines.adapters.client import Engine
 
         print(" ".join(other_profiles(Engine().profile().name)))
         return 0

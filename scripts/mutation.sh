@@ -6,11 +6,11 @@
 # test that already fails on the unmutated copy is named and left out (it would "kill" every mutant).
 #
 #   bash scripts/mutation.sh                          # every module below
-#   bash scripts/mutation.sh --modules running,layer  # a subset
+#   bash scripts/mutation.sh --modules ship/core/running,bake/core/thin_layer  # a subset
 #   bash scripts/mutation.sh --keep                   # leave the scratch copy for `mutmut show NAME`
 #
 # Options:
-#   --modules a,b,...   modules of kvbake/ to mutate, without ".py" (default: all of MODULES)
+#   --modules a,b,...   modules to mutate, as paths below kvbake/ without ".py" (default: all of MODULES)
 #   --workdir DIR       use DIR (absent or empty) as the scratch copy, and keep it afterwards
 #   --keep              keep the temporary scratch copy and print where it is
 #   --children N        mutmut workers at a time (default 1: the machine is shared)
@@ -21,7 +21,8 @@
 set -euo pipefail
 
 MUTMUT_VERSION="3.8.1"
-MODULES=(verify running presets prefix_identity layer plan image journal transitions)
+MODULES=(bake/core/image_checks ship/core/running operate/core/presets operate/core/prefix_identity bake/core/thin_layer
+         bake/core/plan bake/core/derived_image ship/core/journal ship/adapters/transitions)
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${KVBAKE_MUTATION_VENV:-$HOME/.cache/kvbake/mutation-venv}"

@@ -13,72 +13,72 @@ from pathlib import Path
 # tell it apart). A listed name leaves the adjusted denominator only while it survives AND its mutated line
 # still reads the same, so renumbering after a source change can never hide a new survivor.
 EQUIVALENT_MUTANTS: dict[str, tuple[str, str]] = {
-    "kvbake.verify.x_env_names__mutmut_4": (
+    "kvbake.bake.core.image_checks.x_env_names__mutmut_4": (
         'return {item.split("=", )[0] for item in env or ()}', "without maxsplit the first piece is the same name"),
-    "kvbake.verify.x_env_names__mutmut_7": (
+    "kvbake.bake.core.image_checks.x_env_names__mutmut_7": (
         'return {item.split("=", 2)[0] for item in env or ()}', "a larger maxsplit leaves the first piece, the name, alike"),
-    "kvbake.image.x_derived_config__mutmut_11": (
+    "kvbake.bake.core.derived_image.x_derived_config__mutmut_11": (
         'runtime = config.setdefault("config", None) or {}', "an absent runtime section becomes {} through `or {}` either way"),
-    "kvbake.image.x_derived_config__mutmut_13": (
+    "kvbake.bake.core.derived_image.x_derived_config__mutmut_13": (
         'runtime = config.setdefault("config", ) or {}', "setdefault's own default is None, and `or {}` replaces it"),
-    "kvbake.image.x_write_archive__mutmut_3": (
+    "kvbake.bake.core.derived_image.x_write_archive__mutmut_3": (
         'with tarfile.open(fileobj=fileobj, mode="w", format=None) as tar:', "tarfile's default format is PAX"),
-    "kvbake.image.x_write_archive__mutmut_6": (
+    "kvbake.bake.core.derived_image.x_write_archive__mutmut_6": (
         'with tarfile.open(fileobj=fileobj, mode="w", ) as tar:', "tarfile's default format is PAX"),
-    "kvbake.layer.x_build_layer__mutmut_54": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_54": (
         'members.append((name, _info(name, tarfile.REGTYPE, 0o644, 0, 0, mtime, 0), b"XXXX"))',
         "a whiteout's size is 0, so tarfile copies none of its data"),
-    "kvbake.layer.x_build_layer__mutmut_64": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_64": (
         'with tarfile.open(fileobj=buffer, mode="w", format=None) as tar:', "tarfile's default format is PAX"),
-    "kvbake.layer.x_build_layer__mutmut_67": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_67": (
         'with tarfile.open(fileobj=buffer, mode="w", ) as tar:', "tarfile's default format is PAX"),
-    "kvbake.layer.x_build_layer__mutmut_71": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_71": (
         "for _, info, data in sorted(members, key=None):", "names are unique (checked just before), so tuples sort by name alone"),
-    "kvbake.layer.x_build_layer__mutmut_73": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_73": (
         "for _, info, data in sorted(members, ):", "names are unique (checked just before), so tuples sort by name alone"),
-    "kvbake.layer.x_build_layer__mutmut_81": (
+    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_81": (
         "tar.addfile(info, io.BytesIO(data) if (data is not None) or True else None)",
         "only directories have no data; their size is 0, so an empty buffer adds nothing"),
-    "kvbake.journal.x_read_journal__mutmut_8": (
+    "kvbake.ship.core.journal.x_read_journal__mutmut_8": (
         'return journal_from_dict(json.loads(path.read_bytes().decode("UTF-8")))', "codec names are case-insensitive"),
-    "kvbake.journal.x_read_diverged__mutmut_8": (
+    "kvbake.ship.core.journal.x_read_diverged__mutmut_8": (
         'data = json.loads(path.read_bytes().decode("UTF-8"))', "codec names are case-insensitive"),
-    "kvbake.journal.x_read_diverged__mutmut_9": (
+    "kvbake.ship.core.journal.x_read_diverged__mutmut_9": (
         'data = ""', "None and \"\" are both not an object: the same error with the same reason follows"),
-    "kvbake.transitions.x_restart__mutmut_55": (
+    "kvbake.ship.adapters.transitions.x_restart__mutmut_55": (
         "done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=None)",
         "check=None is false like check=False"),
-    "kvbake.transitions.x_restart__mutmut_61": (
+    "kvbake.ship.adapters.transitions.x_restart__mutmut_61": (
         "done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, )",
         "check defaults to False"),
-    "kvbake.prefix_identity.x_build_prefix_prompts__mutmut_40": (
+    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_40": (
         'marker = _divergent_marker(full[shared]) if shared < total else "XXXX"',
         "shared >= total means shared > body, so rest < 0 and the same error follows whatever the marker"),
-    "kvbake.prefix_identity.x_build_prefix_prompts__mutmut_44": (
+    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_44": (
         "if rest <= 0:", "rest is 4k - 90 or 4k - 89 (whole tokens less question and marker), never 0"),
-    "kvbake.prefix_identity.x_build_prefix_prompts__mutmut_45": (
+    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_45": (
         "if rest < 1:", "rest is 4k - 90 or 4k - 89 (whole tokens less question and marker), never 0"),
-    "kvbake.prefix_identity.x_output_difference__mutmut_9": (
+    "kvbake.operate.core.prefix_identity.x_output_difference__mutmut_9": (
         "ratio = difflib.SequenceMatcher(None, a, b, autojunk=None).ratio()", "autojunk=None is false like autojunk=False"),
-    "kvbake.transitions.x_apply_side__mutmut_28": (
+    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_28": (
         "NodeState(None, fleet.engines[plan.node]).update(", "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.transitions.x_apply_side__mutmut_73": (
+    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_73": (
         'replaced = {plan.node: release_of(_side(plan, "XXbeforeXX" if side == "after" else "after")[2], "current") for plan in journal.nodes}',
         "_side reads every side but \"after\" as the before side"),
-    "kvbake.transitions.x_apply_side__mutmut_74": (
+    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_74": (
         'replaced = {plan.node: release_of(_side(plan, "BEFORE" if side == "after" else "after")[2], "current") for plan in journal.nodes}',
         "_side reads every side but \"after\" as the before side"),
-    "kvbake.transitions.x_drop_released_adoption__mutmut_4": (
+    "kvbake.ship.adapters.transitions.x_drop_released_adoption__mutmut_4": (
         'for side in ("XXbeforeXX", "after"):', "_side reads every side but \"after\" as the before side"),
-    "kvbake.transitions.x_drop_released_adoption__mutmut_5": (
+    "kvbake.ship.adapters.transitions.x_drop_released_adoption__mutmut_5": (
         'for side in ("BEFORE", "after"):', "_side reads every side but \"after\" as the before side"),
-    "kvbake.transitions.x_publish__mutmut_7": (
+    "kvbake.ship.adapters.transitions.x_publish__mutmut_7": (
         'NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",',
         "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.transitions.x_settle__mutmut_8": (
+    "kvbake.ship.adapters.transitions.x_settle__mutmut_8": (
         'records = NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",',
         "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.transitions.x_mark_nodes_diverged__mutmut_7": (
+    "kvbake.ship.adapters.transitions.x_mark_nodes_diverged__mutmut_7": (
         'NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} DIVERGED",',
         "the node name appears only in errors that update() itself catches and drops"),
 }
@@ -159,7 +159,7 @@ def format_score(value: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("modules", nargs="+", help="module names of kvbake/, without .py")
+    parser.add_argument("modules", nargs="+", help="modules as paths below kvbake/, without .py")
     parser.add_argument("--seconds", type=int, default=None, help="how long the run took")
     parser.add_argument("--min-score", type=float, default=None, help="exit 3 below this total score")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvbake.corpus import (  # noqa: E402
+from kvbake.operate.core.corpus import (  # noqa: E402
     CHARS_PER_TOKEN,
     Corpus,
     Document,
@@ -18,7 +18,7 @@ from kvbake.corpus import (  # noqa: E402
     parse_records,
 )
 from kvbake.errors import KvbakeError  # noqa: E402
-from kvbake.needle import (  # noqa: E402
+from kvbake.operate.core.needle import (  # noqa: E402
     CORRUPTION_SET_SIZE,
     NEEDLE_PATTERN,
     build_corruption_set,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvbake.corpus import CHARS_PER_TOKEN, Corpus, Document, estimate_tokens, load_corpus  # noqa: E402
+from kvbake.operate.core.corpus import CHARS_PER_TOKEN, Corpus, Document, estimate_tokens, load_corpus  # noqa: E402
 from kvbake.errors import KvbakeError, ValidationStop  # noqa: E402
-from kvbake.prefix_identity import (  # noqa: E402
+from kvbake.operate.core.prefix_identity import (  # noqa: E402
     DEFAULT_BLOCK,
     Observation,
     OutputDifference,

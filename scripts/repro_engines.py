@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.digests import sha256_hex  # noqa: E402
-from kvbake.engine import Engine  # noqa: E402
+from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.rig.recipes import available_recipes  # noqa: E402
 

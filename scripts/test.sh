@@ -9,7 +9,7 @@ bash scripts/setup.sh
 .venv/bin/python scripts/standin_base_arm64.py
 .venv/bin/python scripts/standin_vllm_base.py
 export KVBAKE_REQUIRE_DOCKER=1
-default=$(.venv/bin/python -c 'from kvbake.engine import Engine; print(Engine().profile().name)')
+default=$(.venv/bin/python -c 'from kvbake.engines.adapters.client import Engine; print(Engine().profile().name)')
 echo "test: the whole suite on the default engine, profile $default"
 .venv/bin/python -m pytest --durations=25 "$@"
 if [ "${KVBAKE_PROFILES:-all}" = default ]; then

@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 from hypothesis import settings
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, KvbakeError
 from kvbake.rig.recipes import PROFILE_ENV, selected_profile
 

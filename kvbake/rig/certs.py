@@ -1,11 +1,10 @@
-"""A throwaway certificate authority and loopback server certificate, made with the openssl CLI.
+"""A throwaway certificate authority and loopback server certificate, made with the openssl CLI."""
 
-Engines read a registry's CA from /etc/docker/certs.d/HOST:PORT/ca.crt; dockerd has no flag to move
-that folder for one engine, so the rig writes its entry there and removes it again. Note that Engine
-20.10 always counts 127.0.0.0/8 as an insecure registry range and then skips certificate checks, so
-on loopback the engines accept the registry's certificate without it; clients that verify (the
-registry read-back over httpx) use the CA file.
-"""
+# Engines read a registry's CA from /etc/docker/certs.d/HOST:PORT/ca.crt; dockerd has no flag to move
+# that folder for one engine, so the rig writes its entry there and removes it again. Note that Engine
+# 20.10 always counts 127.0.0.0/8 as an insecure registry range and then skips certificate checks, so
+# on loopback the engines accept the registry's certificate without it; clients that verify (the
+# registry read-back over httpx) use the CA file.
 
 from __future__ import annotations
 

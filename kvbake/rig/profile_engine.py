@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig.node_engine import NodeEngine
 from kvbake.rig.recipes import recipe_named
 

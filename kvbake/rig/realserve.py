@@ -1,5 +1,6 @@
-"""The real-serve stand-in on this machine: its base, tiny model and corpus, a project copy locked to the local base, and
-a deployment file that serves it with the reference vLLM launcher on one local engine."""
+"""The real-serve stand-in here: its base, tiny model and corpus, a locked project copy, a one-node deployment."""
+
+# The deployment serves it with the reference vLLM launcher on this machine's engine.
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, KvbakeError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
@@ -88,7 +89,7 @@ def deployment(folder: Path, model: TinyModel, port: int, *, name: str = "deploy
 
 def registry_root() -> Path:
     """Where the real-serve rig keeps its registry's blobs between runs: the 3.8 GB base is uploaded once per machine."""
-    from kvbake.manifestcache import cache_root
+    from kvbake.engines.adapters.manifestcache import cache_root
 
     return cache_root() / "realserve-registry"
 
@@ -106,7 +107,7 @@ def validate_args(model: TinyModel, port: int) -> list[str]:
 
 def clear_node(engine: Engine, repository: str) -> None:
     """Remove what a deploy to the local engine left: the serve, kvbake's node state and lock, the release's tags."""
-    from kvbake.nodestate import LOCK_NAME, STATE_NAME
+    from kvbake.ship.adapters.nodestate import LOCK_NAME, STATE_NAME
 
     for name in (CONTAINER, STATE_NAME, LOCK_NAME):
         engine.remove_container(name)

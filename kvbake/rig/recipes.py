@@ -9,8 +9,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbake.engines.adapters.manifestcache import cache_root
 from kvbake.errors import EngineError
-from kvbake.manifestcache import cache_root
 
 PRIVATE_DOCKER_VERSION = "26.1.5"
 PROFILE_ENV = "KVBAKE_TEST_PROFILE"

@@ -1,6 +1,8 @@
-"""A redirecting front for the rig registry: it proxies the registry API on one loopback port and answers blob
-reads with a 307 to a second loopback port, the "storage", which serves the bytes through a signed URL, as registries
-backed by object storage do. The storage records whether a request carried an Authorization header."""
+"""A redirecting front for the rig registry: blob reads answered with a 307 to a "storage" port, as object stores do."""
+
+# It proxies the registry API on one loopback port and answers blob reads with a 307 to a second loopback port, the
+# storage, which serves the bytes through a signed URL. The storage records whether a request carried an Authorization
+# header.
 
 from __future__ import annotations
 

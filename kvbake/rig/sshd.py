@@ -1,11 +1,10 @@
-"""A private sshd on loopback that makes a node engine reachable as ssh://root@127.0.0.1:PORT.
+"""A private sshd on loopback that makes a node engine reachable as ssh://root@127.0.0.1:PORT."""
 
-OpenSSH reads the user's config from the passwd home directory and ignores $HOME, and the docker
-CLI runs plain `ssh`. So the client side is a folder with its own key, known_hosts and config, plus
-a `bin/ssh` that runs the real ssh with `-F` that config; put that folder first on PATH (see
-`SshClientFiles.env`). Host keys stay checked: each server's key is written to known_hosts.
-On the server side `SetEnv DOCKER_HOST=...` points `docker system dial-stdio` at the node's socket.
-"""
+# OpenSSH reads the user's config from the passwd home directory and ignores $HOME, and the docker
+# CLI runs plain `ssh`. So the client side is a folder with its own key, known_hosts and config, plus
+# a `bin/ssh` that runs the real ssh with `-F` that config; put that folder first on PATH (see
+# `SshClientFiles.env`). Host keys stay checked: each server's key is written to known_hosts.
+# On the server side `SetEnv DOCKER_HOST=...` points `docker system dial-stdio` at the node's socket.
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from kvbake.cli import main
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
 
 from tiny import import_base, write_project

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvbake.journal import DIVERGED
+from kvbake.ship.core.journal import DIVERGED
 
 from shiprig import (PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, node_snapshot, reset_nodes,
                      ship, ship_with, write_deploy)
@@ -78,7 +78,7 @@ def failed_second_deploy(capsys, shipped: dict, rig: dict, tmp_path: Path, faili
 
 def node_down_after_phase_one(capsys, shipped: dict, rig: dict, monkeypatch: pytest.MonkeyPatch, down: str) -> None:
     """A node that dies between phase 1 and the locks: nothing changes on any node."""
-    import kvbake.rollout as rollout
+    import kvbake.ship.adapters.rollout as rollout
 
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
@@ -103,7 +103,7 @@ def node_down_after_phase_one(capsys, shipped: dict, rig: dict, monkeypatch: pyt
 def node_down_after_the_other_was_retagged(capsys, shipped: dict, rig: dict, monkeypatch: pytest.MonkeyPatch, down: str) -> None:
     """The other node is retagged, then `down` dies: DIVERGED, every further deploy refused, and `deploy --revert`
     brings back exactly the state before."""
-    import kvbake.transitions as transitions
+    import kvbake.ship.adapters.transitions as transitions
 
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
@@ -133,7 +133,7 @@ def node_down_after_the_other_was_retagged(capsys, shipped: dict, rig: dict, mon
 
 KILLER = """
 import os, signal, sys
-import kvbake.transitions as transitions
+import kvbake.ship.adapters.transitions as transitions
 from kvbake.cli import main
 original, count, stop_at = transitions.write_journal, [0], int(os.environ["KVBAKE_KILL_AT_JOURNAL_WRITE"])
 def write_then_die(folder, journal):

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvbake.engine import Engine
-from kvbake.journal import DIVERGED, JOURNAL
-from kvbake.nodestate import LOCK_NAME, NodeState
+from kvbake.engines.adapters.client import Engine
+from kvbake.ship.core.journal import DIVERGED, JOURNAL
+from kvbake.ship.adapters.nodestate import LOCK_NAME, NodeState
 from kvbake.rig import NodeEngine
 
 from conftest import run

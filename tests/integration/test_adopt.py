@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from kvbake.engine import Engine
-from kvbake.nodestate import STATE_NAME
+from kvbake.engines.adapters.client import Engine
+from kvbake.ship.adapters.nodestate import STATE_NAME
 
 from conftest import run
 from faultscenarios import failing_launcher, operator_host

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
-from kvbake.verifying import engine_can_run
+from kvbake.engines.adapters.client import Engine
+from kvbake.bake.adapters.verifier import engine_can_run
 
 from conftest import run
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
+from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.rig import NodeEngine
-from kvbake.verifying import prove_bytecode
+from kvbake.bake.adapters.verifier import prove_bytecode
 
 from conftest import run
 

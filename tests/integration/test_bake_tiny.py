@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
-from kvbake.extract import Extractor
+from kvbake.engines.adapters.client import Engine
+from kvbake.bake.adapters.extract import Extractor
 from kvbake.manifest import load_manifest
 
 from conftest import leftover_containers, run, tags_of
@@ -50,7 +50,7 @@ def test_build_is_reproducible_and_matches_the_lock(capsys, engine, tiny):
     assert first["engine"]["name"] == profile.name
     assert (first["image_id"] == first["config_digest"]) == (profile.store == "classic")
     if profile.store == "containerd":  # the build remembers the manifest it wrote: no docker save to resolve the ID
-        from kvbake import manifestcache
+        from kvbake.engines.adapters import manifestcache
 
         assert manifestcache.get(first["image_id"]) is not None
     assert first["image"].startswith(REPO + ":1-kvpack-")

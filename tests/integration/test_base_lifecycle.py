@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 
 from conftest import run
 from shiprig import STANDIN_LAUNCHER, write_deploy

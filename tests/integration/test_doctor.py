@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig import Credentials, LocalRegistry, NodeEngine, login, private_client, write_htpasswd
 
 from conftest import run

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 
 from conftest import leftover_containers, run, tags_of
 from tiny import MOD_V1, MOD_V2, MOD_V3, NEW

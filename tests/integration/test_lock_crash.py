@@ -15,8 +15,8 @@ import pytest
 from kvbake.digests import sha256_hex
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.overlayswap import KILL_ENV, STEPS
-from kvbake.plan import read_overlay
+from kvbake.bake.core.overlayswap import KILL_ENV, STEPS
+from kvbake.bake.core.plan import read_overlay
 
 from conftest import leftover_containers, run
 from tiny import MOD_V2, MOD_V3, NEW, diff

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig import LocalRegistry, NodeEngine
 from kvbake.rig.recipes import available_recipes
 

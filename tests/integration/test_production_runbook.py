@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from tests.doubles.openai_double import OpenAIDouble
 
 from conftest import run

@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
-from kvbake.pushing import push_image
+from kvbake.bake.core.plan import make_plan, read_overlay
+from kvbake.ship.adapters.pusher import push_image
 from kvbake.rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
 from kvbake.rig.ports import free_port
 from kvbake.rig.processes import spawn, wait_until

@@ -18,13 +18,13 @@ from typing import Iterator
 import httpx
 import pytest
 
-from kvbake.chain import read_patch
+from kvbake.bake.core.chain import read_patch
 from kvbake.cli import main
-from kvbake.coverage import check_coverage
-from kvbake.engine import Engine
+from kvbake.bake.core.switch_coverage import check_coverage
+from kvbake.engines.adapters.client import Engine
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import read_overlay
+from kvbake.bake.core.plan import read_overlay
 from kvbake.rig import LocalRegistry
 from kvbake.rig import realserve as rs
 from kvbake.rig.ports import free_port

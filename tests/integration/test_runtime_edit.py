@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from kvbake.engine import Engine
-from kvbake.nodestate import NodeState
+from kvbake.engines.adapters.client import Engine
+from kvbake.ship.adapters.nodestate import NodeState
 
 from conftest import run
 from shiprig import CONTAINER, STANDIN_LAUNCHER, write_deploy

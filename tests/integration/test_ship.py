@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.rig import NodeEngine
 
 from conftest import run
@@ -173,7 +173,7 @@ def test_a_stale_lock_needs_break_lock_and_is_audited(capsys, shipped, rig):
     assert code == 12 and "stale lock from ops@gone:1" in err and "--break-lock" in err, err
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "stale", "--break-lock")
     assert code == 0, err
-    from kvbake.nodestate import NodeState
+    from kvbake.ship.adapters.nodestate import NodeState
 
     audit = NodeState("spark-a", node).read().audit
     assert "broke stale lock of ops@gone:1 (deploy deploy-old" in audit

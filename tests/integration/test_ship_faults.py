@@ -9,8 +9,8 @@ import time
 import pytest
 
 from kvbake.cli import main
-from kvbake.engine import Engine
-from kvbake.nodestate import NodeState
+from kvbake.engines.adapters.client import Engine
+from kvbake.ship.adapters.nodestate import NodeState
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,
                             operator_host)
@@ -41,7 +41,7 @@ def test_redeploying_the_current_release_keeps_the_rollback_target(capsys, shipp
 def test_two_operator_hosts_racing_keep_every_release_in_the_rollback_chain(capsys, shipped, rig, tmp_path, monkeypatch):
     """Host 2 completes a deploy between host 1's phase 1 and its locks; host 1 plans under its locks and so keeps
     host 2's release as `previous`."""
-    import kvbake.rollout as rollout
+    import kvbake.ship.adapters.rollout as rollout
 
     deploy_control(capsys, shipped, "baseline")
     other = operator_host(tmp_path, rig, "host2")

@@ -37,7 +37,7 @@ def serving(rig, shipped, tmp_path):
         return write_deploy(folder, rig, launcher, env={**env, **more_env}, start="workers-first", readiness=readiness)
 
     yield deployment, api
-    from kvbake.engine import Engine
+    from kvbake.engines.adapters.client import Engine
 
     for key in ("a", "b"):
         Engine(rig[key].host).remove_container("kvbake-serve")

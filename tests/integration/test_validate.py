@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError, ValidationStop
 from kvbake.manifest import load_manifest
-from kvbake.memwatch import GIB, NodeMemory
-from kvbake.needle import make_needle_codes
-from kvbake.presets import choose_preset
-from kvbake.validating import ValidateRequest, run_validation
+from kvbake.operate.adapters.memwatch import GIB, NodeMemory
+from kvbake.operate.core.needle import make_needle_codes
+from kvbake.operate.core.presets import choose_preset
+from kvbake.operate.adapters.validation_run import ValidateRequest, run_validation
 from tests.doubles.openai_double import Misbehaviour, OpenAIDouble
 
 from conftest import run

@@ -9,7 +9,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 
 TINY_BASE = "kvbake-test/tiny:1"
 SOURCE_ROOT = "usr/lib/py"

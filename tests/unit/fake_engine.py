@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.errors import EngineError
-from kvbake.profile import EngineProfile
+from kvbake.engines.core.detection import EngineProfile
 
 
 class FakeEngine:

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kvbake import cli as kvbake_cli
-from kvbake import engine as engine_module
+from kvbake.engines.adapters import client as engine_module
 from kvbake.errors import EXIT_CODES, KvArithError, KvbakeError
 from kvbake.kvarith import cli as kv_arith_cli
 from tests.unit.helpers_manifest import MINIMAL, write_manifest
@@ -1218,17 +1218,17 @@ def test_config_out_on_a_file_is_a_one_line_error(tmp_path: Path, monkeypatch: p
 
 @pytest.mark.parametrize("record", ["{half", "[]", '{"pinned": 5}'], ids=["not-json", "a-list", "pinned-a-number"])
 def test_a_corrupt_push_record_is_a_registry_error(record: str, tmp_path: Path) -> None:
+    from kvbake.bake.core.plan import tag_for
     from kvbake.errors import RegistryError
     from kvbake.lock import read_lock
     from kvbake.manifest import load_manifest
-    from kvbake.plan import make_plan, read_overlay
-    from kvbake.shipping import PUSHES_DIR, pushed_reference
+    from kvbake.ship.core.push_record import PUSHES_DIR, pushed_image
 
     Project(tmp_path, contextlib.ExitStack()).standin()
     manifest = load_manifest(tmp_path / "manifest.yaml")
     lock = read_lock(manifest)
-    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
+    tag = tag_for(manifest, lock)
     (tmp_path / PUSHES_DIR).mkdir(parents=True)
-    (tmp_path / PUSHES_DIR / f"{plan.tag}.json").write_text(record)
-    with pytest.raises(RegistryError, match=f"push record of {re.escape(plan.tag)}"):
-        pushed_reference(manifest, plan)
+    (tmp_path / PUSHES_DIR / f"{tag}.json").write_text(record)
+    with pytest.raises(RegistryError, match=f"push record of {re.escape(tag)}"):
+        pushed_image(manifest, lock)

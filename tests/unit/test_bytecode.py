@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from kvbake.bytecode import ModuleEvidence, module_failures, pyc_verdict, python_tags, shadow_candidates
+from kvbake.bake.core.bytecode import ModuleEvidence, module_failures, pyc_verdict, python_tags, shadow_candidates
 
 SOURCE = b"A = 2\n"
 MTIME = 1_700_000_000

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.capacity_logs import predict_preset
-from kvbake.capacity_prediction import (
+from kvbake.operate.adapters.capacity_logs import predict_preset
+from kvbake.operate.core.capacity_prediction import (
     agrees, blocks_factor, check_ranks, launcher_options, parse_logged, predict, serve_settings,
 )
 from kvbake.errors import KvArithError, ManifestError, PresetError, ValidationStop

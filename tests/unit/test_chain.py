@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.chain import apply_chain, first_touches, read_patch, read_patched_tree
+from kvbake.bake.core.chain import apply_chain, first_touches, read_patch, read_patched_tree
 from kvbake.errors import PatchError
-from kvbake.gitapply import GitApplier, check_strict_output, patch_id
+from kvbake.bake.adapters.gitapply import GitApplier, check_strict_output, patch_id
 from kvbake.lock import LockedPatch, PatchFileHashes
 from kvbake.manifest import Manifest
 from tests.unit.helpers_manifest import make_lock, minimal_document, sha, tiny_manifest

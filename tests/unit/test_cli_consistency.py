@@ -63,9 +63,10 @@ def test_deploy_without_a_preset_is_a_usage_error_before_any_file_is_read(tmp_pa
 @pytest.mark.parametrize(("first", "second"), [("--resume", "--revert"), ("--revert", "--resume")])
 def test_resume_and_revert_together_are_a_usage_error_before_any_file_is_read(first: str, second: str, tmp_path: Path, capsys,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvbake import commands, engine
+    from kvbake.ship import commands
+    from kvbake.engines.adapters import client
 
-    monkeypatch.setattr(engine, "DockerClient", lambda *a, **k: pytest.fail("the engine was contacted"))
+    monkeypatch.setattr(client, "DockerClient", lambda *a, **k: pytest.fail("the engine was contacted"))
     monkeypatch.setattr(commands, "_ship_context", lambda *a, **k: pytest.fail("a file was read"))
     absent = str(tmp_path / "absent.yaml")
     assert main(["deploy", first, second, "--manifest", absent, "--deploy", absent]) == 2
@@ -95,7 +96,7 @@ def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Pa
 
 
 def test_the_readme_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:
-    from kvbake.running import CODE_OVERRIDES
+    from kvbake.ship.core.running import CODE_OVERRIDES
 
     row = next(line for line in README.read_text().splitlines() if line.startswith("| `python build.py verify-running"))
     listed = re.search(r"no code-selecting override \(([^)]*)\)", row).group(1)

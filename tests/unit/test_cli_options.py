@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-from kvbake import commands
-from kvbake.cli import main
+from kvbake.cli import handler_of, main
 
 COMMANDS = ["build", "plan", "verify", "push", "status", "verify-running"]
 
@@ -24,7 +24,8 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Namespace]:
         return {"command": args.command}, f"ran {args.command}"
 
     for command in COMMANDS:
-        monkeypatch.setattr(commands, "cmd_" + command.replace("-", "_"), record)
+        stage = importlib.import_module(handler_of(command).__module__)
+        monkeypatch.setattr(stage, "cmd_" + command.replace("-", "_"), record)
     return calls
 
 

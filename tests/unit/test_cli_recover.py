@@ -9,13 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvbake import cli, commands, rollout
-from kvbake.journal import Journal, NodePlan
+from kvbake import cli
+from kvbake.ship import commands
+from kvbake.ship.adapters import rollout
+from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
-from kvbake.presets import choose_preset
-from kvbake.shipping import make_release
+from kvbake.operate.core.presets import choose_preset
+from kvbake.ship.core.push_record import pushed_image
+from kvbake.ship.core.release import make_release
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 IMAGE = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32
@@ -27,12 +29,11 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """The ship context and the recovery, faked: what cmd_deploy asked of each."""
     manifest = load_manifest(STANDIN)
     lock = read_lock(manifest)
-    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     seen: list[tuple] = []
 
     def ship_context(args, refuse_diverged=False):
         seen.append(("context", refuse_diverged))
-        return manifest, lock, plan, SimpleNamespace(nodes=()), SimpleNamespace(engines={"spark-a": None, "spark-b": None})
+        return manifest, lock, SimpleNamespace(nodes=()), SimpleNamespace(engines={"spark-a": None, "spark-b": None})
 
     def recover(fleet, mode, break_lock, release_id=None):
         seen.append(("recover", mode, break_lock, release_id))
@@ -46,9 +47,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
 def release_id(preset: str) -> str:
     manifest = load_manifest(STANDIN)
-    lock = read_lock(manifest)
-    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
-    return make_release(plan, IMAGE, choose_preset(manifest, preset), "").id
+    return make_release(pushed_image(manifest, read_lock(manifest), IMAGE), choose_preset(manifest, preset), manifest, "", "op@host").id
 
 
 @pytest.mark.parametrize(("argv", "expected", "text"), [

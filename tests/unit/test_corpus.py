@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.corpus import (
+from kvbake.operate.core.corpus import (
     Corpus,
     Document,
     chars_for_tokens,

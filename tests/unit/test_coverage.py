@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvbake.chain import read_patch
-from kvbake.coverage import (
-    READS, REGISTERS, Where, check_coverage, raise_for_coverage, registered_names, scan_added_lines, scan_source, summary_lines,
-)
-from kvbake.diffs import FileChange
+from kvbake.bake.core.chain import read_patch
+from kvbake.bake.core.env_reads import READS, REGISTERS, Where, registered_names, scan_added_lines, scan_source
+from kvbake.bake.core.switch_coverage import check_coverage, raise_for_coverage, summary_lines
+from kvbake.bake.core.diffs import FileChange
 from kvbake.errors import ManifestError
 from kvbake.manifest import Manifest, load_manifest
 

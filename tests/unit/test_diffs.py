@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kvbake.diffs import CREATE, MODIFY, FileChange, normalized_patch, parse_patch, relative_source_path
+from kvbake.bake.core.diffs import CREATE, MODIFY, FileChange, normalized_patch, parse_patch, relative_source_path
 from kvbake.errors import PatchError
 
 MODIFY_AND_CREATE = """\

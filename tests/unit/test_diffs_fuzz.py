@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvbake.diffs import FileChange, normalized_patch, parse_patch
+from kvbake.bake.core.diffs import FileChange, normalized_patch, parse_patch
 from kvbake.errors import PatchError
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from kvbake import cli, commands, doctor
+from kvbake import cli
+from kvbake.operate import commands
+from kvbake.operate.adapters import doctor
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.memwatch import GIB
-from kvbake.profile import EngineProfile
+from kvbake.operate.adapters.memwatch import GIB
+from kvbake.engines.core.detection import EngineProfile
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 DEPLOY = """\

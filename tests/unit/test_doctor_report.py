@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.doctor import FAIL, OK, Check, checked, first_failure
+from kvbake.operate.adapters.doctor import FAIL, OK, Check, checked, first_failure
 from kvbake.errors import BaseImageError, KvbakeError, RegistryError
 
 

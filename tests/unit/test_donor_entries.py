@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.donor import import_patches
+from kvbake.bake.adapters.donor import import_patches
 from kvbake.errors import DonorError
 from kvbake.manifest import Manifest
 from tests.unit.helpers_manifest import minimal_document, tiny_manifest

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from python_on_whales.exceptions import DockerException
 
-from kvbake.engine import Engine
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError
 
 DOWN = "Cannot connect to the Docker daemon at unix:///run/node.sock. Is the docker daemon running?"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.extract import stale_bytecode_names
+from kvbake.bake.adapters.extract import stale_bytecode_names
 
 PYCACHE = [
     "mod.cpython-312.opt-2.pyc", "mod.cpython-311.pyc", "mod.cpython-311.opt-1.pyc", "mod.cpython-311.opt-2.pyc",

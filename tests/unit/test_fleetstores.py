@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import RolloutError
-from kvbake.fleetstores import check_store_changes, read_stores, remember_stores, store_changes
-from kvbake.profile import EngineProfile
+from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
+from kvbake.engines.core.detection import EngineProfile
 
 CLASSIC = EngineProfile("26.1.5", "classic", "overlay2")
 CONTAINERD = EngineProfile("26.1.5", "containerd", "overlayfs")

@@ -9,8 +9,9 @@ import pytest
 
 from kvbake.digests import canonical_json, sha256_digest
 from kvbake.errors import BaseImageError, EngineError
-from kvbake.identity import (DOCKER_MANIFEST, OCI_MANIFEST, derived_store_manifest, expected_id, parse_store_manifest, thin_blob)
-from kvbake.profile import EngineProfile, profile_from_info
+from kvbake.engines.core.containerd import DOCKER_MANIFEST, OCI_MANIFEST, derived_store_manifest, parse_store_manifest, thin_blob
+from kvbake.engines.core.detection import EngineProfile, profile_from_info
+from kvbake.engines.core.identity import expected_id
 
 CLASSIC_INFO = {"server_version": "20.10.24+dfsg1", "driver": "overlay2", "driver_status": [["Backing Filesystem", "extfs"]]}
 CONTAINERD_INFO = {"server_version": "26.1.5+dfsg1", "driver": "overlayfs", "driver_status": [["driver-type", "io.containerd.snapshotter.v1"]]}

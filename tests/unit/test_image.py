@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 
-from kvbake.image import (
+from kvbake.bake.core.derived_image import (
     OCI_CONFIG,
     OCI_LAYER_TAR,
     OCI_MANIFEST,

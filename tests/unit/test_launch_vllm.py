@@ -18,8 +18,8 @@ import launch_vllm  # noqa: E402
 import launch_vllm_core as core  # noqa: E402
 import record_vllm_cli as recorder  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
-from kvbake.presets import choose_preset  # noqa: E402
-from kvbake.runtime_config import settings_of_preset  # noqa: E402
+from kvbake.operate.core.presets import choose_preset  # noqa: E402
+from kvbake.operate.core.runtime_config import settings_of_preset  # noqa: E402
 
 FIXTURES = {version: json.loads((ROOT / "tests" / "data" / f"vllm_cli_options_{version}.json").read_text())
             for version in ("0.32.0", "0.33.0")}

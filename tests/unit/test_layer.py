@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from kvbake.layer import LayerDir, LayerFile, build_layer, in_image, parent_dirs, whiteout_path
+from kvbake.bake.core.thin_layer import LayerDir, LayerFile, build_layer, in_image, parent_dirs, whiteout_path
 
 EPOCH = 1_700_000_000
 BASE_DIR_MTIME = 1_600_000_000

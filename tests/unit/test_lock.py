@@ -13,7 +13,7 @@ import pytest
 from kvbake.cli import main
 from kvbake.errors import LockError
 from kvbake.lock import Derived, LockedDir, lock_bytes, lock_from_dict, lock_to_dict, read_lock, write_lock
-from kvbake.overlayswap import exclusive
+from kvbake.bake.core.overlayswap import exclusive
 from tests.unit.helpers_manifest import locked_file, make_lock, tiny_manifest
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvbake.errors import LockError
 from kvbake.lock import Lock, lock_bytes, lock_from_dict
-from kvbake.lockfields import parse_document
+from kvbake.json_fields import parse_document
 from tests.unit.test_lock import full_lock
 
 VALID = lock_bytes(full_lock())

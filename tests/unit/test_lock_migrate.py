@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from kvbake import cli
-from kvbake import engine as engine_module
+from kvbake.engines.adapters import client as engine_module
 from kvbake.errors import IntegrityError
 from kvbake.lock import Lock, read_lock, write_lock
-from kvbake.locking import PENDING, migrate_lock
+from kvbake.bake.adapters.pinning import PENDING, migrate_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.plan import make_plan, read_overlay
+from kvbake.bake.core.plan import make_plan, read_overlay
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 

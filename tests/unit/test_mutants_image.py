@@ -1,4 +1,4 @@
-"""Exact-value tests of image.py that the mutation run showed were missing: whole documents and archive members, byte for byte."""
+"""Exact-value tests of derived_image.py (was image.py) that the mutation run showed were missing: whole documents and archive members, byte for byte."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kvbake.image import (DROPPED_KEYS, OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, archive_members, derived_config, image_id,
+from kvbake.bake.core.derived_image import (DROPPED_KEYS, OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, archive_members, derived_config, image_id,
                           layer_descriptors, oci_layout_members, oci_manifest, rfc3339, write_archive)
 
 CONFIG = b'{"config":{}}'

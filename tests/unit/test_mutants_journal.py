@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.errors import DivergedError, RolloutError
-from kvbake.journal import (DIVERGED, JOURNAL, Journal, NodePlan, clear_diverged, clear_journal, journal_from_dict,
+from kvbake.ship.core.journal import (DIVERGED, JOURNAL, Journal, NodePlan, clear_diverged, clear_journal, journal_from_dict,
                             journal_to_dict, mark_diverged, read_diverged, read_journal, write_journal)
 
 PLAN = NodePlan(node="n1", before_current="sha256:b", before_previous=None, after_current="sha256:a",

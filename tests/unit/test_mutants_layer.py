@@ -1,4 +1,4 @@
-"""Exact-value tests of layer.py that the mutation run showed were missing: every tar member's full metadata, every whiteout."""
+"""Exact-value tests of thin_layer.py (was layer.py) that the mutation run showed were missing: every tar member's full metadata, every whiteout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from kvbake.layer import NEW_DIR_MODE, NEW_FILE_MODE, WHITEOUT_PREFIX, LayerDir, LayerFile, build_layer, in_image, parent_dirs, whiteout_path
+from kvbake.bake.core.thin_layer import NEW_DIR_MODE, NEW_FILE_MODE, WHITEOUT_PREFIX, LayerDir, LayerFile, build_layer, in_image, parent_dirs, whiteout_path
 
 EPOCH = 1_700_000_000
 ROOT = "usr/lib/py"

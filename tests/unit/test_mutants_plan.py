@@ -10,9 +10,9 @@ import pytest
 
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.errors import IntegrityError
-from kvbake.layer import LayerDir, LayerFile
+from kvbake.bake.core.thin_layer import LayerDir, LayerFile
 from kvbake.lock import Derived, LockedDir, LockedPatch, PatchFileHashes
-from kvbake.plan import (check_plan_matches_lock, compare_three_ways, layer_dirs, layer_files, make_plan, plan_summary,
+from kvbake.bake.core.plan import (check_plan_matches_lock, compare_three_ways, layer_dirs, layer_files, make_plan, plan_summary,
                          read_overlay, whiteouts)
 from tests.unit.helpers_manifest import BASE_DIFF_IDS, EPOCH, locked_file, make_lock, tiny_manifest
 

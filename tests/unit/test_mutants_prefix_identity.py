@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.corpus import Corpus, Document
+from kvbake.operate.core.corpus import Corpus, Document
 from kvbake.errors import KvbakeError, ValidationStop
-from kvbake.prefix_identity import (DEFAULT_BLOCK, DIVERGENCE_MARKERS, FLOOR_TOLERANCE, SUMMARY_QUESTION, Check, Observation,
+from kvbake.operate.core.prefix_identity import (DEFAULT_BLOCK, DIVERGENCE_MARKERS, FLOOR_TOLERANCE, SUMMARY_QUESTION, Check, Observation,
                                     OutputDifference, PrefixObservations, PrefixVerdict, build_prefix_prompts, check_fresh_salt,
                                     comparison_floor, expected_cached_tokens, output_difference, partial_prefix_cached_tokens,
                                     score_prefix_sequence, shared_prefix_length, within_floor)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kvbake import rollout
+from kvbake.ship.adapters import rollout
 from kvbake.deployfile import Deployment, Launcher, Node
 from kvbake.errors import DivergedError, RolloutError
-from kvbake.journal import Journal, NodePlan, mark_diverged, write_journal
-from kvbake.release import Release
-from kvbake.transitions import Fleet
+from kvbake.ship.core.journal import Journal, NodePlan, mark_diverged, write_journal
+from kvbake.ship.core.release import Release
+from kvbake.ship.adapters.fleet import Fleet
 
 from fake_engine import FakeEngine
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvbake.errors import PresetError
-from kvbake.running import (adopted_rank_failures, agreement_failures, expected_image_id, mount_failures, override_failures,
+from kvbake.ship.core.running import (adopted_rank_failures, agreement_failures, expected_image_id, mount_failures, override_failures,
                             parse_expect, rank_failures, switch_env)
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-import kvbake.transitions as transitions
+import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Deployment, Drafter, Launcher, Node, Readiness
 from kvbake.errors import DivergedError, RolloutError
-from kvbake.journal import Journal, NodePlan, journal_from_dict, read_diverged, read_journal
-from kvbake.nodestate import NodeState
-from kvbake.release import Release
-from kvbake.transitions import Fleet
+from kvbake.ship.core.journal import Journal, NodePlan, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.release import Release
+from kvbake.ship.adapters.fleet import Fleet
 
 from fake_engine import FakeEngine
 
@@ -345,7 +345,7 @@ def test_a_diverged_mark_names_the_cause_of_the_failed_transition(scene: Scene) 
 
 def test_a_node_that_cannot_be_marked_diverged_is_logged_and_the_others_are_marked(scene: Scene, caplog: pytest.LogCaptureFixture) -> None:
     scene.fleet.engines["a"].down = True
-    with caplog.at_level("WARNING", logger="kvbake.transitions"):
+    with caplog.at_level("WARNING", logger="kvbake.ship.adapters.transitions"):
         transitions.mark_nodes_diverged(scene.fleet, scene.journal(None, PACKING), {"why": "test"})
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", "node a: could not record the divergence (a: the engine is unreachable; fix: start it)")]
@@ -615,7 +615,7 @@ def test_readiness_is_awaited_once_with_a_probe_that_names_a_dead_rank(tmp_path:
     monkeypatch.setattr(transitions, "wait_until_ready", waiting)
     serving_container(fleet.engines["a"], "a-1")
     serving_container(fleet.engines["b"], "b-1")
-    with caplog.at_level("INFO", logger="kvbake.transitions"):
+    with caplog.at_level("INFO", logger="kvbake.ship.adapters.transitions"):
         transitions.await_readiness(fleet, {"a": PACKING, "b": PACKING})
     assert seen == [("http://127.0.0.1:8000/health", None),
                     ("http://127.0.0.1:8000/health", "the serving container serve on b is not running (exit code 137: no output)")]

@@ -1,11 +1,11 @@
-"""Exact-value tests of verify.py that the mutation run showed were missing: empty inspect data, every message and fix."""
+"""Exact-value tests of image_checks.py (was verify.py) that the mutation run showed were missing: empty inspect data, every message and fix."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.verify import (Expectation, base_failures, env_failures, file_failures, image_failures, label_failures, layer_failures,
+from kvbake.bake.core.image_checks import (Expectation, base_failures, env_failures, file_failures, image_failures, label_failures, layer_failures,
                            platform_of, raise_if_failed)
 
 BASE = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.corpus import CHARS_PER_TOKEN, Corpus, Document
+from kvbake.operate.core.corpus import CHARS_PER_TOKEN, Corpus, Document
 from kvbake.errors import KvbakeError
-from kvbake.needle import (
+from kvbake.operate.core.needle import (
     CORRUPTION_SET_SIZE,
     NEEDLE_PATTERN,
     NEEDLE_QUESTION,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import RolloutError
-from kvbake.noderecords import SLOTS, NodeRecords, decode, encode, next_slot
-from kvbake.release import Release, release_to_json
+from kvbake.ship.core.noderecords import SLOTS, NodeRecords, decode, encode, next_slot
+from kvbake.ship.core.release import Release, release_to_json
 
 
 def release(preset: str) -> Release:

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbake.corpus import Corpus, Document, estimate_tokens
+from kvbake.operate.core.corpus import Corpus, Document, estimate_tokens
 from kvbake.errors import ValidationStop
-from kvbake.needle import build_corruption_set, build_needle_prompt, find_codes, make_needle_codes, score_corruption
-from kvbake.openai_client import CompletionRequest, OpenAIClient, completion_payload, parse_completion
-from kvbake.prefix_identity import (
+from kvbake.operate.core.needle import build_corruption_set, build_needle_prompt, find_codes, make_needle_codes, score_corruption
+from kvbake.operate.adapters.openai_client import CompletionRequest, OpenAIClient, completion_payload, parse_completion
+from kvbake.operate.core.prefix_identity import (
     Observation,
     PrefixObservations,
     build_prefix_prompts,
@@ -28,7 +28,7 @@ from kvbake.prefix_identity import (
     score_prefix_sequence,
     shared_prefix_length,
 )
-from kvbake.validate_plan import synthetic_corpus
+from kvbake.operate.core.validate_plan import synthetic_corpus
 from tests.doubles.double_faults import BatchGate, Fault, fault_from_json
 from tests.doubles.double_text import TOKENIZERS, find_needle_codes, token_pieces
 from tests.doubles.openai_double import DEFAULT_MODEL, Misbehaviour, OpenAIDouble

@@ -7,19 +7,19 @@ import re
 
 import pytest
 
-from kvbake.corpus import estimate_tokens
+from kvbake.operate.core.corpus import estimate_tokens
 from kvbake.errors import UsageError, ValidationStop
 from kvbake.manifest import Preset
-from kvbake.identity_oracle import excerpt, first_difference, score_identity_set, score_needles_identity
-from kvbake.memwatch import GIB
-from kvbake.needle import build_corruption_set, build_needle_prompt, find_codes, make_needle_codes
-from kvbake.openai_client import Completion
-from kvbake.oracle import (
+from kvbake.operate.core.identity_oracle import excerpt, first_difference, score_identity_set, score_needles_identity
+from kvbake.operate.adapters.memwatch import GIB
+from kvbake.operate.core.needle import build_corruption_set, build_needle_prompt, find_codes, make_needle_codes
+from kvbake.operate.core.completions import Completion
+from kvbake.operate.core.oracle import (
     NOT_CHOSEN, NOT_RECALLED, ORACLES, PROBE_DEPTH, PROBE_TOKENS, RECALLED, OracleChoice, build_probe, check_oracle,
     choose_oracle, initial_choice, oracle_to_dict, probe_data,
 )
-from kvbake.presets import ChosenPreset
-from kvbake.validate_plan import Report, make_options, report_text, report_to_dict, score_inertness, synthetic_corpus
+from kvbake.operate.core.presets import ChosenPreset
+from kvbake.operate.core.validate_plan import Report, make_options, report_text, report_to_dict, score_inertness, synthetic_corpus
 
 PACKED = Preset("packing-327680", "validated", 327680, {"VLLM_DSV41_KV_PAIR": "3"}, "packing", 384, ())
 LEAK = "reported 384 cached tokens instead of 0, so cache hits leak across salts and this run is invalid"

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from kvbake import overlayswap
+from kvbake.bake.core import overlayswap
 from kvbake.errors import LockError, ResourceError
-from kvbake.overlayswap import KILL_ENV, STEPS, Found, find_swap_folders, recover_overlay, recovery_steps, swap_overlay
+from kvbake.bake.core.overlayswap import KILL_ENV, STEPS, Found, find_swap_folders, recover_overlay, recovery_steps, swap_overlay
 
 REPO = Path(__file__).resolve().parents[2]
 README = b"# overlay/\nkeep me\n"
 OLD_TREE = {"pkg/mod.py": b"A = 1\n"}
 NEW_TREE = {"pkg/mod.py": b"A = 2\n", "pkg/fresh/new.py": b"B = 1\n"}
 OLD_LOCK, NEW_LOCK = b'{"lock": "old"}\n', b'{"lock": "new"}\n'
-CHILD = ("import sys; from pathlib import Path; from kvbake.overlayswap import swap_overlay; "
+CHILD = ("import sys; from pathlib import Path; from kvbake.bake.core.overlayswap import swap_overlay; "
          "root = Path(sys.argv[1]); swap_overlay(root, {'pkg/mod.py': b'A = 2\\n', 'pkg/fresh/new.py': b'B = 1\\n'}, "
          "root / 'manifest.lock.json', b'{\"lock\": \"new\"}\\n')")
 NEW_TAG = "0123456789abcdef-00aa11bb"

@@ -12,8 +12,8 @@ import pytest
 from kvbake.digests import sha256_hex, tree_sha256
 from kvbake.errors import IntegrityError
 from kvbake.lock import Derived, LockedDir
-from kvbake.plan import check_plan_matches_lock, compare_three_ways, make_plan, plan_summary, read_overlay, tag_for
-from kvbake.provenance import base_digest, labels, switch_names
+from kvbake.bake.core.plan import check_plan_matches_lock, compare_three_ways, make_plan, plan_summary, read_overlay, tag_for
+from kvbake.bake.core.provenance import base_digest, labels, switch_names
 from tests.unit.helpers_manifest import EPOCH, locked_file, make_lock, minimal_document, tiny_manifest
 
 OLD, NEW, OTHER = b"VALUE = 1\n", b"VALUE = 2\n", b"VALUE = 3\n"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kvbake.corpus import Corpus, Document, estimate_tokens
+from kvbake.operate.core.corpus import Corpus, Document, estimate_tokens
 from kvbake.errors import KvbakeError, ValidationStop
-from kvbake.prefix_identity import (
+from kvbake.operate.core.prefix_identity import (
     SUMMARY_QUESTION,
     Observation,
     OutputDifference,

@@ -8,7 +8,7 @@ import pytest
 
 from kvbake.cli import main
 from kvbake.manifest import load_manifest
-from kvbake.presets import choose_preset
+from kvbake.operate.core.presets import choose_preset
 from kvbake.errors import PresetError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def test_held_and_untested_presets_need_their_flag_and_a_reason():
 
 
 def test_only_the_base_repositorys_own_digest_is_pinned():
-    from kvbake.locking import registry_digest_of
+    from kvbake.bake.adapters.pinning import registry_digest_of
 
     digests = ["127.0.0.1:5000/other@sha256:" + "a" * 64, "ghcr.io/henryous/img@sha256:" + "b" * 64]
     assert registry_digest_of("ghcr.io/henryous/img:v5", digests, "classic") == "sha256:" + "b" * 64
@@ -51,7 +51,7 @@ def test_only_the_base_repositorys_own_digest_is_pinned():
 
 
 def test_on_the_containerd_store_only_a_reference_with_a_registry_host_pins_its_digest():
-    from kvbake.locking import registry_digest_of
+    from kvbake.bake.adapters.pinning import registry_digest_of
 
     loaded = ["kvbake-standin/vllm-base@sha256:" + "c" * 64]  # the containerd store lists a digest for loaded images too
     assert registry_digest_of("kvbake-standin/vllm-base:0.33.0", loaded, "containerd") is None

@@ -11,7 +11,7 @@ import pytest
 from kvbake.digests import sha256_digest
 
 from kvbake.errors import RegistryError
-from kvbake.pushing import (
+from kvbake.ship.adapters.pusher import (
     Expected,
     Target,
     account,
@@ -22,7 +22,7 @@ from kvbake.pushing import (
     target_for,
     upload_summary,
 )
-from kvbake.registry_api import DOCKER_MANIFEST, OCI_INDEX, RegistryClient, RemoteManifest
+from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, OCI_INDEX, RegistryClient, RemoteManifest
 
 IMAGE_ID = "sha256:" + "1" * 64
 BASE, THIN = "sha256:" + "b" * 64, "sha256:" + "d" * 64

@@ -7,7 +7,7 @@ import pytest
 
 from kvbake.deployfile import Readiness
 from kvbake.errors import RolloutError
-from kvbake.readiness import wait_until_ready
+from kvbake.ship.adapters.readiness import wait_until_ready
 
 URL = "http://127.0.0.1:8000/health"
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbake.credentials import RegistryAuth, credentials_for, lookup
+from kvbake.ship.adapters.credentials import RegistryAuth, credentials_for, lookup
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.registry_api import (
+from kvbake.ship.adapters.registry_api import (
     DOCKER_MANIFEST,
     OCI_INDEX,
     RegistryClient,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-import kvbake.transitions as transitions
-from kvbake import rollout
+import kvbake.ship.adapters.transitions as transitions
+from kvbake.ship.adapters import rollout
 from kvbake.deployfile import Deployment, Launcher, Node
 from kvbake.errors import DivergedError, RolloutError
-from kvbake.journal import read_diverged, read_journal, write_journal
-from kvbake.nodestate import NodeState
-from kvbake.release import Release
-from kvbake.transitions import Fleet
+from kvbake.ship.core.journal import read_diverged, read_journal, write_journal
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.release import Release
+from kvbake.ship.adapters.fleet import Fleet
 
 from fake_engine import FakeEngine
 
@@ -378,7 +378,7 @@ def start_unadopted_serve(world: World) -> dict[str, str]:
 
 
 def test_a_deploy_over_a_serve_kvbake_did_not_deploy_is_refused_until_it_is_adopted(world):
-    from kvbake.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt
 
     ids = start_unadopted_serve(world)
     before = world.snapshot()
@@ -393,7 +393,7 @@ def test_a_deploy_over_a_serve_kvbake_did_not_deploy_is_refused_until_it_is_adop
 
 
 def test_the_first_deploy_keeps_the_adopted_container_and_rollback_brings_it_back(world):
-    from kvbake.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt
 
     ids = start_unadopted_serve(world)
     adopt(world.fleet, "seed serve", False)
@@ -411,7 +411,7 @@ def test_the_first_deploy_keeps_the_adopted_container_and_rollback_brings_it_bac
 
 
 def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
-    from kvbake.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt
 
     ids = start_unadopted_serve(world)
     adopt(world.fleet, "seed serve", False)
@@ -431,7 +431,7 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
     ("a release on both", r"^adopt: a \([0-9a-f]{16}\), b \([0-9a-f]{16}\) already run a kvbake release; fix: adopt is for a serve"),
 ])
 def test_adopt_refuses_and_changes_nothing(world, change, message):
-    from kvbake.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt
 
     start_unadopted_serve(world)
     if change.startswith("no serve"):
@@ -452,7 +452,7 @@ def test_adopt_refuses_and_changes_nothing(world, change, message):
 def test_status_never_shows_as_current_a_release_whose_image_is_gone(world, lost_on):
     """A node records PACKING as current but its `:current` tag (and so the image) is gone: status shows no current
     release there, says the recorded one is missing, and calls the deployment diverged, even when every node lost it."""
-    from kvbake.shipping import status, status_table
+    from kvbake.ship.adapters.status import status, status_table
 
     deploy(world, CONTROL)
     deploy(world, PACKING)
@@ -511,7 +511,7 @@ def test_a_token_in_a_record_an_earlier_kvbake_wrote_is_withheld_when_copied_and
     the rollback after it too."""
     from dataclasses import replace as replaced
 
-    from kvbake.noderecords import encode
+    from kvbake.ship.core.noderecords import encode
     from kvbake.secretscan import withheld
 
     deploy(world, CONTROL)
@@ -568,7 +568,7 @@ def test_a_diverged_mark_is_written_with_a_credential_like_cause_withheld(world,
 
 
 def test_adopt_refuses_a_credential_in_its_reason_or_in_the_adopted_images_record(world):
-    from kvbake.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt
     from kvbake.errors import IntegrityError
 
     start_unadopted_serve(world)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.running import expected_image_id, rank_failures
+from kvbake.ship.core.running import expected_image_id, rank_failures
 
 CONFIG = "sha256:" + "c" * 64
 MANIFEST = "sha256:" + "m" * 64
@@ -45,7 +45,7 @@ ROOT = "/usr/local/lib/python3.11/dist-packages"
     (("LD_LIBRARY_PATH=/other",), ("LD_LIBRARY_PATH=/usr/local/cuda/lib64",), "LD_LIBRARY_PATH is set to '/other'"),
 ])
 def test_code_selecting_variables_are_flagged_unless_the_image_sets_them_the_same(env, image_env, flagged) -> None:
-    from kvbake.running import override_failures
+    from kvbake.ship.core.running import override_failures
 
     failures = override_failures(env, image_env, [], ROOT)
     assert len(failures) == 1 and failures[0].startswith(flagged)
@@ -57,7 +57,7 @@ def test_code_selecting_variables_are_flagged_unless_the_image_sets_them_the_sam
     (ROOT + "/vllm/v1/attention", "inside"),
 ])
 def test_mounts_over_above_or_inside_the_source_root_are_flagged(destination: str, where: str) -> None:
-    from kvbake.running import override_failures
+    from kvbake.ship.core.running import override_failures
 
     assert override_failures((), (), [{"Type": "bind", "Destination": destination}], ROOT) == [
         f"a bind mount at {destination} is {where} the source root {ROOT}"]

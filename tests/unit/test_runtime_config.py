@@ -10,9 +10,9 @@ import pytest
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.presets import choose_preset, preset_sha256
-from kvbake.release import Release
-from kvbake.runtime_config import (
+from kvbake.operate.core.presets import choose_preset, preset_sha256
+from kvbake.ship.core.release import Release
+from kvbake.operate.core.runtime_config import (
     ARGS_FILE, ENV_FILE, JSON_FILE, REVIEW_REASON, Drift, Provenance, as_tree, checked_presets, compare_tree, drift_error,
     preset_names_in, render_config, render_many, settings_of_preset, settings_of_release,
 )
@@ -180,7 +180,7 @@ def deployed(manifest: Manifest, name: str, **changes) -> Release:
 
 
 def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path) -> None:
-    from kvbake.runtime_config import running_drift_error, runtime_drift
+    from kvbake.operate.core.runtime_config import running_drift_error, runtime_drift
 
     manifest = manifest_with(tmp_path, packed=PACKED)
     release = deployed(manifest, "packed")

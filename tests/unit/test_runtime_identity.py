@@ -11,7 +11,7 @@ import pytest
 from kvbake.errors import LockError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
+from kvbake.bake.core.plan import make_plan, read_overlay
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 RUNTIME_EDITS = {

@@ -12,7 +12,7 @@ import zstandard
 
 from kvbake.digests import canonical_json, sha256_digest
 from kvbake.errors import BaseImageError
-from kvbake.savefile import DirMeta, read_save, sniff
+from kvbake.engines.core.savefile import DirMeta, read_save, sniff
 
 WANTED = frozenset({"usr", "usr/lib", "usr/lib/py"})
 

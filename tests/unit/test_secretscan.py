@@ -98,7 +98,7 @@ def test_a_credential_in_a_key_is_found_and_placed_by_its_parent() -> None:
 def test_labels_refuse_a_lock_whose_donor_url_carries_a_token(tmp_path) -> None:
     import dataclasses
 
-    from kvbake.provenance import labels
+    from kvbake.bake.core.provenance import labels
     from tests.unit.helpers_manifest import make_lock, tiny_manifest
 
     manifest = tiny_manifest(tmp_path)
@@ -111,7 +111,7 @@ def test_labels_refuse_a_lock_whose_donor_url_carries_a_token(tmp_path) -> None:
 
 
 def test_a_record_holding_a_credential_is_not_written(tmp_path) -> None:
-    from kvbake.record import write_json_record
+    from kvbake.bake.core.build_record import write_json_record
 
     record = {"image": "r/x:tag1", "plan": {"donor": "https://builder:s3cret@example.invalid/x.git"}}
     with pytest.raises(IntegrityError, match=r"^record r/x:tag1: plan\.donor \(URL userinfo\) looks like a credential"):
@@ -155,7 +155,7 @@ def test_withhold_replaces_each_credential_like_string_whole_and_keeps_the_rest(
 def test_a_reason_that_looks_like_a_credential_is_refused_by_every_preset_choice() -> None:
     from kvbake.errors import PresetError
     from kvbake.manifest import load_manifest
-    from kvbake.presets import choose_preset
+    from kvbake.operate.core.presets import choose_preset
 
     manifest = load_manifest(STANDIN)
     with pytest.raises(IntegrityError) as caught:
@@ -172,8 +172,8 @@ def test_a_reason_that_looks_like_a_credential_is_refused_by_every_preset_choice
 def test_node_state_is_written_with_credential_like_strings_withheld(tmp_path) -> None:
     import dataclasses
 
-    from kvbake.nodestate import NodeState
-    from kvbake.release import Release
+    from kvbake.ship.adapters.nodestate import NodeState
+    from kvbake.ship.core.release import Release
     from kvbake.secretscan import withheld
     from tests.unit.fake_engine import FakeEngine
 
@@ -195,7 +195,7 @@ def test_node_state_is_written_with_credential_like_strings_withheld(tmp_path) -
 
 
 def test_the_journal_and_the_diverged_mark_are_written_with_credential_like_strings_withheld(tmp_path) -> None:
-    from kvbake.journal import Journal, NodePlan, mark_diverged, read_diverged, read_journal, write_journal
+    from kvbake.ship.core.journal import Journal, NodePlan, mark_diverged, read_diverged, read_journal, write_journal
     from kvbake.secretscan import withheld
 
     records = {"current": {"reason": f"old {GHP}"}, "previous": None}
@@ -212,12 +212,12 @@ def test_a_validation_report_is_written_with_credential_like_strings_withheld(tm
     import json
 
     from kvbake.manifest import load_manifest
-    from kvbake.memwatch import GIB
-    from kvbake.prefix_identity import Check
-    from kvbake.presets import choose_preset
+    from kvbake.operate.adapters.memwatch import GIB
+    from kvbake.operate.core.prefix_identity import Check
+    from kvbake.operate.core.presets import choose_preset
     from kvbake.secretscan import withheld
-    from kvbake.validate_plan import Report, StepResult, stopped
-    from kvbake.validating import write_report
+    from kvbake.operate.core.validate_plan import Report, StepResult, stopped
+    from kvbake.operate.adapters.validation_run import write_report
 
     manifest = load_manifest(STANDIN)
     steps = (StepResult("baseline", "3/3 runs", (Check("answer", False, f"the serve answered 'token {GHP}'"),), {"text": f"{HF}"}),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbake.serve_logs import MAX_CHARS, message_of, telling_line
+from kvbake.ship.core.serve_logs import MAX_CHARS, message_of, telling_line
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "serve_logs"
 

@@ -7,8 +7,8 @@ from itertools import count
 import pytest
 
 from kvbake.errors import ValidationStop
-from kvbake.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
-from kvbake.validate_plan import StepResult
+from kvbake.operate.core.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
+from kvbake.operate.core.validate_plan import StepResult
 from tests.doubles.openai_double import OpenAIDouble
 from tests.unit.test_validate_stops import last_report, manifest, run_plan, standin  # noqa: F401 - fixtures by name
 

@@ -19,8 +19,8 @@ import pytest
 
 from kvbake.cli import main, parse_args
 from kvbake.errors import UsageError
-from kvbake.needle import make_needle_codes
-from kvbake.oracle import ORACLES, RECALLED, OracleChoice
+from kvbake.operate.core.needle import make_needle_codes
+from kvbake.operate.core.oracle import ORACLES, RECALLED, OracleChoice
 from tests.doubles.openai_double import Fault, Misbehaviour, OpenAIDouble, answer_text
 from tests.unit.test_validate_stops import (  # noqa: F401 - the fixtures are used by name
     CORRUPTION_CODES, LEAK, PRESSURE_CODES, STANDIN, assert_stopped_at, last_report, manifest, run_plan, standin, stop_of,

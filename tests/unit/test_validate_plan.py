@@ -9,12 +9,12 @@ import pytest
 
 from kvbake.errors import KvbakeError, PresetError, ValidationStop
 from kvbake.manifest import Preset
-from kvbake.memwatch import GIB, MemoryWatcher, NodeMemory, parse_mem_available
-from kvbake.needle import NEEDLE_PATTERN, build_corruption_set, build_needle_prompt, make_needle_codes
-from kvbake.openai_client import Completion
-from kvbake.prefix_identity import Observation, PrefixObservations
-from kvbake.presets import ChosenPreset
-from kvbake.validate_plan import (
+from kvbake.operate.adapters.memwatch import GIB, MemoryWatcher, NodeMemory, parse_mem_available
+from kvbake.operate.core.needle import NEEDLE_PATTERN, build_corruption_set, build_needle_prompt, make_needle_codes
+from kvbake.operate.core.completions import Completion
+from kvbake.operate.core.prefix_identity import Observation, PrefixObservations
+from kvbake.operate.core.presets import ChosenPreset
+from kvbake.operate.core.validate_plan import (
     NEEDLE_TAIL, Report, make_options, not_run, parse_depths, report_text, report_to_dict, score_inertness,
     score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,
 )

@@ -19,14 +19,14 @@ import pytest
 
 from kvbake.errors import ValidationStop
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.memwatch import GIB, NodeMemory
-from kvbake.needle import make_needle_codes
-from kvbake.prefix_identity import (
+from kvbake.operate.adapters.memwatch import GIB, NodeMemory
+from kvbake.operate.core.needle import make_needle_codes
+from kvbake.operate.core.prefix_identity import (
     build_prefix_prompts, expected_cached_tokens, partial_prefix_cached_tokens, shared_prefix_length,
 )
-from kvbake.presets import choose_preset
-from kvbake.validate_plan import synthetic_corpus
-from kvbake.validating import ValidateRequest, run_validation
+from kvbake.operate.core.presets import choose_preset
+from kvbake.operate.core.validate_plan import synthetic_corpus
+from kvbake.operate.adapters.validation_run import ValidateRequest, run_validation
 from tests.doubles.double_text import token_ids
 from tests.doubles.openai_double import Fault, Misbehaviour, OpenAIDouble
 
@@ -297,7 +297,7 @@ def deployment_with(tmp_path: Path, readiness: Any) -> Any:
 
 def run_deployed(manifest: Manifest, url: str, deployment: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """run_plan with --deploy: the head's release record and the memory readings come from fakes, not engines."""
-    import kvbake.validating as validating
+    import kvbake.operate.adapters.validation_run as validating
 
     monkeypatch.setattr(validating, "release_of", lambda deployment: {"id": None, "text": "no release record (fake)"})
     request = ValidateRequest(manifest, choose_preset(manifest, "control"), url, depths=(1000, 3000), prefix_tokens=2000,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.verify import Expectation, base_failures, env_names, file_failures, image_failures, platform_of, raise_if_failed
+from kvbake.bake.core.image_checks import Expectation, base_failures, env_names, file_failures, image_failures, platform_of, raise_if_failed
 
 BASE = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)
 THIN = "sha256:" + "d" * 64

@@ -13,11 +13,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from kvbake import cli, commands
+from kvbake import cli
+from kvbake.bake import commands
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.plan import make_plan, read_overlay
-from kvbake.profile import EngineProfile
+from kvbake.bake.core.plan import make_plan, read_overlay
+from kvbake.engines.core.detection import EngineProfile
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 MTIME = 1_700_000_000

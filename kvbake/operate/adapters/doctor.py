@@ -1,0 +1,127 @@
+"""`build.py doctor`: check, changing nothing, the engine, the registry's TLS and login, the disk, and every node."""
+
+# On this host: the engine profile, the registry's TLS and login, the free disk of the manifest's folder.
+# On every node: reachability, the base, the free disk under its data root and MemAvailable.
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvbake.deployfile import Deployment
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import BaseImageError, EngineError, KvbakeError, ResourceError, RolloutError
+from kvbake.lock import Lock
+from kvbake.manifest import Manifest
+from kvbake.operate.adapters.memwatch import GIB, gib, parse_mem_available
+from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.ship.adapters.pusher import target_for
+from kvbake.ship.adapters.registry_api import RegistryClient
+
+OK, FAIL = "ok", "FAIL"
+DISK_FLOOR = 20 * GIB  # room for one more base and a few releases
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked, the verdict, what was seen, and the error (with its fix) on a FAIL."""
+
+    name: str
+    verdict: str
+    seen: str
+    error: KvbakeError | None = None
+
+    def line(self) -> str:
+        text = f"{self.verdict:<4}  {self.name:<22} {self.seen}"
+        return text + (f"; fix: {self.error.fix}" if self.error and self.error.fix else "")
+
+
+def checked(name: str, probe) -> Check:
+    """Run one probe: its text is an ok line; a KvbakeError is a FAIL line that keeps the error."""
+    try:
+        return Check(name, OK, probe())
+    except KvbakeError as err:
+        return Check(name, FAIL, err.message, err)
+
+
+def engine_line(engine: Engine) -> str:
+    facts = engine.ping()
+    return f"{engine.label}: {engine.profile().describe()} ({facts['architecture']})"
+
+
+def registry_line(engine: Engine, manifest: Manifest, registry: str | None) -> str:
+    target = target_for(f"{manifest.output.repository}:doctor", registry)
+    auth = credentials_for(target.registry, engine.config_dir())
+    with RegistryClient(target.registry, auth) as client:
+        tags = client.tags(target.name)
+        scheme = client.http.base_url.scheme
+    login = f"logged in as {auth.username}" if auth else "no login stored (anonymous)"
+    return f"{target.registry} over {'TLS' if scheme == 'https' else 'plain HTTP (loopback only)'}, {login}, {target.name}: {len(tags)} tags"
+
+
+def free_disk_line(path: Path, floor: int) -> str:
+    """The free disk of the manifest's folder, where kvbake writes the lock, overlay/, its records and reports."""
+    free = shutil.disk_usage(path).free
+    if free < floor:
+        raise ResourceError(f"{path}: {gib(free)} free, below {gib(floor)}", "free disk space there before a lock or build")
+    return f"{path}: {gib(free)} free"
+
+
+def node_base_line(engine: Engine, node: str, manifest: Manifest, lock: Lock | None) -> str:
+    name = manifest.base.node_name
+    inspect = engine.inspect_image(name)
+    if inspect is None:
+        raise BaseImageError(f"{node} lacks {name}", "run python build.py base sync")
+    config = engine.config_digest_of(inspect, name)
+    if lock is not None and config != lock.base.config_digest:
+        raise BaseImageError(f"{node}: {name} is config {config[:19]}, the lock pins {lock.base.config_digest[:19]}",
+                             "run python build.py base sync (--force moves the tag)")
+    return f"{node}: {name} (config {config[:19]})"
+
+
+def node_memory_and_disk_line(engine: Engine, node: str, manifest: Manifest, mem_floor: int, disk_floor: int) -> str:
+    """MemAvailable and the free disk of the engine's data root, read by a short-lived container of the base."""
+    root = str(engine.client.system.info().docker_root_dir)
+    script = f"grep MemAvailable /proc/meminfo; df -B1 --output=avail {root} | tail -n 1"
+    output = engine.run_probe(manifest.base.node_name, ["sh", "-c", script], {root: root})
+    lines = output.strip().splitlines()
+    available = parse_mem_available(lines[0] if lines else "")
+    free = int(lines[-1]) if len(lines) > 1 and lines[-1].strip().isdigit() else None
+    if available is None or free is None:
+        raise RolloutError(f"{node}: cannot read MemAvailable and free disk ({output.strip()[:80]!r})", "check the node's base image has sh, grep and df")
+    if available < mem_floor:
+        raise ResourceError(f"{node}: MemAvailable {gib(available)} is below the floor {gib(mem_floor)}",
+                            "stop what else runs on that node before a supervised window")
+    if free < disk_floor:
+        raise ResourceError(f"{node}: {gib(free)} free under {root}, below {gib(disk_floor)}", "free disk space on that node")
+    return f"{node}: MemAvailable {gib(available)}, {gib(free)} free under {root}"
+
+
+def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: Deployment | None, registry: str | None,
+             mem_floor: int, disk_floor: int = DISK_FLOOR) -> list[Check]:
+    """Every check, in order; a node that cannot be reached skips its own later checks."""
+    checks = [checked("engine", lambda: engine_line(engine))]
+    if checks[0].verdict == OK:
+        checks.append(checked("registry", lambda: registry_line(engine, manifest, registry)))
+    checks.append(checked("free disk (here)", lambda: free_disk_line(manifest.root.absolute(), disk_floor)))
+    for node in deployment.nodes if deployment else ():
+        remote = Engine(node.host)
+        reach = checked(f"node {node.name}", lambda: engine_line(remote))
+        checks.append(reach)
+        if reach.verdict != OK:
+            checks[-1] = Check(reach.name, FAIL, reach.seen, RolloutError(reach.seen, "bring the node's engine up or fix its host in the deployment file"))
+            continue
+        base = checked(f"base on {node.name}", lambda: node_base_line(remote, node.name, manifest, lock))
+        checks.append(base)
+        if base.verdict == OK:
+            checks.append(checked(f"memory, disk {node.name}", lambda: node_memory_and_disk_line(remote, node.name, manifest, mem_floor, disk_floor)))
+    return checks
+
+
+def first_failure(checks: list[Check]) -> KvbakeError | None:
+    failed = [c for c in checks if c.verdict == FAIL]
+    if not failed:
+        return None
+    first = failed[0].error or EngineError(failed[0].seen)
+    return type(first)(f"doctor: {len(failed)} check(s) failed, first: {failed[0].name}: {first.message}", first.fix)

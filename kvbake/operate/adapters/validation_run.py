@@ -1,0 +1,293 @@
+"""Adapter: runs the supervised test plan against an endpoint under the memory watcher, then writes the report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvbake.atomicfile import write_atomic
+from kvbake.deployfile import Deployment
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import KvbakeError, RolloutError, ValidationStop
+from kvbake.manifest import Manifest
+from kvbake.operate.adapters.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
+from kvbake.operate.adapters.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
+from kvbake.operate.core.corpus import Corpus, estimate_tokens, load_corpus
+from kvbake.operate.core.identity_oracle import score_identity_set, score_needles_identity
+from kvbake.operate.core.needle import build_corruption_set, build_needle_prompt, make_needle_codes
+from kvbake.operate.core.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
+from kvbake.operate.core.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
+from kvbake.operate.core.presets import ChosenPreset
+from kvbake.operate.core.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
+from kvbake.secretscan import refuse_in_option, withhold_credentials
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.operate.core.validate_plan import (
+    ANSWER_TOKENS, INERTNESS_RUNS, STEPS, SYNTHETIC, PlanOptions, Report, StepResult, make_options, not_run,
+    report_text, report_to_dict, score_inertness, score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,
+)
+
+REPORTS_DIR = ".kvbake/validate"
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    """Everything one `validate` run needs, as the command line gave it."""
+
+    manifest: Manifest
+    chosen: ChosenPreset
+    endpoint: str
+    model: str | None = None
+    corpus_dir: Path | None = None
+    deployment: Deployment | None = None
+    depths: tuple[int, ...] | None = None
+    prefix_tokens: int = 8000
+    corruption_tokens: int = 8000
+    pressure: int = 0
+    pressure_tokens: int | None = None
+    seed: str = "kvbake"
+    mem_floor_gib: float = 1.5
+    mem_interval_s: float = 5.0
+    meminfo_path: str = DEFAULT_MEMINFO
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per request; a request that takes longer stops the run
+    oracle: str = "auto"  # auto (the recall probe chooses), recall or identity
+
+
+def _complete(client: OpenAIClient, prompt: str, salt: str) -> Completion:
+    return client.complete(CompletionRequest(prompt, ANSWER_TOKENS, salt))
+
+
+def _observe(completion: Completion) -> Observation:
+    return Observation(completion.prompt_tokens, completion.cached_tokens, completion.text)
+
+
+class PlanRun:
+    """The five steps against one client; the inertness outputs become the prefix step's uncached controls."""
+
+    def __init__(self, client: OpenAIClient, options: PlanOptions, corpus: Corpus) -> None:
+        self.client, self.options, self.corpus = client, options, corpus
+        self.prompts: PrefixPrompts = build_prefix_prompts(corpus, options.prefix_tokens, options.prefix_tokens // 2)
+        self.controls: tuple[str, ...] = ()
+        self.model: str | None = None
+        self.oracle: OracleChoice = initial_choice(options.oracle)
+
+    @property
+    def identity(self) -> bool:
+        return self.oracle.used == "identity"
+
+    def inertness(self) -> StepResult:
+        self.model = self.client.resolve_model()
+        runs = [_complete(self.client, self.prompts.full, self.options.salt(f"inert-{i}")) for i in range(INERTNESS_RUNS)]
+        self.controls = tuple(c.text for c in runs)
+        result = score_inertness(runs, self.options.control)
+        return self.recall_probe(result) if result.passed and self.oracle.used is None else result
+
+    def recall_probe(self, result: StepResult) -> StepResult:
+        """Auto's one short request, once the first step's own checks passed: its answer chooses the oracle."""
+        probe = build_probe(self.corpus, self.options.seed)
+        answer = _complete(self.client, probe.text, self.options.salt("recall-probe"))
+        self.oracle = choose_oracle(probe, answer)
+        return dataclasses.replace(result, data={**result.data, "recall_probe": probe_data(probe, answer, self.oracle)})
+
+    def prefix(self) -> StepResult:
+        o, full, partial = self.options, self.prompts.full, self.prompts.partial
+        cold, hit = _complete(self.client, full, o.salt("prefix")), _complete(self.client, full, o.salt("prefix"))
+        fresh = _complete(self.client, full, o.salt("prefix-fresh"))
+        shared = shared_prefix_length(self.client.tokenize(full), self.client.tokenize(partial))
+        part, part_control = _complete(self.client, partial, o.salt("prefix")), _complete(self.client, partial, o.salt("partial-fresh"))
+        return score_prefix(PrefixObservations(_observe(cold), _observe(hit), _observe(fresh), _observe(part), _observe(part_control),
+                                               shared, self.controls, o.preset.prefix_block))
+
+    def check_fits(self, what: str, prompts: Sequence[str]) -> None:
+        """Measure prompts with the server's tokenizer: the estimate sized them, only the server knows their length."""
+        max_len = self.options.preset.max_model_len
+        longest, text = max((len(self.client.tokenize(p)), p) for p in prompts)
+        if longest > max_len - ANSWER_TOKENS:
+            raise ValidationStop(f"the {what} prompt is {longest} tokens by the server's tokenizer ({estimate_tokens(text)} "
+                                 f"estimated), over max-model-len {max_len} less {ANSWER_TOKENS} for the answer",
+                                 "pass smaller --depths, --corruption-tokens or --pressure-tokens: the 4-character "
+                                 "estimate undercounts this model's tokenizer")
+
+    def needle_set(self, name: str, tokens: int, size: int) -> StepResult:
+        prompts = build_corruption_set(self.corpus, tokens, f"{self.options.seed}:{name}", size=size)
+        self.check_fits(name, [p.text for p in prompts])
+        requests = [CompletionRequest(p.text, ANSWER_TOKENS, self.options.salt(f"{name}-{i}")) for i, p in enumerate(prompts)]
+        concurrent = self.client.complete_many(requests, max_workers=size)
+        if not self.identity:
+            return score_needle_set(name, prompts, concurrent)
+        solo = [_complete(self.client, p.text, self.options.salt(f"{name}-solo-{i}")) for i, p in enumerate(prompts)]
+        return score_identity_set(name, prompts, concurrent, solo)
+
+    def needles(self) -> StepResult:
+        o = self.options
+        codes = make_needle_codes(f"{o.seed}:needles", len(o.depths))
+        prompt = build_needle_prompt(self.corpus, o.needle_tokens, o.depths, codes, start=3)
+        self.check_fits("needle", [prompt.text])
+        cold = _complete(self.client, prompt.text, o.salt("needles"))
+        if not self.identity:
+            return score_needles(prompt, cold)
+        hit = _complete(self.client, prompt.text, o.salt("needles"))  # the same salt: a prefix-cache hit
+        fresh = _complete(self.client, prompt.text, o.salt("needles-fresh"))
+        return score_needles_identity(prompt, cold, hit, fresh, o.preset.prefix_block)
+
+    def pressure(self) -> StepResult:
+        """Concurrent long requests over the pool, with the preemptions the serve counted meanwhile."""
+        before = self.preemption_count()
+        result = self.needle_set(STEPS[4], self.options.pressure_tokens, self.options.pressure)
+        return with_preemptions(result, preemptions_during(before, self.preemption_count()))
+
+    def preemption_count(self) -> float | None:
+        text = self.client.metrics_text()
+        return None if text is None else counter_total(text, PREEMPTIONS)
+
+    def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
+        o = self.options
+        pressure = self.pressure if o.pressure else None
+        return ((STEPS[0] if o.control else "baseline", self.inertness), (STEPS[1], self.prefix),
+                (STEPS[2], lambda: self.needle_set(STEPS[2], o.corruption_tokens, 16)), (STEPS[3], self.needles),
+                (STEPS[4], pressure))
+
+
+def run_steps(run: PlanRun, watcher: MemoryWatcher) -> tuple[StepResult, ...]:
+    """Every step in order under the watcher (sampled before and after each); the first stop skips the rest."""
+    results: list[StepResult] = []
+    for name, action in run.steps():
+        if any(r.stop for r in results) or action is None:
+            why = "not run: the run stopped earlier" if action else "skipped (pass --pressure N to force pool pressure)"
+            results.append(not_run(name, why))
+            continue
+        try:
+            watcher.sample()
+            result = action()
+            watcher.sample()
+        except Exception as err:  # noqa: BLE001 - a watcher breach closes the client, which fails the request in flight
+            cause = watcher.stop_reason or err
+            if not isinstance(cause, ValidationStop):
+                raise
+            result = stopped(name, cause.message, cause.fix)
+        results.append(result)
+    return tuple(results)
+
+
+def release_of(deployment: Deployment | None) -> dict[str, Any]:
+    """The head node's current release record, which the report is tied to."""
+    if deployment is None:
+        return {"id": None, "text": "no release record (no --deploy given)"}
+    head = next((n for n in deployment.nodes if n.role == "head"), deployment.nodes[0])
+    current = NodeState(head.name, Engine(head.host)).read().current
+    if current is None:
+        return {"id": None, "node": head.name, "text": f"no release record on {head.name}"}
+    return {"id": current.id, "node": head.name, "preset": current.preset, "image": current.image,
+            "switches": dict(current.switches), "max_model_len": current.max_model_len,
+            "text": f"release {current.id} ({current.preset}) on {head.name}"}
+
+
+def check_release(release: Mapping[str, Any], preset: str) -> None:
+    """Refuse to validate a preset the head node does not run."""
+    if release.get("preset") not in (None, preset):
+        raise ValidationStop(f"{release['node']} runs release {release['id']} with preset {release['preset']}, not {preset}",
+                             f"validate --preset {release['preset']}, or deploy {preset} first")
+
+
+def memory_reader(request: ValidateRequest) -> Reader:
+    """Every node of the deployment, read inside its serving container; nothing to read without --deploy."""
+    if request.deployment is None:
+        return lambda: ()
+    nodes = [(n.name, Engine(n.host)) for n in request.deployment.nodes]
+    return NodeMemoryReader(nodes, request.deployment.launcher.container, request.meminfo_path)
+
+
+def _corpus(request: ValidateRequest) -> tuple[Corpus, str]:
+    if request.corpus_dir is None:
+        return synthetic_corpus(), SYNTHETIC
+    corpus = load_corpus(request.corpus_dir)
+    return corpus, f"{request.corpus_dir.name}: {len(corpus.documents)} records"
+
+
+def _roll_back(rollback: Callable[[], str] | None) -> tuple[str, KvbakeError | None]:
+    if rollback is None:
+        return "not requested (pass --rollback-on-failure with --deploy)", None
+    try:
+        return f"done: {rollback()}", None
+    except KvbakeError as err:
+        return f"failed: {err.one_line()}", err
+
+
+def check_written_options(endpoint: str, model: str | None) -> None:
+    """The endpoint and the model id are written into the report: neither may carry a credential (nothing is sent)."""
+    for option, text in (("--endpoint", endpoint), ("--model", model)):
+        refuse_in_option(option, text, "the validation report", f"give {option} without it (the plan sends no credentials); "
+                         "nothing was sent or written")
+
+
+def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None = None,
+                   reader: Reader | None = None) -> tuple[Report, Path]:
+    """Run the plan, write the report; a stop (after the optional rollback) raises ValidationStop naming the report."""
+    check_written_options(request.endpoint, request.model)
+    release = release_of(request.deployment)
+    check_release(release, request.chosen.preset.name)
+    wait_for_the_serve(request.deployment)
+    started = _now()
+    options = make_options(request.chosen.preset, f"kvbake-{started}-{secrets.token_hex(4)}",
+                           request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
+                           request.pressure, request.pressure_tokens, request.oracle)
+    corpus, corpus_label = _corpus(request)
+    with OpenAIClient(request.endpoint, request.model, request.timeout_s) as client:
+        watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
+                                request.mem_interval_s, on_breach=client.close)
+        plan = PlanRun(client, options, corpus)
+        with watcher:
+            steps = run_steps(plan, watcher)
+    stop = next((s for s in steps if s.stop), None)
+    rollback_text, rollback_error = _roll_back(rollback) if stop else ("not needed", None)
+    report = Report(request.chosen, request.endpoint, plan.model, release, corpus_label, started, _now(), steps,
+                    watcher_summary(watcher, request.deployment is not None), rollback_text, plan.oracle)
+    path = write_report(request.manifest.root / REPORTS_DIR, report)
+    where = path.relative_to(request.manifest.root).with_suffix(".txt")
+    if rollback_error is not None:
+        raise type(rollback_error)(f"validation stopped ({stop.name}: {stop.stop}) and the rollback failed: {rollback_error.message}; "
+                                   f"report {where}", rollback_error.fix)
+    if stop is not None:
+        raise ValidationStop(f"{stop.name}: {stop.stop}; report {where}", stop.fix)
+    return report, path
+
+
+def wait_for_the_serve(deployment: Deployment | None) -> None:
+    """With a deployment that names a readiness probe, the plan starts only once the serve answers it."""
+    if deployment is None or deployment.readiness is None:
+        return
+    from kvbake.ship.adapters.readiness import wait_until_ready
+
+    try:
+        wait_until_ready(deployment.readiness, lambda: None)
+    except RolloutError as err:
+        raise ValidationStop(f"not started: {err.message}", "deploy the preset (python build.py deploy) and validate once it is ready") from None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def write_report(folder: Path, report: Report) -> Path:
+    """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path. A string
+    that looks like a credential (a serve's answer, say) is written as a note of what was withheld: the report is kept."""
+    report = withhold_credentials(report)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem, number = report.name, 1
+    while (folder / f"{stem}.json").exists():
+        number += 1
+        stem = f"{report.name}-{number}"
+    write_atomic(folder / f"{stem}.txt", report_text(report).encode())
+    path = folder / f"{stem}.json"
+    write_atomic(path, (json.dumps(report_to_dict(report), indent=1, sort_keys=True) + "\n").encode())
+    return path
+
+
+def watcher_summary(watcher: MemoryWatcher, watched: bool) -> dict[str, Any]:
+    return {"watched": watched, "floor_bytes": watcher.floor, "samples": watcher.samples,
+            "lowest_bytes": dict(sorted(watcher.lowest.items()))}

@@ -1,0 +1,172 @@
+"""The operate commands (doctor, config, validate, capacity): one function each, returning (data for --json, text)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kvbake.command_output import Result, emit
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import ResourceError, UsageError
+from kvbake.lock import read_lock
+from kvbake.manifest import Manifest, load_manifest
+from kvbake.operate.core.presets import check_reason
+
+
+def cmd_doctor(args: argparse.Namespace) -> Result:
+    from kvbake.deployfile import load_deployment
+    from kvbake.operate.adapters.doctor import diagnose, first_failure
+    from kvbake.operate.adapters.memwatch import GIB
+
+    manifest = load_manifest(args.manifest)
+    lock = read_lock(manifest) if manifest.lock_path.exists() else None
+    deployment = load_deployment(args.deploy) if args.deploy else None
+    checks = diagnose(Engine(args.host), manifest, lock, deployment, args.registry, int(args.mem_floor * GIB), int(args.disk_floor * GIB))
+    data = {"checks": [{"check": c.name, "verdict": c.verdict, "seen": c.seen} for c in checks]}
+    failure = first_failure(checks)
+    if failure is not None:
+        emit(args, data | {"ok": False}, "\n".join(c.line() for c in checks))
+        raise failure
+    return data | {"ok": True}, "\n".join(c.line() for c in checks)
+
+
+def cmd_config(args: argparse.Namespace) -> Result:
+    from kvbake.operate.core import runtime_config as rc
+    from kvbake.operate.core.presets import choose_preset
+
+    check_reason(args.reason)
+    manifest = load_manifest(args.manifest)
+    out = args.out if args.out is not None else manifest.root / "configs"
+    shown = _shown(manifest, out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {shown} is not a folder", "pass a folder for the configuration (it is created when missing)")
+    provenance = rc.Provenance(manifest.path.name, read_lock(manifest).core_sha256() if manifest.lock_path.exists() else None)
+    if args.check:
+        checked: dict = {"ok": True, "out": shown}
+        lines = []
+        if args.deploy is None or out.is_dir():
+            actual = _read_tree(out)
+            names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
+            drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
+            if not drift.clean:
+                raise rc.drift_error(drift, shown)
+            checked["presets"] = list(names)
+            lines.append(f"{shown}: {', '.join(names)} match the manifest and lock")
+        if args.deploy is not None:
+            checked["nodes"] = _check_what_runs(manifest, args.deploy)
+            lines.append(f"what runs on {', '.join(checked['nodes'])} matches the manifest's runtime settings")
+        return checked, "\n".join(lines)
+    if args.all == bool(args.preset):
+        raise UsageError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
+    if args.all:
+        configs = rc.render_many(manifest, manifest.presets, provenance)
+    else:
+        chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+        configs = (rc.render_config(manifest, chosen, provenance),)
+    _write_tree(out, rc.as_tree(configs))
+    lines = [f"wrote {shown}/{c.preset}/ ({', '.join(c.files)}): {manifest.presets[c.preset].status}, "
+             f"max-model-len {manifest.presets[c.preset].max_model_len}, {len(manifest.presets[c.preset].switches)} switches"
+             for c in configs]
+    lines.append(f"{rc.drafter_limit(manifest)}; lock: {provenance.lock_sha256 or 'unlocked'}")
+    return {"out": shown, "presets": [c.preset for c in configs], "lock_sha256": provenance.lock_sha256}, "\n".join(lines)
+
+
+def _check_what_runs(manifest: Manifest, deploy_file: Path) -> list[str]:
+    """Every node's recorded release and serving switch set against the manifest's presets now."""
+    from kvbake.bake.core.provenance import switch_names
+    from kvbake.deployfile import load_deployment
+    from kvbake.operate.core import runtime_config as rc
+    from kvbake.ship.adapters.fleet import connect
+    from kvbake.ship.adapters.nodestate import NodeState
+    from kvbake.ship.core.running import switch_env
+
+    deployment = load_deployment(deploy_file)
+    problems = []
+    for name, engine in connect(deployment).items():
+        release = NodeState(name, engine).read().current
+        container = engine.container_inspect(deployment.launcher.container)
+        running = switch_env(container["Config"]["Env"], switch_names(manifest)) if container else None
+        problems += rc.runtime_drift(manifest, name, release, running)
+    if problems:
+        raise rc.running_drift_error(problems)
+    return [n.name for n in deployment.nodes]
+
+
+def _shown(manifest: Manifest, folder: Path) -> str:
+    folder = folder.absolute()
+    return str(folder.relative_to(manifest.root)) if folder.is_relative_to(manifest.root) else str(folder)
+
+
+def _read_tree(folder: Path) -> dict[str, str]:
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _write_tree(folder: Path, tree: dict[str, str]) -> None:
+    from kvbake.atomicfile import write_atomic
+
+    for relative, text in sorted(tree.items()):
+        target = folder / relative
+        try:
+            write_atomic(target, text.encode("utf-8"))
+        except OSError as err:
+            raise ResourceError(f"cannot write {target}: {err.strerror}", "pass an --out folder this user can write") from None
+
+
+def cmd_validate(args: argparse.Namespace) -> Result:
+    from kvbake.deployfile import load_deployment
+    from kvbake.operate.adapters.validation_run import ValidateRequest, check_written_options, run_validation
+    from kvbake.operate.core.presets import choose_preset
+    from kvbake.operate.core.validate_plan import parse_depths, report_text, report_to_dict
+
+    check_reason(args.reason)
+    check_written_options(args.endpoint, args.model)
+    manifest = load_manifest(args.manifest)
+    chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+    deployment = load_deployment(args.deploy) if args.deploy else None
+    request = ValidateRequest(manifest, chosen, args.endpoint, args.model, args.corpus, deployment, parse_depths(args.depths),
+                              args.prefix_tokens, args.corruption_tokens, args.pressure, args.pressure_tokens, args.seed,
+                              args.mem_floor, args.mem_interval, args.meminfo_path, oracle=args.oracle)
+    report, path = run_validation(request, _validate_rollback(args, manifest, deployment))
+    shown = path.relative_to(manifest.root)
+    return report_to_dict(report) | {"report": str(shown)}, report_text(report) + f"report:   {shown} (and .txt)"
+
+
+def cmd_capacity(args: argparse.Namespace) -> Result:
+    from kvbake.deployfile import load_deployment
+    from kvbake.operate.adapters.capacity_logs import check_deployment, predict_preset
+    from kvbake.operate.core.capacity_prediction import prediction_dict
+
+    manifest = load_manifest(args.manifest)
+    prediction = predict_preset(manifest, args.preset, args.model_config, args.device)
+    cap = prediction.capacity
+    scaled = f", blocks x{prediction.blocks_factor} by the preset's packing switch" if prediction.blocks_factor != 1 else ""
+    lines = [f"{args.preset} (predicted): {prediction.line}",
+             f"  {cap.num_blocks:,} blocks of {cap.bytes_per_block:,} bytes, {cap.blocks_per_request} per full-length request{scaled}"]
+    data = prediction_dict(prediction)
+    if not cap.fits:
+        lines.append("  vLLM would refuse to start: one full-length request does not fit beside the null block")
+    if args.deploy is not None:
+        ranks = check_deployment(prediction, load_deployment(args.deploy))
+        data["ranks"] = ranks
+        lines += [f"  {line}" for line in ranks] + ["every rank logged the predicted line"]
+    return data, "\n".join(lines)
+
+
+def _validate_rollback(args: argparse.Namespace, manifest: Manifest, deployment):
+    if not args.rollback_on_failure:
+        return None
+    if deployment is None:
+        raise UsageError("--rollback-on-failure needs --deploy", "pass --deploy deploy.yaml so the nodes are known")
+
+    def roll_back() -> str:
+        from kvbake.ship.adapters.fleet import make_fleet
+        from kvbake.ship.adapters.rollout import rollback
+
+        journal = rollback(make_fleet(deployment, manifest, read_lock(manifest)), break_lock=False)
+        return f"rolled back every rank to release {journal.release_id}"
+
+    return roll_back
+

@@ -1,0 +1,291 @@
+"""Deploy, rollback, resume and revert on every node: phase 1 (pull by digest, check), phase 2 (lock, retag, restart, verify)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from kvbake.deployfile import Deployment
+from kvbake.engines.core.detection import EngineProfile
+from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
+from kvbake.secretscan import refuse_credentials
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.transitions import records_of, revert, run_transition
+from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.core.noderecords import NodeRecords
+from kvbake.ship.core.release import Release, release_to_json
+from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What phase 1 saw on one node."""
+
+    name: str
+    records: NodeRecords
+    current_id: str | None
+    previous_id: str | None
+    serving: str | None = None  # the ID of the serving container the node has, if any
+
+
+def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:
+    """What one node records and which images its tags name; a reseated node's records do not count."""
+    engine = fleet.engines[name]
+    try:
+        records = NodeState(name, engine).read()
+    except RolloutError:
+        if name not in reseat:
+            raise
+        records = NodeRecords()
+    if name in reseat:
+        records = NodeRecords(audit=records.audit)
+    container = engine.container_inspect(fleet.deployment.launcher.container)
+    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")),
+                    (container or {}).get("Id"))
+
+
+def refuse_marks(views: list[NodeView]) -> None:
+    """A node that keeps a diverged mark or an unfinished transition stops every operator host, not only the one that
+    wrote it."""
+    for v in views:
+        if v.records.diverged:
+            raise DivergedError(f"node {v.name} is marked diverged by {v.records.diverged.get('by', 'another host')} "
+                                f"({v.records.diverged.get('revert_error')})", f"repair first: {v.records.diverged.get('repair')}")
+    for v in views:
+        if v.records.transition:
+            t = v.records.transition
+            raise RolloutError(f"node {v.name} holds the journal of an interrupted {t.get('kind')} {t.get('id')} (release {t.get('release_id')})",
+                               "run python build.py deploy --resume to finish it or deploy --revert to undo it, from any operator host")
+
+
+def check_views(views: list[NodeView], reseat: frozenset[str] = frozenset()) -> None:
+    """Ranks must agree on their current release before anything changes; a recorded current must exist. A node being
+    reseated after a store switch starts empty and is left out of the agreement."""
+    refuse_marks(views)
+    for v in views:
+        if v.records.current is None and v.serving and v.name not in reseat:
+            raise RolloutError(f"node {v.name} runs a serve kvbake did not deploy (container {v.serving[:12]}), which a deploy would replace "
+                               "with no way back", "adopt it first: python build.py adopt --deploy FILE (the first rollback then "
+                               "restores it exactly), or remove that container if it is not needed")
+        if v.records.current and not v.current_id:
+            raise RolloutError(f"node {v.name} records release {v.records.current.id} but has no current image",
+                               f"re-create its records with: python build.py deploy --preset NAME --reseat {v.name}")
+    currents = {(v.records.current.id if v.records.current else None) for v in views if v.name not in reseat}
+    if len(currents) > 1:
+        raise DivergedError(f"the nodes run different releases: {', '.join(f'{v.name}={v.records.current.id if v.records.current else None}' for v in views)}",
+                            "roll every node to one release with deploy --preset, or repair by hand")
+
+
+def require_base(fleet: Fleet, base_image: str, base_layers: tuple[str, ...]) -> None:
+    """Every node must already hold the exact base: kvbake moves only the thin layer."""
+    for name, engine in fleet.engines.items():
+        base = engine.inspect_image(base_image)
+        if base is None or tuple(base["RootFS"]["Layers"]) != base_layers:
+            raise RolloutError(f"node {name} lacks the base image {base_image} (or holds another one)",
+                               "run python build.py base sync: it puts the locked base in the private registry once and pulls it "
+                               "by digest on every node; kvbake ships only the thin layer")
+
+
+def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
+    """Phase 1 on every node: the base must be there, pull by digest, check layers and labels. Returns image IDs."""
+    require_base(fleet, base_image, base_layers)
+    staged = {}
+    for name, engine in fleet.engines.items():
+        engine.pull(release.image)
+        pulled = engine.inspect_image(release.image)
+        if pulled is None or tuple(pulled["RootFS"]["Layers"]) != release.layers:
+            raise RolloutError(f"node {name}: {release.image} does not have the release's layers", "push again and retry")
+        labels = pulled["Config"]["Labels"] or {}
+        wrong = [k for k, v in release.labels.items() if labels.get(k) != v]
+        if wrong:
+            raise RolloutError(f"node {name}: {release.image} has other labels ({', '.join(wrong[:3])})", "push again and retry")
+        staged[name] = pulled["Id"]
+    return staged
+
+
+def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | Mapping[str, str]) -> Callable[[], None]:
+    """Take the lock on every node (all or none); returns the release function. The marker container is created from
+    `marker_image`, one image for every node or one per node."""
+    taken: list[NodeState] = []
+    try:
+        for name, engine in fleet.engines.items():
+            state = NodeState(name, engine)
+            image = marker_image if isinstance(marker_image, str) else marker_image[name]
+            try:
+                state.acquire(image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+            except EngineError as err:
+                raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
+            taken.append(state)
+    except Exception:
+        _release_all(taken)
+        raise
+    return lambda: _release_all(taken)
+
+
+def _release_all(states: list[NodeState]) -> None:
+    """Best effort: a lock left on an unreachable node is taken over by the journal's own resume or revert."""
+    for state in states:
+        try:
+            state.release_lock()
+        except KvbakeError:
+            pass
+
+
+def new_journal_id(kind: str) -> str:
+    return f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def damaged_records(fleet: Fleet, names: frozenset[str]) -> frozenset[str]:
+    """Which of these nodes keep records that cannot be read."""
+    damaged = set()
+    for name in names:
+        try:
+            NodeState(name, fleet.engines[name]).read()
+        except RolloutError:
+            damaged.add(name)
+    return frozenset(damaged)
+
+
+def checked_stores(fleet: Fleet, reseat: frozenset[str]) -> tuple[dict[str, EngineProfile], frozenset[str]]:
+    """Every node's profile now; a node whose image store changed since the last deploy must be reseated. A node whose
+    records are damaged may be reseated too: its images stay, its records are written afresh."""
+    profiles = {name: engine.profile() for name, engine in fleet.engines.items()}
+    changes = store_changes(read_stores(fleet.deployment.state_dir), profiles)
+    damaged = damaged_records(fleet, reseat - set(changes))
+    check_store_changes(changes, set(reseat - damaged))
+    return profiles, frozenset(changes) | damaged
+
+
+def refuse_if_diverged(deployment: Deployment) -> None:
+    diverged = read_diverged(deployment.state_dir)
+    if diverged:
+        raise DivergedError(f"the deployment is marked diverged ({diverged.get('revert_error')})", f"repair first: {diverged.get('repair')}")
+
+
+def refuse_pending(deployment: Deployment) -> None:
+    """This host's own marks: a diverged deployment, or a journal it left."""
+    refuse_if_diverged(deployment)
+    pending = read_journal(deployment.state_dir)
+    if pending:
+        raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
+                           "run deploy --resume to finish it or deploy --revert to undo it")
+
+
+def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
+           reseat: frozenset[str] = frozenset()) -> Journal:
+    """Phase 1 (pull and check) needs no lock; then every lock, then the state is read and the plan fixed, then phase
+    2. On failure every node is reverted (or the deployment is marked diverged). A release record holding anything that
+    looks like a credential is refused before anything is pulled."""
+    folder = fleet.deployment.state_dir
+    refuse_credentials(json.loads(release_to_json(release)), f"release {release.id}")
+    refuse_pending(fleet.deployment)
+    profiles, reseated = checked_stores(fleet, reseat)
+    staged = stage_release(fleet, release, base_image, base_layers)
+    for name, image_id in staged.items():
+        try:
+            fleet.engines[name].tag(image_id, fleet.tag("staged"))
+        except EngineError as err:
+            raise RolloutError(f"node {name}: staging failed ({err.message})", "bring the node back, then retry; nothing serving was changed") from None
+    journal_id = new_journal_id("deploy")
+    unlock = locked(fleet, journal_id, break_lock, fleet.tag("staged"))
+    try:
+        views = [view(fleet, name, reseated) for name in fleet.engines]
+        check_views(views, reseated)
+        journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
+        run_transition(fleet, journal, folder)
+    finally:
+        unlock()
+    remember_stores(folder, profiles)
+    return journal
+
+
+def rollback(fleet: Fleet, break_lock: bool) -> Journal:
+    """Swap current and previous on every rank; nothing is pulled; the previous switch set comes back with it."""
+    folder = fleet.deployment.state_dir
+    refuse_pending(fleet.deployment)
+    profiles, _ = checked_stores(fleet, frozenset())
+    journal_id = new_journal_id("rollback")
+    unlock = locked(fleet, journal_id, break_lock, fleet.tag("current"))
+    try:
+        views = [view(fleet, name) for name in fleet.engines]
+        check_views(views)
+        missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
+        if missing:
+            raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
+        journal = Journal(journal_id, "rollback", views[0].records.previous.id, tuple(rollback_plan(v) for v in views))
+        run_transition(fleet, journal, folder)
+    finally:
+        unlock()
+    remember_stores(folder, profiles)
+    return journal
+
+
+def journal_on_nodes(fleet: Fleet) -> Journal | None:
+    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it)."""
+    for name, engine in fleet.engines.items():
+        transition = NodeState(name, engine).read().transition
+        if transition:
+            try:
+                return journal_from_dict(transition)
+            except ValueError as err:
+                raise RolloutError(f"node {name}: the journal it keeps is corrupt ({err})",
+                                   f"re-create the node's records with: python build.py deploy --preset NAME --reseat {name}") from None
+    return None
+
+
+def kept_by_any_node(fleet: Fleet, journal_id: str) -> bool:
+    return any((NodeState(name, engine).read().transition or {}).get("id") == journal_id for name, engine in fleet.engines.items())
+
+
+def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None) -> Journal:
+    """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy."""
+    folder = fleet.deployment.state_dir
+    local = read_journal(folder)
+    journal = journal_on_nodes(fleet) if local is None else local
+    if journal is None:
+        if read_diverged(folder):
+            raise RolloutError("the deployment is marked diverged, but neither this host nor any node keeps its journal",
+                               f"check python build.py status; once every rank is on one release, move {folder / 'DIVERGED.json'} aside")
+        raise RolloutError("there is no interrupted deploy to resume or revert", "nothing to do")
+    if mode == "resume" and release_id is not None and journal.release_id != release_id:
+        raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
+    marker = next((fleet.tag(kind) for kind in ("staged", "current", "previous") if all(e.image_id_of(fleet.tag(kind)) for e in fleet.engines.values())), fleet.tag("staged"))
+    unlock = locked(fleet, journal.id, break_lock, marker)
+    try:
+        if local is not None and not kept_by_any_node(fleet, journal.id):
+            clear_journal(folder)
+            raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
+                               "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
+        if mode == "resume":
+            run_transition(fleet, journal, folder)
+        else:
+            revert(fleet, journal, folder)
+    finally:
+        unlock()
+    return journal
+
+
+def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
+    """`current` becomes the release; `previous` becomes the old current, unless the release is already current:
+    then the real rollback target is kept."""
+    before = records_of(v.records.current, v.records.previous)
+    if v.records.current is not None and v.records.current.id == release.id and v.current_id == staged_id:
+        return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before, records_of(release, v.records.previous))
+    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current))
+
+
+def rollback_plan(v: NodeView) -> NodePlan:
+    """Swap: `current` and `previous` trade image and record."""
+    return NodePlan(v.name, v.current_id, v.previous_id, v.previous_id, v.current_id,
+                    records_of(v.records.current, v.records.previous), records_of(v.records.previous, v.records.current))
+
+
+def who_deploys() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+

@@ -1,0 +1,95 @@
+"""verify-running and status: what every rank runs, against the release records its node keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbake.errors import IntegrityError
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.transitions import observe
+from kvbake.ship.core.journal import read_diverged, read_journal
+from kvbake.ship.core.release import Release
+from kvbake.ship.core.running import agreement_failures, rank_failures, switch_env
+
+
+@dataclass(frozen=True)
+class RankReport:
+    node: str
+    failures: tuple[str, ...]
+    switches: dict[str, str]
+
+
+def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankReport]:
+    """Every rank against its recorded current release; the switch set is `expect` when given. Raises on any failure."""
+    reports, observed = [], {}
+    for node in fleet.deployment.nodes:
+        release = NodeState(node.name, fleet.engines[node.name]).read().current
+        container, image = observe(fleet, node.name)
+        if release is not None:
+            failures = fleet.rank_failures(node.name, container, image, release, expect)
+        else:
+            failures = [f"{node.name}: no release recorded"] + rank_failures(
+                node.name, container, image, (), {}, expect or {}, fleet.switch_names, fleet.baked_paths, None, fleet.source_root)
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        observed[node.name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+        reports.append(RankReport(node.name, tuple(failures), env))
+    failures = [f for r in reports for f in r.failures] + agreement_failures(observed)
+    if failures:
+        raise IntegrityError(f"verify-running: {len(failures)} problem(s): {'; '.join(failures)}",
+                             "roll back (python build.py rollback) or redeploy; never fix one rank by hand")
+    return reports
+
+
+def status(fleet: Fleet) -> dict[str, Any]:
+    """Per node: current and previous release, what runs, the switch set; plus divergence and any pending journal, as
+    this host and the nodes keep them. A recorded release whose image the node no longer holds is not shown as current."""
+    rows, node_marks, node_journals = [], [], []
+    for node in fleet.deployment.nodes:
+        engine = fleet.engines[node.name]
+        records = NodeState(node.name, engine).read()
+        container, image = observe(fleet, node.name)
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        held = bool(records.current and engine.image_id_of(fleet.tag("current")))
+        rows.append({
+            "node": node.name, "role": node.role,
+            "current": _brief(records.current) if held else None, "recorded_current_missing": bool(records.current and not held),
+            "previous": _brief(records.previous),
+            "running": bool((container or {}).get("State", {}).get("Running")),
+            "running_layers": len((image or {}).get("RootFS", {}).get("Layers", [])),
+            "running_matches_current": bool(held and image and tuple(image["RootFS"]["Layers"]) == records.current.layers),
+            "switches": env,
+        })
+        node_marks += [dict(records.diverged)] if records.diverged else []
+        node_journals += [records.transition.get("id")] if records.transition else []
+    currents = {r["current"]["id"] if r["current"] else None for r in rows}
+    switch_sets = {tuple(sorted(r["switches"].items())) for r in rows}
+    journal = read_journal(fleet.deployment.state_dir)
+    pending = journal.id if journal else (node_journals[0] if node_journals else None)
+    disagree = len(currents) > 1 or len(switch_sets) > 1 or any(r["recorded_current_missing"] for r in rows)
+    return {"nodes": rows, "diverged": disagree or not all(r["running_matches_current"] for r in rows if r["current"]),
+            "marked_diverged": read_diverged(fleet.deployment.state_dir) or (node_marks[0] if node_marks else None),
+            "pending_journal": pending}
+
+
+def _brief(release: Release | None) -> dict[str, Any] | None:
+    if release is None:
+        return None
+    return {"id": release.id, "preset": release.preset, "image": release.image, "max_model_len": release.max_model_len,
+            "deployed_at": release.deployed_at, "deployed_by": release.deployed_by, "reason": release.reason}
+
+
+def status_table(data: dict[str, Any]) -> str:
+    lines = [f"{'node':<10} {'role':<7} {'current':<30} {'previous':<30} {'running':<8} switches"]
+    for row in data["nodes"]:
+        cur = f"{row['current']['id']} ({row['current']['preset']})" if row["current"] else "-"
+        prev = f"{row['previous']['id']} ({row['previous']['preset']})" if row["previous"] else "-"
+        run = ("yes" if row["running"] else "no") + ("" if row["running_matches_current"] or not row["current"] else "!")
+        switches = ",".join(f"{k}={v}" for k, v in sorted(row["switches"].items())) or "(none)"
+        lines.append(f"{row['node']:<10} {row['role']:<7} {cur:<30} {prev:<30} {run:<8} {switches}")
+    if data["diverged"] or data["marked_diverged"]:
+        lines.append("DIVERGED: the ranks do not agree" + (f"; repair: {data['marked_diverged']['repair']}" if data["marked_diverged"] else ""))
+    if data["pending_journal"]:
+        lines.append(f"interrupted: {data['pending_journal']}; run deploy --resume or deploy --revert")
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""Adapter: move every node from its before state to its after state (retag, records, restart, verify), or back."""
+
+from __future__ import annotations
+
+import logging
+import json
+import os
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kvbake.atomicfile import write_atomic
+from kvbake.deployfile import Deployment
+from kvbake.errors import DivergedError, KvbakeError, RolloutError
+from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
+from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.nodestate import NodeState, who
+from kvbake.ship.adapters.readiness import wait_until_ready
+from kvbake.ship.core.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
+from kvbake.ship.core.release import Release, release_from_json, release_to_json
+from kvbake.ship.core.running import agreement_failures, switch_env
+from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
+
+log = logging.getLogger(__name__)
+
+
+def records_of(current: Release | None, previous: Release | None) -> dict:
+    return {"current": json.loads(release_to_json(current)) if current else None,
+            "previous": json.loads(release_to_json(previous)) if previous else None}
+
+
+def release_of(records: dict, key: str) -> Release | None:
+    data = records.get(key)
+    return release_from_json(json.dumps(data)) if data else None
+
+
+def retag(fleet: Fleet, name: str, current_id: str | None, previous_id: str | None) -> None:
+    """Point `current` and `previous` at image IDs; no byte moves."""
+    engine = fleet.engines[name]
+    for kind, image_id in (("current", current_id), ("previous", previous_id)):
+        if image_id:
+            engine.tag(image_id, fleet.tag(kind))
+        else:
+            engine.untag(fleet.tag(kind))
+
+
+def restart(fleet: Fleet, name: str, release: Release | None, replacing: Release | None = None) -> None:
+    """Run the operator's launcher for one node with the release's switch set; it recreates the serving container.
+    With no release (the revert of a first deploy) there is nothing to launch: the serving container is removed. An
+    adopted serve is never launched: its own container is set aside (stopped, renamed) and later brought back."""
+    launcher = fleet.deployment.launcher
+    if release is not None and release.adopted:
+        bring_back_adopted(fleet, name, release)
+        return
+    if replacing is not None and replacing.adopted:
+        set_adopted_aside(fleet, name, replacing)
+    if release is None:
+        fleet.engines[name].remove_container(launcher.container)
+        return
+    launch(fleet, name, release)
+
+
+def launch(fleet: Fleet, name: str, release: Release) -> None:
+    """The operator's launcher for one node and one kvbake release; a new serving container must be running after it."""
+    launcher = fleet.deployment.launcher
+    settings = settings_of_release(release)
+    files = write_rank_files(fleet.deployment.state_dir / "runtime" / name, settings)
+    env = {**os.environ, **launcher_env(fleet, name, release, settings, files)}
+    replaced = (fleet.engines[name].container_inspect(launcher.container) or {}).get("Id")
+    try:
+        done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RolloutError(f"launcher on {name} did not run ({type(err).__name__}: {err})", "check launcher.command in the deployment file") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RolloutError(f"launcher on {name} exited {done.returncode} ({last})", "fix the launcher, then deploy again (every node was reverted)")
+    stopped = not_running(fleet, name, replaced)
+    if stopped:
+        raise RolloutError(f"launcher on {name} exited 0 but {stopped}",
+                           "make the launcher (re)create the serving container $KVBAKE_CONTAINER (docker run -d --name ...); "
+                           "every node was reverted")
+
+
+def not_running(fleet: Fleet, name: str, replaced: str | None = None) -> str | None:
+    """Why the node's serving container is not running (absent, still the container `replaced`, or exited with its code
+    and last log line), or None."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is None:
+        return f"the serving container {container} does not exist on {name}"
+    if replaced is not None and found.get("Id") == replaced:
+        return f"the serving container {container} on {name} is still the old one (it was not recreated)"
+    state = found.get("State") or {}
+    if state.get("Running") and not state.get("Restarting") and not found.get("RestartCount"):
+        return None
+    why = telling_line(engine.container_log_tail(container, TAIL_LINES))
+    how = "keeps restarting" if state.get("Restarting") or found.get("RestartCount") else "is not running"
+    return f"the serving container {container} on {name} {how} (exit code {state.get('ExitCode')}: {why})"
+
+
+def start_group(fleet: Fleet, steps: dict[str, tuple[Release | None, Release | None]]) -> None:
+    """Restart the nodes of one start group (each: the release to run, the release it replaces); several at once when
+    the group has several nodes. Every failure is named."""
+    if len(steps) == 1:
+        name, (release, replacing) = next(iter(steps.items()))
+        restart(fleet, name, release, replacing)
+        return
+    failures = []
+    with ThreadPoolExecutor(max_workers=len(steps)) as pool:
+        futures = {name: pool.submit(restart, fleet, name, release, replacing) for name, (release, replacing) in steps.items()}
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KvbakeError as err:
+                failures.append(err)
+    if failures:
+        raise RolloutError("; ".join(err.message for err in failures), failures[0].fix)
+
+
+def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
+    """Wait for the deployment's readiness probe once every rank of this side was started; a side that serves
+    nothing (the revert of a first deploy) has nothing to wait for."""
+    readiness = fleet.deployment.readiness
+    if readiness is None or all(release is None for release in releases.values()):
+        return
+
+    def dead_rank() -> str | None:
+        return next((reason for name, release in releases.items() if release is not None and (reason := not_running(fleet, name))), None)
+
+    waited = wait_until_ready(readiness, dead_rank)
+    log.info("the serve answered %s after %.1f s", readiness.url, waited)
+
+
+def set_adopted_aside(fleet: Fleet, name: str, adopted: Release) -> None:
+    """Stop the adopted container and keep it, whole, under its kept name (done already: nothing to do)."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
+        engine.stop_and_rename(container, adopted.kept_as)
+
+
+def bring_back_adopted(fleet: Fleet, name: str, adopted: Release) -> None:
+    """Replace the serving container by the adopted one, started again under its own name: the serve as it was."""
+    engine, container = fleet.engines[name], fleet.deployment.launcher.container
+    found = engine.container_inspect(container)
+    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
+        return
+    if engine.container_inspect(adopted.kept_as) is None:
+        raise RolloutError(f"node {name}: the adopted serving container {adopted.kept_as} is gone, so the adopted serve cannot come back",
+                           "deploy a kvbake release instead (python build.py deploy --preset NAME)")
+    engine.remove_container(container)
+    engine.rename_and_start(adopted.kept_as, container)
+
+
+def write_rank_files(folder: Path, settings: RankSettings) -> dict[str, Path]:
+    """ranks.env and launcher.args exactly as `config` writes them for the same preset."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {ENV_FILE: folder / ENV_FILE, ARGS_FILE: folder / ARGS_FILE}
+    write_atomic(files[ENV_FILE], settings.env_text().encode())
+    write_atomic(files[ARGS_FILE], settings.args_text().encode())
+    return files
+
+
+def launcher_env(fleet: Fleet, name: str, release: Release, settings: RankSettings, files: dict[str, Path]) -> dict[str, str]:
+    """What the launcher is told. The arguments (max-model-len first) come three ways, each keeping every argument
+    whole: the launcher.args file, shell-quoted (for `eval set -- "$KVBAKE_LAUNCHER_ARGS"`) and as a JSON array."""
+    deployment, node = fleet.deployment, fleet.node(name)
+    head = deployment.head()
+    drafter = deployment.drafter
+    return {**deployment.launcher.env,
+            "DOCKER_HOST": node.host, "KVBAKE_NODE": name, "KVBAKE_ROLE": node.role, "KVBAKE_IMAGE": fleet.tag("current"),
+            "KVBAKE_CONTAINER": deployment.launcher.container, "KVBAKE_ENV_FILE": str(files[ENV_FILE]),
+            "KVBAKE_ARGS_FILE": str(files[ARGS_FILE]), "KVBAKE_MAX_MODEL_LEN": str(release.max_model_len),
+            "KVBAKE_LAUNCHER_ARGS": shlex.join(settings.argv()), "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(settings.argv()),
+            "KVBAKE_PRESET": release.preset, "KVBAKE_NODE_RANK": str(node_rank(deployment, name)), "KVBAKE_NNODES": str(len(deployment.nodes)),
+            "KVBAKE_NODE_ADDRESS": node.address, "KVBAKE_HEAD_ADDRESS": head.address if head else "",
+            "KVBAKE_DRAFTER_URL": drafter.url if drafter else "",
+            "KVBAKE_DRAFTER_MAX_POSITIONS": str(drafter.max_positions) if drafter and drafter.max_positions else ""}
+
+
+def node_rank(deployment: Deployment, name: str) -> int:
+    """The head is node rank 0; the workers follow in the deployment file's order."""
+    ordered = sorted(deployment.nodes, key=lambda n: n.role != "head")
+    return next(i for i, n in enumerate(ordered) if n.name == name)
+
+
+def observe(fleet: Fleet, name: str) -> tuple[dict | None, dict | None]:
+    engine = fleet.engines[name]
+    container = engine.container_inspect(fleet.deployment.launcher.container)
+    image = engine.inspect_image(container["Image"]) if container else None
+    return container, image
+
+
+def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]:
+    """Every rank runs its release exactly, and all ranks agree."""
+    failures: list[str] = []
+    observed = {}
+    for name, release in sorted(releases.items()):
+        if release is None:
+            continue
+        container, image = observe(fleet, name)
+        failures += fleet.rank_failures(name, container, image, release)
+        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+        observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+    return failures + agreement_failures(observed)
+
+
+def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str) -> Journal:
+    """Walk every node to one side of the plan ('after' or 'before'), journalling each step first."""
+    for plan in journal.nodes:
+        current, previous, records = _side(plan, side)
+        journal = journal.with_step(f"{side}:retag:{plan.node}")
+        write_journal(folder, journal)
+        retag(fleet, plan.node, current, previous)
+        NodeState(plan.node, fleet.engines[plan.node]).update(
+            marker_image(fleet, plan), f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}",
+            current=release_of(records, "current"), previous=release_of(records, "previous"))
+    releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes}
+    replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
+    for group in fleet.deployment.start_groups():
+        members = [name for name in group if name in releases]
+        if not members:
+            continue
+        journal = journal.with_step(f"{side}:restart:{'+'.join(members)}")
+        write_journal(folder, journal)
+        start_group(fleet, {name: (releases[name], replaced[name]) for name in members})
+    await_readiness(fleet, releases)
+    return journal
+
+
+def marker_image(fleet: Fleet, plan: NodePlan) -> str:
+    """An image the node surely holds, to create its state container from."""
+    return plan.after_current or plan.before_current or fleet.tag("staged")
+
+
+def publish(fleet: Fleet, journal: Journal) -> None:
+    """Every node keeps the journal while the transition runs, so that any operator host sees it and can finish it."""
+    for plan in journal.nodes:
+        NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",
+                                                              transition=journal_to_dict(journal))
+
+
+def settle(fleet: Fleet, journal: Journal, folder: Path, outcome: str) -> None:
+    """The transition is over and every rank verified: drop the journal and any diverged mark, nodes first."""
+    for plan in journal.nodes:
+        records = NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
+                                                                        transition=None, diverged=None)
+        drop_released_adoption(fleet, plan, records.current, records.previous)
+    clear_journal(folder)
+    clear_diverged(folder)
+
+
+def drop_released_adoption(fleet: Fleet, plan: NodePlan, current: Release | None, previous: Release | None) -> None:
+    """An adopted container kept aside is removed once neither `current` nor `previous` is that adopted serve."""
+    kept = {release.kept_as for release in (current, previous) if release is not None and release.adopted}
+    for side in ("before", "after"):
+        for key in ("current", "previous"):
+            release = release_of(_side(plan, side)[2], key)
+            if release is not None and release.adopted and release.kept_as not in kept:
+                fleet.engines[plan.node].remove_container(release.kept_as)
+
+
+def mark_nodes_diverged(fleet: Fleet, journal: Journal, details: dict) -> None:
+    """Best effort: a node that cannot be reached now learns of the divergence from the journal it keeps."""
+    for plan in journal.nodes:
+        try:
+            NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} DIVERGED",
+                                                                  diverged=details)
+        except KvbakeError as err:
+            log.warning("node %s: could not record the divergence (%s)", plan.node, err.one_line())
+
+
+def _side(plan: NodePlan, side: str) -> tuple[str | None, str | None, dict]:
+    if side == "after":
+        return plan.after_current, plan.after_previous, plan.after_records
+    return plan.before_current, plan.before_previous, plan.before_records
+
+
+def _short(image_id: str | None) -> str:
+    return image_id[7:19] if image_id else "none"
+
+
+def run_transition(fleet: Fleet, journal: Journal, folder: Path) -> None:
+    """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged."""
+    try:
+        publish(fleet, journal)
+        write_journal(folder, journal.with_phase("forward"))
+        journal = apply_side(fleet, journal.with_phase("forward"), folder, "after")
+        failures = verify_ranks(fleet, {p.node: release_of(p.after_records, "current") for p in journal.nodes})
+        if failures:
+            raise RolloutError(f"verify-running failed after {journal.kind}: {'; '.join(failures)}", "every node was reverted; see the audit log")
+    except KvbakeError as err:
+        revert(fleet, journal, folder, cause=err)
+        raise
+    settle(fleet, journal, folder, "done")
+
+
+def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | None = None) -> None:
+    try:
+        journal = apply_side(fleet, journal.with_phase("reverting"), folder, "before")
+        failures = verify_ranks(fleet, {p.node: release_of(p.before_records, "current") for p in journal.nodes})
+        if failures:
+            raise RolloutError(f"after the revert: {'; '.join(failures)}", "see below")
+    except KvbakeError as err:
+        details = {"journal": journal.id, "kind": journal.kind, "cause": cause.one_line() if cause else None, "revert_error": err.one_line(),
+                   "repair": f"python build.py deploy --revert --deploy {fleet.deployment.path.name}", "by": who()}
+        mark_diverged(folder, details)
+        mark_nodes_diverged(fleet, journal, details)
+        raise DivergedError(f"DIVERGED: {journal.kind} {journal.id} failed ({cause.one_line() if cause else 'interrupted'}) and the revert failed too "
+                            f"({err.one_line()})", f"bring the nodes back, then run: {details['repair']}") from None
+    settle(fleet, journal, folder, "reverted")

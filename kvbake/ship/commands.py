@@ -1,0 +1,140 @@
+"""The ship commands (push, base sync, deploy, adopt, rollback, verify-running, status): one function each."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvbake.bake.core.plan import make_plan, read_overlay
+from kvbake.command_output import Result
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import UsageError
+from kvbake.lock import read_lock
+from kvbake.manifest import load_manifest
+from kvbake.operate.core.presets import check_reason
+
+
+def cmd_push(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.pusher import push_image, push_record, upload_summary, write_push_record
+
+    manifest = load_manifest(args.manifest)
+    lock = read_lock(manifest)
+    plan = make_plan(manifest, lock, read_overlay(manifest, lock))
+    result = push_image(Engine(args.host), plan, args.registry)
+    record = push_record(result)
+    path = write_push_record(manifest.root, record)
+    text = "\n".join([
+        f"pushed:    {result.target.reference}" + ("   (already present: nothing uploaded)" if result.already_present else ""),
+        f"pull:      {result.pinned}   (what nodes pull)",
+        f"uploaded:  {'nothing' if result.already_present else upload_summary(result.upload)}",
+        f"read back: config {result.manifest.config_digest[:19]}… = image ID, diff_ids = base + thin layer, "
+        f"{len(result.manifest.layers)} layers, labels equal",
+        f"record:    {path.relative_to(manifest.root)}",
+    ])
+    return record, text
+
+
+def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
+    """The manifest, its lock, the deployment and its fleet; no plan: nothing is rebuilt after push."""
+    from kvbake.deployfile import load_deployment
+    from kvbake.ship.adapters.fleet import make_fleet
+    from kvbake.ship.adapters.rollout import refuse_if_diverged
+
+    manifest = load_manifest(args.manifest)
+    lock = read_lock(manifest)
+    deployment = load_deployment(args.deploy)
+    if refuse_diverged:
+        refuse_if_diverged(deployment)
+    return manifest, lock, deployment, make_fleet(deployment, manifest, lock)
+
+
+def cmd_base(args: argparse.Namespace) -> Result:
+    from kvbake.deployfile import load_deployment
+    from kvbake.ship.adapters.basesync import sync_base
+
+    manifest = load_manifest(args.manifest)
+    lock = read_lock(manifest)
+    deployment = load_deployment(args.deploy)
+    result = sync_base(Engine(args.host), deployment, manifest, lock, args.registry, args.force)
+    done = {"present": "already held it", "pull": "pulled it", "move": "moved its tag to it (--force)"}
+    lines = [f"base:      {manifest.base.image} (config {lock.base.config_digest[:19]}…)",
+             f"registry:  {result.pinned}" + ("   (pushed now)" if result.pushed else "   (already there: nothing pushed)")]
+    lines += [f"{n.node}: {done[n.action]} as {result.node_name}" for n in result.nodes]
+    data = {"pinned": result.pinned, "pushed": result.pushed, "node_name": result.node_name,
+            "nodes": [{"node": n.node, "action": n.action, "held_before": n.held} for n in result.nodes]}
+    return data, "\n".join(lines)
+
+
+def cmd_deploy(args: argparse.Namespace) -> Result:
+    from kvbake.operate.core.presets import choose_preset
+    from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
+    from kvbake.ship.core.push_record import pushed_image
+    from kvbake.ship.core.release import make_release
+
+    if not (args.preset or args.resume or args.revert):
+        raise_usage("deploy needs --preset NAME (or --resume / --revert)")
+    check_reason(args.reason)
+    manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
+    if args.resume or args.revert:
+        release_id = None
+        if args.preset and args.resume:
+            chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+            release_id = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys()).id
+        journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, release_id)
+        verb = "resumed" if args.resume else "reverted"
+        return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
+    chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+    release = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys())
+    unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
+    if unknown:
+        raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}")
+    journal = deploy(fleet, release, manifest.base.node_name, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
+    text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
+            f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
+    return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
+            "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+
+
+def cmd_adopt(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.adoption import adopt
+
+    check_reason(args.reason)
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
+    releases = adopt(fleet, args.reason, args.break_lock)
+    lines = [f"{node}: adopted container {r.adopted['container_id'][:12]} ({r.image}, {dict(r.switches) or 'no switches'}) as release {r.id}"
+             for node, r in releases.items()]
+    lines.append("the first deploy keeps it as previous; python build.py rollback then restarts that very container")
+    return {"release": next(iter(releases.values())).id, "nodes": {node: r.adopted["container_id"] for node, r in releases.items()}}, "\n".join(lines)
+
+
+def cmd_rollback(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.rollout import rollback
+
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
+    journal = rollback(fleet, args.break_lock)
+    return {"journal": journal.id, "release": journal.release_id}, (
+        f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed")
+
+
+def cmd_verify_running(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.status import verify_running
+    from kvbake.ship.core.running import parse_expect
+
+    *_, fleet = _ship_context(args)
+    expect = None if args.expect is None else parse_expect(args.expect)
+    reports = verify_running(fleet, expect)
+    data = {"ok": True, "ranks": [{"node": r.node, "switches": r.switches} for r in reports]}
+    lines = [f"{r.node}: ok, switches {','.join(f'{k}={v}' for k, v in sorted(r.switches.items())) or '(none)'}" for r in reports]
+    return data, "\n".join(lines + ["all ranks agree"])
+
+
+def cmd_status(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.status import status, status_table
+
+    *_, fleet = _ship_context(args)
+    data = status(fleet)
+    return data, status_table(data)
+
+
+def raise_usage(message: str) -> None:
+    raise UsageError(message, "see python build.py deploy --help")
+

@@ -1,0 +1,41 @@
+"""The pushed image a deploy rolls out: its digest reference from the push record, what it holds from the lock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvbake.bake.core.plan import tag_for
+from kvbake.bake.core.provenance import labels as provenance_labels
+from kvbake.errors import RegistryError
+from kvbake.lock import Lock
+from kvbake.manifest import Manifest
+from kvbake.ship.core.release import PushedImage
+
+PUSHES_DIR = ".kvbake/pushes"
+
+
+def pushed_reference(root: Path, reference: str, tag: str) -> str:
+    """The `repo@sha256:…` reference that `push` recorded for `tag`."""
+    path = root / PUSHES_DIR / f"{tag}.json"
+    if not path.exists():
+        raise RegistryError(f"{reference} has not been pushed (no push record)", "run python build.py push first")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RegistryError(f"the push record of {tag} ({path.name}) is unreadable or not JSON ({err})",
+                            "run python build.py push again to rewrite it") from None
+    pinned = record.get("pinned") if isinstance(record, dict) else None
+    if not isinstance(pinned, str) or "@sha256:" not in pinned:
+        raise RegistryError(f"the push record of {tag} has no digest reference", "run python build.py push again")
+    return pinned
+
+
+def pushed_image(manifest: Manifest, lock: Lock, image: str | None = None) -> PushedImage:
+    """The release's image: pulled by the reference the push record of the lock's tag holds (or `image`, deploy
+    --image), holding what the lock pins (config digest, base layers and thin layer) and the labels the manifest's
+    pinned sections and the lock give it. Nothing is rebuilt: neither overlay/ nor the thin layer is read."""
+    tag = tag_for(manifest, lock)
+    pinned = image or pushed_reference(manifest.root, f"{manifest.output.repository}:{tag}", tag)
+    return PushedImage(pinned, lock.derived.image_id, (*lock.base.diff_ids, lock.derived.layer_diff_id),
+                       provenance_labels(manifest, lock, tag))

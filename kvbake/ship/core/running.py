@@ -1,0 +1,127 @@
+"""Pure checks of what a rank runs: image layers and labels, the exact switch set in Env, no bind mount over baked files."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from kvbake.engines.core.detection import store_named
+from kvbake.errors import PresetError
+
+
+def parse_expect(text: str) -> dict[str, str]:
+    """`--expect "A=1,B=2"`; an empty string means no switch may be set."""
+    expected: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise PresetError(f"--expect item {item!r} is not NAME=VALUE", 'write --expect "NAME=VALUE,NAME=VALUE", or --expect "" for none')
+        expected[name] = value
+    return expected
+
+
+def switch_env(env: Sequence[str] | None, names: Sequence[str]) -> dict[str, str]:
+    """The declared and forbidden switches a container's Env sets, with their values."""
+    result = {}
+    for item in env or ():
+        name, _, value = item.partition("=")
+        if name in names:
+            result[name] = value
+    return result
+
+
+def mount_failures(mounts: Sequence[Mapping[str, Any]] | None, baked: Sequence[str]) -> list[str]:
+    """A bind mount may not cover a baked file or any directory above one: that would undo the bake."""
+    failures = []
+    for mount in mounts or ():
+        destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        prefix = destination if destination.endswith("/") else destination + "/"
+        covered = [path for path in baked if path == destination or path.startswith(prefix)]
+        if covered:
+            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} covers baked file {covered[0]}")
+    return failures
+
+
+# Variables that change which Python or native code a rank runs, whatever the image holds.
+CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
+                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
+
+
+def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None, mounts: Sequence[Mapping[str, Any]] | None,
+                      source_root: str) -> list[str]:
+    """A container may not set a code-selecting variable the image does not set the same way, nor mount anything over
+    the source root, inside it or above it: either would run other code than the baked chain."""
+    own = dict(item.partition("=")[::2] for item in image_env or ())
+    failures = []
+    for item in env or ():
+        name, _, value = item.partition("=")
+        if name in CODE_OVERRIDES and own.get(name) != value:
+            failures.append(f"{name} is set to {value!r} in the container, not as the image sets it ({own.get(name, 'unset')!r})")
+    root = source_root.rstrip("/")
+    for mount in mounts or ():
+        destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        above = root == destination or root.startswith(destination.rstrip("/") + "/")
+        if above or destination.startswith(root + "/"):
+            where = "over or above" if above else "inside"
+            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} is {where} the source root {root}")
+    return failures
+
+
+def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str, str]:
+    """The Id a node's store gives the release's image, and what it is: the config digest on the classic store, the
+    pulled manifest's digest (`repo@sha256:…`) on the containerd store."""
+    image_store = store_named(store)
+    return image_store.pulled_id(config_digest, pinned), image_store.id_meaning
+
+
+def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
+                  labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str],
+                  image_id: tuple[str, str] | None = None, source_root: str | None = None) -> list[str]:
+    """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node."""
+    if container is None:
+        return [f"{node}: the serving container is not there"]
+    failures = []
+    if not (container.get("State") or {}).get("Running"):
+        failures.append(f"{node}: the serving container is not running")
+    if image_id is not None and container.get("Image") != image_id[0]:
+        failures.append(f"{node}: the container runs image {str(container.get('Image'))[:19]}, not the release's {image_id[1]} {image_id[0][:19]}")
+    if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(layers):
+        failures.append(f"{node}: the running image's layers differ from the release")
+    image_labels = ((image or {}).get("Config") or {}).get("Labels") or {}
+    failures += [f"{node}: label {k} differs" for k, v in sorted(labels.items()) if image_labels.get(k) != v]
+    found = switch_env((container.get("Config") or {}).get("Env"), names)
+    for name in sorted(set(found) | set(expected)):
+        if found.get(name) != expected.get(name):
+            failures.append(f"{node}: switch {name} is {found.get(name, 'unset')!s}, expected {expected.get(name, 'unset')!s}")
+    failures += [f"{node}: {m}" for m in mount_failures(container.get("Mounts"), baked)]
+    if source_root:
+        image_env = ((image or {}).get("Config") or {}).get("Env")
+        unflagged = [m for m in container.get("Mounts") or () if not mount_failures([m], baked)]
+        failures += [f"{node}: {m}" for m in override_failures((container.get("Config") or {}).get("Env"), image_env, unflagged, source_root)]
+    return failures
+
+
+def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any,
+                          names: Sequence[str]) -> list[str]:
+    """An adopted serve must be that very container again, running its image with its switch set; its own mounts and
+    overrides are what it always ran with, so they are not flagged."""
+    if container is None:
+        return [f"{node}: the adopted serving container is not there"]
+    failures = []
+    if container.get("Id") != release.adopted["container_id"]:
+        failures.append(f"{node}: the serving container is {str(container.get('Id'))[:12]}, not the adopted {release.adopted['container_id'][:12]}")
+    if not (container.get("State") or {}).get("Running"):
+        failures.append(f"{node}: the adopted serving container is not running")
+    if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(release.layers):
+        failures.append(f"{node}: the running image's layers differ from the adopted serve's")
+    found = switch_env((container.get("Config") or {}).get("Env"), names)
+    if found != dict(release.switches):
+        failures.append(f"{node}: the switches are {found or 'none'}, the adopted serve ran {dict(release.switches) or 'none'}")
+    return failures
+
+
+def agreement_failures(observed: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[str]:
+    """All ranks must run the same layers with the same switch set."""
+    distinct = set(observed.values())
+    if len(distinct) <= 1:
+        return []
+    return ["the ranks disagree: " + "; ".join(f"{node} runs {len(v[0])} layers with {dict(v[1]) or 'no switches'}" for node, v in sorted(observed.items()))]

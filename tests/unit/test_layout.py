@@ -1,0 +1,194 @@
+"""The layout keeps its promises, read from every module's imports: no import cycle, a pure core, one engine client."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import pytest
+
+from kvbake.cli import COMMAND_STAGES, handler_of, parser
+
+PACKAGE = Path(__file__).resolve().parents[2] / "kvbake"
+IMPURE = ("python_on_whales", "subprocess", "httpx")  # what a core module never imports
+ENGINE_CLIENT = ("kvbake.engines.adapters.", "kvbake.rig.")  # the only modules that may import python_on_whales
+ENTRY_POINTS = ("kvbake.cli",)
+STAGE_GROUPS = ("bake", "ship", "operate", "engines", "kvarith", "rig")
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+
+
+def imports_of(path: Path, name: str, known: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The package modules and the other top-level modules that `path` imports anywhere (functions included)."""
+    known = set(known)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    own, other = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from a import b` imports the module a.b when there is one, else the name b of module a
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            (own if target.split(".")[0] == "kvbake" else other).add(target if target.split(".")[0] == "kvbake" else target.split(".")[0])
+    return own, other
+
+
+def import_graph(root: Path = PACKAGE) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Each module's imports of package modules, and of other top-level modules."""
+    found = modules(root)
+    graph, external = {}, {}
+    for name, path in found.items():
+        own, other = imports_of(path, name, found)
+        graph[name], external[name] = {t for t in own if t in found and t != name}, other
+    return graph, external
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each sorted; a module importing itself counts."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def is_core(name: str) -> bool:
+    """Core: a module in a `core` folder, a shared piece at the top (not the CLI entry point), or the KV arithmetic."""
+    parts = name.split(".")
+    top_level = len(parts) == 1 or (len(parts) == 2 and not (PACKAGE / parts[1]).is_dir())
+    return "core" in parts[1:] or (top_level and name not in ENTRY_POINTS) or parts[:2] == ["kvbake", "kvarith"]
+
+
+def core_violations(graph: Mapping[str, set[str]], external: Mapping[str, set[str]]) -> list[str]:
+    """A core module importing python-on-whales, subprocess or httpx, or any module that is not core itself."""
+    problems = []
+    for name in sorted(n for n in graph if is_core(n)):
+        problems += [f"{name} imports {lib}" for lib in sorted(external[name] & set(IMPURE))]
+        problems += [f"{name} imports {target}, which is not core" for target in sorted(graph[name]) if not is_core(target)]
+    return problems
+
+
+def suffix_pairs(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Module names of one folder group where one is the other plus a suffix (lock and locking)."""
+    short = sorted({n.rpartition(".")[2] for n in names} - {"__init__"})
+    return [(a, b) for a in short for b in short if a != b and b.startswith(a)]
+
+
+GRAPH, EXTERNAL = import_graph()
+
+
+def test_the_graph_sees_the_whole_package() -> None:
+    assert {"kvbake.cli", "kvbake.bake.core.thin_layer", "kvbake.ship.adapters.rollout", "kvbake.operate.core.presets",
+            "kvbake.engines.core.containerd", "kvbake.kvarith.planner", "kvbake.rig.stack"} <= set(GRAPH)
+    assert "kvbake.engines.adapters.client" in GRAPH["kvbake.bake.adapters.builder"]
+    assert "kvbake.bake.core.plan" in GRAPH["kvbake.bake.commands"], "imports inside functions count"
+    assert "python_on_whales" in EXTERNAL["kvbake.engines.adapters.client"]
+
+
+def test_no_import_cycle_between_kvbake_modules() -> None:
+    found = cycles(GRAPH)
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(group) for group in found)
+
+
+def test_the_core_imports_neither_io_libraries_nor_adapters() -> None:
+    assert [n for n in GRAPH if is_core(n) and ".core." in n], "the stages have core modules"
+    problems = core_violations(GRAPH, EXTERNAL)
+    assert not problems, "the core must stay pure: " + "; ".join(problems)
+
+
+def test_only_the_engine_client_and_the_rig_talk_to_an_engine() -> None:
+    talking = sorted(n for n in GRAPH if "python_on_whales" in EXTERNAL[n])
+    assert talking and all(n.startswith(ENGINE_CLIENT) for n in talking), talking
+
+
+@pytest.mark.parametrize("group", ("", *STAGE_GROUPS))
+def test_no_two_module_names_of_one_folder_group_differ_only_by_a_suffix(group: str) -> None:
+    prefix = f"kvbake.{group}." if group else "kvbake."
+    names = [n for n in GRAPH if n.startswith(prefix) and (group or n.count(".") == 1)]
+    pairs = suffix_pairs(names)
+    assert names and not pairs, "names that differ only by a suffix: " + ", ".join(f"{a}/{b}" for a, b in pairs)
+
+
+def test_every_module_says_what_it_holds_in_a_one_line_docstring() -> None:
+    unsaid = []
+    for name, path in modules().items():
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+        if not doc or "\n" in doc.strip():
+            unsaid.append(name)
+    assert not unsaid, "no one-line module docstring: " + ", ".join(unsaid)
+
+
+def test_every_command_runs_from_its_stage_commands_module() -> None:
+    subcommands = next(a for a in parser()._actions if a.dest == "command").choices
+    assert set(COMMAND_STAGES) == set(subcommands)
+    for command, stage in COMMAND_STAGES.items():
+        assert handler_of(command).__module__ == f"kvbake.{stage}.commands", command
+
+
+# --- the checks themselves can fail ------------------------------------------------------------
+
+def test_a_cycle_is_found_through_any_number_of_modules() -> None:
+    graph = {"kvbake.a": {"kvbake.b"}, "kvbake.b": {"kvbake.c"}, "kvbake.c": {"kvbake.a"}, "kvbake.d": {"kvbake.a"}, "kvbake.e": {"kvbake.e"}}
+    assert cycles(graph) == [["kvbake.a", "kvbake.b", "kvbake.c"], ["kvbake.e"]]
+
+
+def test_a_core_module_importing_an_adapter_or_subprocess_is_named() -> None:
+    graph = {"kvbake.ship.core.x": {"kvbake.ship.adapters.y", "kvbake.errors"}, "kvbake.ship.adapters.y": set(), "kvbake.errors": set()}
+    external = {"kvbake.ship.core.x": {"subprocess", "json"}, "kvbake.ship.adapters.y": {"httpx"}, "kvbake.errors": set()}
+    assert core_violations(graph, external) == ["kvbake.ship.core.x imports subprocess",
+                                                "kvbake.ship.core.x imports kvbake.ship.adapters.y, which is not core"]
+
+
+def test_function_level_and_relative_imports_are_read(tmp_path: Path) -> None:
+    root = tmp_path / "kvbake"
+    (root / "stage" / "core").mkdir(parents=True)
+    for init in (root, root / "stage", root / "stage" / "core"):
+        (init / "__init__.py").write_text("")
+    (root / "stage" / "core" / "a.py").write_text("def f():\n    from kvbake.stage.core import b\n    import subprocess\n")
+    (root / "stage" / "core" / "b.py").write_text("from . import a\n")
+    graph, external = import_graph(root)
+    assert graph["kvbake.stage.core.a"] == {"kvbake.stage.core.b"} and external["kvbake.stage.core.a"] == {"subprocess"}
+    assert cycles(graph) == [["kvbake.stage.core.a", "kvbake.stage.core.b"]]
+
+
+def test_a_name_that_is_another_plus_a_suffix_is_named() -> None:
+    assert suffix_pairs(["kvbake.lock", "kvbake.locking", "kvbake.manifest"]) == [("lock", "locking")]
