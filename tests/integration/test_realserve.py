@@ -1,11 +1,10 @@
-"""Real vLLM in the loop: the serving stand-in baked, pushed and deployed on the local engine with the reference
-launcher; its capacity line predicted and read back, the supervised plan passed, and the seeded faults caught.
+"""Real vLLM in the loop: the serving stand-in baked, pushed, its base synced to a node and deployed there with the
+reference launcher; its capacity line predicted and read back, the supervised plan passed, the seeded faults caught."""
 
-One node (this machine's engine, as an operator who builds and serves on one Spark): vLLM 0.32's CPU path cannot run
-one tensor-parallel group across two processes as two nodes, and a second replica would double the 3.8 GB base on the
-nodes and the start-up time. The two-node paths run with the serve stand-in in test_ship_ready.py and the fleet tests.
-The module runs in file order on one node: the failing first deploys leave it serving nothing, then the happy path,
-then the seeded prefix-reuse fault."""
+# One node engine, one rank: vLLM 0.32's CPU path cannot run one tensor-parallel group across two processes as two
+# nodes, and a second replica would double the 3.8 GB base on the nodes and the start-up time on two cores. The two-node
+# paths run with the serve stand-in (test_ship_ready.py and the fleet tests). The module runs in file order on that
+# node: the failing first deploys leave it serving nothing, then the happy path, then the seeded prefix-reuse fault.
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import read_overlay
-from kvbake.rig import LocalRegistry
+from kvbake.rig import LocalRegistry, NodeEngine
 from kvbake.rig import realserve as rs
 from kvbake.rig.ports import free_port
 
@@ -47,13 +46,14 @@ TOO_LONG = """  too-long:
 
 @dataclass(frozen=True)
 class RealServe:
-    """The project, its model, the registry and the one-node deployment."""
+    """The project, its model, the node and the one-node deployment."""
 
     manifest: Path
     model: rs.TinyModel
     deploy: Path
     port: int
     folder: Path
+    node: Engine
 
     def ship(self, *argv: str, deploy: Path | None = None) -> list[str]:
         return [*argv, "--manifest", str(self.manifest), "--deploy", str(deploy or self.deploy)]
@@ -68,16 +68,17 @@ def realserve(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Itera
     manifest.write_text(manifest.read_text().replace("output:", TOO_LONG + "output:"))  # a runtime section: no re-lock
     if not rs.lock_matches_local_base(manifest, engine):  # a base built on another machine: re-pin this one
         assert main(["lock", "--manifest", str(manifest), "--rebase-base"]) == 0
-    with LocalRegistry(rs.registry_root()) as registry:
+    with LocalRegistry(rs.registry_root()) as registry, NodeEngine(folder / "node", name="node-a") as node:
         repository = f"{registry.address}/kvbake/realserve-kvpack"
-        rs.clear_node(engine, repository)
-        assert main(["build", "--manifest", str(manifest)]) == 0
-        assert main(["push", "--manifest", str(manifest), "--registry", registry.address]) == 0
         port = free_port()
+        deploy = rs.deployment(folder, model, port, node.host)
         try:
-            yield RealServe(manifest, model, rs.deployment(folder, model, port), port, folder)
+            for argv in (["build"], ["push", "--registry", registry.address],
+                         ["base", "sync", "--registry", registry.address, "--deploy", str(deploy)]):
+                assert main([*argv, "--manifest", str(manifest)]) == 0, argv[0]
+            yield RealServe(manifest, model, deploy, port, folder, Engine(node.host))
         finally:
-            rs.clear_node(engine, repository)
+            rs.untag_release(engine, repository)
 
 
 def status_of(capsys: pytest.CaptureFixture, serve: RealServe) -> dict:
@@ -86,48 +87,48 @@ def status_of(capsys: pytest.CaptureFixture, serve: RealServe) -> dict:
     return json.loads(out)
 
 
-def assert_serving_nothing(capsys: pytest.CaptureFixture, engine: Engine, serve: RealServe) -> None:
+def assert_serving_nothing(capsys: pytest.CaptureFixture, serve: RealServe) -> None:
     """A failed first deploy leaves no serving container and no current release on the node."""
-    assert engine.container_inspect(rs.CONTAINER) is None
+    assert serve.node.container_inspect(rs.CONTAINER) is None
     status = status_of(capsys, serve)
     (node,) = status["nodes"]
     assert node["current"] is None and node["previous"] is None and not node["recorded_current_missing"], node
     assert not status["diverged"] and status["marked_diverged"] is None and status["pending_journal"] is None, status
 
 
-def assert_failed_deploy(capsys: pytest.CaptureFixture, engine: Engine, serve: RealServe, argv: list[str], *fragments: str) -> str:
+def assert_failed_deploy(capsys: pytest.CaptureFixture, serve: RealServe, argv: list[str], *fragments: str) -> str:
     code, _, err = run(capsys, *argv)
     assert code == 12 and err.count("\n") == 1, err
     assert all(fragment in err for fragment in fragments), err
-    assert_serving_nothing(capsys, engine, serve)
+    assert_serving_nothing(capsys, serve)
     return err
 
 
-def test_a_model_folder_missing_on_the_node_fails_the_first_deploy(capsys, engine, realserve) -> None:
-    missing = rs.deployment(realserve.folder, realserve.model, realserve.port, name="missing-model.yaml",
-                            model_dir="/srv/kvbake-no-such-model")
-    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "control", deploy=missing),
+def test_a_model_folder_missing_on_the_node_fails_the_first_deploy(capsys, realserve) -> None:
+    missing = rs.deployment(realserve.folder, realserve.model, realserve.port, realserve.node.host,
+                            name="missing-model.yaml", model_dir="/srv/kvbake-no-such-model")
+    assert_failed_deploy(capsys, realserve, realserve.ship("deploy", "--preset", "control", deploy=missing),
                          "bind source path does not exist: /srv/kvbake-no-such-model")
 
 
-def test_a_preset_longer_than_the_model_stops_the_serve_and_is_reverted(capsys, engine, realserve) -> None:
+def test_a_preset_longer_than_the_model_stops_the_serve_and_is_reverted(capsys, realserve) -> None:
     code, _, err = run(capsys, "capacity", "too-long", "--manifest", str(realserve.manifest),
                        "--model-config", str(realserve.model.config), "--device", "cpu")
     assert code == 17 and "max_model_len 16,384 is above the model's max_position_embeddings 8,192" in err
-    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "too-long"),
+    assert_failed_deploy(capsys, realserve, realserve.ship("deploy", "--preset", "too-long"),
                          f"the serving container {rs.CONTAINER} on node-a", "max_model_len")
 
 
-def test_a_switch_that_crashes_start_up_is_reverted(capsys, engine, realserve) -> None:
+def test_a_switch_that_crashes_start_up_is_reverted(capsys, realserve) -> None:
     argv = realserve.ship("deploy", "--preset", "crash-at-start", "--allow-held", "--reason", "seeded start-up fault")
-    assert_failed_deploy(capsys, engine, realserve, argv, f"the serving container {rs.CONTAINER} on node-a",
+    assert_failed_deploy(capsys, realserve, argv, f"the serving container {rs.CONTAINER} on node-a",
                          "VLLM_KVBAKE_PACK_FACTOR")
 
 
-def test_a_serve_that_never_answers_its_readiness_probe_is_reverted(capsys, engine, realserve) -> None:
-    never = rs.deployment(realserve.folder, realserve.model, realserve.port, name="never-ready.yaml",
+def test_a_serve_that_never_answers_its_readiness_probe_is_reverted(capsys, realserve) -> None:
+    never = rs.deployment(realserve.folder, realserve.model, realserve.port, realserve.node.host, name="never-ready.yaml",
                           readiness_port=free_port(), readiness_timeout_s=20)
-    assert_failed_deploy(capsys, engine, realserve, realserve.ship("deploy", "--preset", "control", deploy=never),
+    assert_failed_deploy(capsys, realserve, realserve.ship("deploy", "--preset", "control", deploy=never),
                          "the serve never became ready", "within 20 s")
 
 
@@ -168,7 +169,7 @@ def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> N
 
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "packing-x2", "--reason", "opt in"))
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", "VLLM_KVBAKE_PACK_FACTOR=2"), "all ranks agree")
-    assert UNKNOWN not in Engine(rs.LOCAL_ENGINE).container_logs(rs.CONTAINER), "the chain registers the switch"
+    assert UNKNOWN not in realserve.node.container_logs(rs.CONTAINER), "the chain registers the switch"
     assert f"node-a: {PACKING_LINE}" in capacity(capsys, realserve, "packing-x2")
     code, out, err = validate(capsys, realserve, "packing-x2")
     assert code == 0 and "PASSED" in out, err or out
