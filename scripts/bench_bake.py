@@ -2,13 +2,17 @@
 save hash check, in the same run. Prints the figures and the ratios; it is not a test and asserts no timing.
 
     python scripts/bench_bake.py [--repeats 3] [--profile docker-26.1-containerd]
+    python scripts/bench_bake.py --compare docker-26.1-classic,docker-26.1-containerd [--repeats 11]
 
 With --profile, the run uses a private engine of that profile (see scripts/engines.py), given the stand-in base.
+With --compare, one private engine per profile runs at once and the bakes alternate between them, so both profiles
+meet the same machine load; it prints each profile's median and the ratio of the second to the first, per base size.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shutil
@@ -27,7 +31,9 @@ from kvbake.lock import read_lock  # noqa: E402
 from kvbake.bake.adapters.pinning import create_lock  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
 from kvbake.bake.core.plan import make_plan, read_overlay  # noqa: E402
-from kvbake.rig.profile_engine import profile_engine  # noqa: E402
+from kvbake.rig.node_engine import NodeEngine  # noqa: E402
+from kvbake.rig.profile_engine import DEFAULT_HOST, copy_images, profile_engine  # noqa: E402
+from kvbake.rig.recipes import recipe_named  # noqa: E402
 from kvbake.bake.adapters.verifier import verify_image  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parents[1] / "examples" / "standin"
@@ -105,7 +111,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", help="engine profile to measure (default: the default engine)")
     parser.add_argument("--kvbake-only", action="store_true", help="skip the naive path (its figures do not change with kvbake's code)")
+    parser.add_argument("--compare", metavar="A,B", help="two engine profiles measured alternately, kvbake path only")
     args = parser.parse_args()
+    if args.compare:
+        return compare(args.compare.split(","), args.repeats)
     if args.profile:
         with profile_engine(args.profile, [STANDIN_BASE]) as engine:
             return measure(engine, args.repeats, not args.kvbake_only)
@@ -130,6 +139,34 @@ def measure(engine: Engine, repeats: int, naive_too: bool = True) -> int:
     if naive_too:
         print(f"naive 4 GB / kvbake 4 GB   = {big['naive'] / big['kvbake']:.1f}   (target >= 10)")
     engine.remove_image("kvbake-bench/naive:latest")
+    return 0
+
+
+def compare(profiles: list[str], repeats: int) -> int:
+    """Alternate kvbake bake+deep verify between engines of two profiles running side by side."""
+    if len(profiles) != 2:
+        print("bench_bake: --compare takes two profiles, e.g. docker-26.1-classic,docker-26.1-containerd", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="kvbake-bench-") as tmp, contextlib.ExitStack() as stack:
+        engines = []
+        for name in profiles:
+            node = stack.enter_context(NodeEngine(Path(tmp) / name, name=name[:12], recipe=recipe_named(name)))
+            engine = Engine(node.host)
+            copy_images(Engine(DEFAULT_HOST), engine, [STANDIN_BASE])
+            engines.append(engine)
+        for label, total in SIZES_MB.items():
+            manifests = []
+            for name, engine in zip(profiles, engines):
+                manifest = project_for(filler_base(engine, label, total), Path(tmp) / f"{name}-{label}")
+                create_lock(engine, load_manifest(manifest))
+                manifests.append(manifest)
+            times: list[list[float]] = [[], []]
+            for _ in range(repeats):
+                for index in (0, 1):
+                    times[index].append(kvbake_once(engines[index], manifests[index]))
+            first, second = (statistics.median(t) for t in times)
+            print(f"base {label}: {profiles[0]} {first:.2f} s, {profiles[1]} {second:.2f} s (medians of {repeats}, alternated); "
+                  f"{profiles[1]} / {profiles[0]} = {second / first:.2f}")
     return 0
 
 

@@ -73,5 +73,6 @@ def test_an_unchecked_pyc_planted_in_an_arm64_image_fails_the_offline_proof(caps
     try:
         code, _, err = run(capsys, "verify", poisoned, "--deep", "--builder", "docker", "--manifest", str(arm64_standin))
         assert code == 7 and "kv_cache_interface.cpython-311.pyc is an unchecked-hash pyc" in err, err
+        assert "stale bytecode vllm/v1/__pycache__/kv_cache_interface.cpython-311.pyc is still in the image" in err, err
     finally:
         engine.untag(poisoned)

@@ -70,6 +70,11 @@ class Extractor:
                 return None
             return sorted(os.listdir(target)) if target.is_dir() else None
 
+    def present(self, relative: str) -> bool:
+        """Whether any entry of that name is in its folder, read from the folder's listing (one copy per folder)."""
+        parent = PurePosixPath(relative).parent
+        return PurePosixPath(relative).name in (self.listing(str(parent)) or [])
+
     def stale_bytecode(self, module: str) -> list[str]:
         """Paths (relative to the source root) of cached bytecode for a module the chain replaces or creates."""
         cache_dir = str(PurePosixPath(module).parent / "__pycache__")
