@@ -99,6 +99,11 @@ class RolloutError(KvbakeError):
     title = "rollout"
 
 
+class LockLost(RolloutError):
+    """This host no longer holds a node's lock (another host broke it as stale): it changes nothing more, and reverts
+    nothing, since the host that holds the lock now finishes or undoes the transition."""
+
+
 class DivergedError(KvbakeError):
     """The nodes no longer agree and could not be reverted; a repair is required."""
 

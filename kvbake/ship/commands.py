@@ -80,6 +80,9 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
             chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
             release_id = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys()).id
         journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, release_id)
+        if journal.phase == "never began":
+            return ({"journal": journal.id, "action": "dropped"},
+                    f"{journal.kind} {journal.id} never began (no step ran, no node keeps its journal): nothing to undo; its journal was removed")
         verb = "resumed" if args.resume else "reverted"
         return {"journal": journal.id, "action": verb}, f"{verb} {journal.kind} {journal.id} on {len(fleet.engines)} nodes"
     chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)

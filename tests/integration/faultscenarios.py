@@ -125,7 +125,9 @@ def node_down_after_the_other_was_retagged(capsys, shipped: dict, rig: dict, mon
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "refused")
     assert code == 13 and "repair first" in err
     rig[down].start()
-    code, out, err = ship(capsys, shipped, "deploy", "--revert")
+    code, _, err = ship(capsys, shipped, "deploy", "--revert")
+    assert code == 12 and f"node {NODE_NAMES[down]} holds a stale lock" in err and "--break-lock" in err, err
+    code, out, err = ship(capsys, shipped, "deploy", "--revert", "--break-lock")
     assert code == 0, err
     assert without_running_flags(fleet_snapshot(rig, shipped)) == without_running_flags(before)
     assert_invariant(capsys, shipped, rig, set())
@@ -158,14 +160,21 @@ def killed_deploy(tmp_path: Path, shipped: dict, deploy_file: Path, at: int) -> 
 
 
 def kill_then_resume_and_again_then_revert(capsys, shipped: dict, rig: dict, tmp_path: Path, at: int) -> None:
-    """Killed at journal write `at`: every deploy is refused until `--resume` finishes it; killed again, `--revert`
-    brings back every node's whole state."""
+    """Killed at journal write `at`: every deploy is refused until `--resume` (with --break-lock: the killed process
+    held the locks) finishes it; killed again, `--revert` brings back every node's whole state. Killed at the first write,
+    this host's own journal, nothing began: resume refuses and drops it, with every node as it was."""
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
     killed_deploy(tmp_path, shipped, shipped["deploy"], at)
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "blocked")
     assert code == 12 and "deploy --resume" in err, err
     code, _, err = ship(capsys, shipped, "deploy", "--resume")
+    assert code == 12 and "holds a stale lock" in err and "its process is gone" in err, err
+    code, _, err = ship(capsys, shipped, "deploy", "--resume", "--break-lock")
+    if at == 1:  # killed right after its own journal, before any node learnt of it: nothing to finish, nothing changed
+        assert code == 12 and "never began" in err and "nothing to resume" in err, err
+        assert fleet_snapshot(rig, shipped) == before
+        return
     assert code == 0, err
     assert_invariant(capsys, shipped, rig, PACKING_ENV)
     resumed = fleet_snapshot(rig, shipped)
@@ -173,7 +182,7 @@ def kill_then_resume_and_again_then_revert(capsys, shipped: dict, rig: dict, tmp
     deploy_control(capsys, shipped, "baseline again")
     before = fleet_snapshot(rig, shipped)
     killed_deploy(tmp_path, shipped, shipped["deploy"], at)
-    code, _, err = ship(capsys, shipped, "deploy", "--revert")
+    code, _, err = ship(capsys, shipped, "deploy", "--revert", "--break-lock")
     assert code == 0, err
     reverted = fleet_snapshot(rig, shipped)
     assert {k: reverted[k] for k in ("journal", "diverged")} == {"journal": False, "diverged": False}

@@ -10,7 +10,8 @@ from typing import Any
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.ship.core.journal import DIVERGED, JOURNAL
-from kvbake.ship.adapters.nodestate import LOCK_NAME, NodeState
+from kvbake.ship.adapters.node_locks import LOCK_NAME
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.rig import NodeEngine
 
 from conftest import run

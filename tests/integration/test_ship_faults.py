@@ -4,6 +4,11 @@ and diverged mark the nodes keep, the lock, what serves) before the fault and co
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,7 +19,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,
                             operator_host)
-from shiprig import assert_invariant, deploy_control, fleet_snapshot, ship, ship_with
+from shiprig import PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, ship, ship_with
 
 pytestmark = pytest.mark.docker
 
@@ -76,10 +81,7 @@ def test_a_host_that_died_mid_deploy_stops_other_hosts_which_can_revert_it(capsy
     killed_deploy(tmp_path, shipped, shipped["deploy"], 3)
     other = operator_host(tmp_path, rig, "host2")
     code, _, err = ship_with(capsys, shipped, other, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "host 2")
-    assert code == 12 and "is locked by" in err and "and keeps that deploy's journal" in err and "deploy --revert" in err, err
-    stale_soon = json.loads(other.read_text()) | {"lock_stale_after_s": 1}
-    other.write_text(json.dumps(stale_soon))
-    time.sleep(1.5)
+    assert code == 12 and "holds a stale lock" in err and "its process is gone" in err and "--break-lock" in err, err
     code, _, err = ship_with(capsys, shipped, other, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "host 2",
                              "--break-lock")
     assert code == 12 and "holds the journal of an interrupted deploy" in err and "from any operator host" in err, err
@@ -105,7 +107,7 @@ def test_a_corrupt_journal_is_a_typed_error_and_the_nodes_copy_repairs(capsys, s
     assert code == 12 and f"the deploy journal {journal} is corrupt" in err and "reads the copy every node keeps" in err, err
     assert len(err.strip().splitlines()) == 1
     journal.rename(journal.with_suffix(".broken"))
-    code, _, err = ship(capsys, shipped, "deploy", "--revert")
+    code, _, err = ship(capsys, shipped, "deploy", "--revert", "--break-lock")
     assert code == 0, err
     after = fleet_snapshot(rig, shipped)
     assert (after["a"]["records"], after["b"]["records"], after["a"]["current"]) == (before["a"]["records"], before["b"]["records"], before["a"]["current"])
@@ -125,3 +127,51 @@ def test_a_corrupt_node_record_is_a_typed_error_and_reseat_rewrites_it(capsys, s
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "reseat", "--reseat", "spark-b")
     assert code == 0, err
     assert_invariant(capsys, shipped, rig, set())
+
+
+def gated_launcher(folder, gate) -> list[str]:
+    """The stand-in launcher, once the file `gate` exists: a deploy that holds its locks until the test lets it go on."""
+    script = folder / "gated-launcher"
+    script.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\nexec {' '.join(STANDIN_LAUNCHER)}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return [str(script)]
+
+
+def test_recovery_from_another_host_never_takes_the_lock_of_a_live_deploy(capsys, shipped, rig, tmp_path):
+    """Host 1 deploys with a launcher held back until host 2 is done, while its locks go stale after 1.5 s without
+    renewal; host 2 tries --revert, --resume and a deploy, each with --break-lock, 2 s apart, when a lock measured from
+    its start would be stale. The heartbeat keeps it live: each is refused naming the holder, and host 1's deploy then
+    ends as if it had been alone."""
+    deploy_control(capsys, shipped, "baseline")
+    before = fleet_snapshot(rig, shipped)
+    gate = tmp_path / "go-on"
+    host1, host2 = (operator_host(tmp_path, rig, name, gated_launcher(tmp_path, gate)) for name in ("host1", "host2"))
+    for path in (host1, host2):
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 1.5}))
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", host1.parent / ".kvbake")
+    argv = [sys.executable, "build.py", "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
+            "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
+    deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        while not NodeState("spark-a", Engine(rig["a"].host)).read().transition:
+            assert deploying.poll() is None, deploying.communicate()
+            time.sleep(0.2)
+        for attempt in (["deploy", "--revert"], ["deploy", "--resume"], ["deploy", "--preset", "control", "--image", shipped["digest"],
+                                                                         "--reason", "host 2"]):
+            time.sleep(2)
+            code, _, err = ship_with(capsys, shipped, host2, *attempt, "--break-lock")
+            assert code == 12 and "is locked by" in err and "for deploy-" in err and "last renewed" in err, (attempt, err)
+            assert deploying.poll() is None, "host 1 is still deploying"
+        gate.touch()
+        out, err = deploying.communicate(timeout=120)
+    finally:
+        if deploying.poll() is None:
+            deploying.kill()
+    assert deploying.returncode == 0, err
+    after = fleet_snapshot(rig, shipped)
+    for node in ("a", "b"):
+        assert after[node]["records"] == (after["a"]["records"][0], before[node]["records"][0]) and not after[node]["lock"]
+        assert after[node]["transition"] is None and after[node]["diverged"] is None
+    assert not (host2.parent / ".kvbake" / "deploy" / "journal.json").exists()
+    assert_invariant(capsys, shipped, rig, PACKING_ENV)

@@ -22,7 +22,25 @@ class FakeEngine:
         self.containers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, bytes]] = {}
         self.down = False
+        self.clock = 1_000_000.0  # the node's own clock (docker info SystemTime), in seconds
+        self.serial = 0
         self._profile = EngineProfile("26.1.5", store, "overlay2")
+
+    def _name_of(self, container: str) -> str | None:
+        """A container's name, given its name or its ID."""
+        if container in self.containers:
+            return container
+        return next((name for name, c in self.containers.items() if c.get("Id") == container), None)
+
+    def _new_id(self) -> str:
+        self.serial += 1
+        return f"{self.label}-{self.serial}"
+
+    def system_time(self) -> str:
+        self._up()
+        from datetime import datetime, timezone
+
+        return datetime.fromtimestamp(self.clock, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def _up(self) -> None:
         if self.down:
@@ -68,17 +86,29 @@ class FakeEngine:
         self._up()
         self.tags.pop(reference, None)
 
-    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> bool:
+    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> str | None:
         self._up()
         if name in self.containers:
+            return None
+        container_id = self._new_id()
+        self.containers[name] = {"Id": container_id, "Name": name, "Image": self.image_id_of(image),
+                                 "Config": {"Labels": dict(labels), "Env": []}, "State": {"Running": False}}
+        return container_id
+
+    def rename_container(self, container: str, new_name: str) -> bool:
+        self._up()
+        name = self._name_of(container)
+        if name is None or new_name in self.containers:
             return False
-        self.containers[name] = {"Name": name, "Image": self.image_id_of(image), "Config": {"Labels": dict(labels), "Env": []},
-                                 "State": {"Running": False}}
+        self.containers[new_name] = {**self.containers.pop(name), "Name": new_name}
+        if name in self.files:
+            self.files[new_name] = self.files.pop(name)
         return True
 
     def container_inspect(self, name: str) -> dict[str, Any] | None:
         self._up()
-        return self.containers.get(name)
+        found = self._name_of(name)
+        return self.containers.get(found) if found else None
 
     def container_log_tail(self, name: str, lines: int = 3) -> str:
         self._up()
@@ -86,8 +116,10 @@ class FakeEngine:
 
     def remove_container(self, name: str) -> None:
         self._up()
-        self.containers.pop(name, None)
-        self.files.pop(name, None)
+        found = self._name_of(name)
+        if found is not None:
+            self.containers.pop(found, None)
+            self.files.pop(found, None)
 
     def stop_and_rename(self, name: str, new_name: str) -> None:
         self._up()
@@ -102,25 +134,35 @@ class FakeEngine:
         self.containers[new_name] = {**container, "Name": new_name}
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
+        """The files of folder `source` land in the container's folder named like it (one level, as kvbake writes)."""
         self._up()
-        folder = self.files.setdefault(container, {})
+        name = self._name_of(container)
+        if name is None:
+            raise EngineError(f"{self.label}: no container {container}", "create it")
+        folder = self.files.setdefault(name, {})
         for item in source.iterdir():
-            folder[item.name] = item.read_bytes()
+            folder[f"/{source.name}/{item.name}"] = item.read_bytes()
 
     def copy_out(self, container: str, path: str, destination: Path) -> bool:
+        """A folder comes out as a folder of its files, a file as that file; False when absent."""
         self._up()
-        if container not in self.files:
+        name = self._name_of(container)
+        files = self.files.get(name or "", {})
+        if path in files:
+            destination.write_bytes(files[path])
+            return True
+        inside = {key[len(path.rstrip("/")) + 1:]: data for key, data in files.items() if key.startswith(path.rstrip("/") + "/")}
+        if not inside:
             return False
         destination.mkdir(parents=True)
-        for name, data in self.files[container].items():
-            (destination / name).write_bytes(data)
+        for item, data in inside.items():
+            (destination / item).write_bytes(data)
         return True
 
     def run_serving(self, name: str, reference: str, env: list[str]) -> None:
         """What a launcher does: (re)create the serving container from `reference` with `env`."""
         self._up()
-        self.serial = getattr(self, "serial", 0) + 1
-        self.containers[name] = {"Id": f"{self.label}-{self.serial}", "Name": name, "Image": self.image_id_of(reference),
+        self.containers[name] = {"Id": self._new_id(), "Name": name, "Image": self.image_id_of(reference),
                                  "Config": {"Env": list(env), "Labels": {}}, "State": {"Running": True}, "Mounts": []}
 
 

@@ -293,8 +293,9 @@ def test_a_failed_launch_walks_every_node_back_to_the_before_side(scene: Scene) 
     with pytest.raises(RolloutError) as caught:
         transitions.run_transition(scene.fleet, scene.journal(CONTROL, PACKING), scene.folder)
     assert caught.value.message == "launcher on b exited 1 (GPU busy)"
+    # the revert keeps the forward steps it walks back, so an interrupted revert still knows them
     assert scene.journals == [("forward", ()), *(("forward", FORWARD_STEPS[:i]) for i in range(1, 5)),
-                              *(("reverting", BACK_STEPS[:i]) for i in range(1, 5))]
+                              *(("reverting", FORWARD_STEPS + BACK_STEPS[:i]) for i in range(1, 5))]
     assert (read_journal(scene.folder), read_diverged(scene.folder)) == (None, None)
     for name in ("a", "b"):
         records = NodeState(name, scene.fleet.engines[name]).read()
@@ -357,7 +358,7 @@ def test_a_node_that_cannot_be_marked_diverged_is_logged_and_the_others_are_mark
 
 def test_publishing_gives_every_node_the_journal(scene: Scene) -> None:
     journal = scene.journal(None, PACKING)
-    transitions.publish(scene.fleet, journal)
+    transitions.publish(scene.fleet, journal, scene.folder)
     for name in ("a", "b"):
         kept = NodeState(name, scene.fleet.engines[name]).read().transition
         assert journal_from_dict(kept) == journal
@@ -665,7 +666,7 @@ def test_walking_fresh_nodes_creates_their_state_from_the_plans_image(scene: Sce
 
 def test_publishing_to_a_node_without_images_uses_the_staged_tag(scene: Scene) -> None:
     scene.fleet.engines["a"].tags[f"{REPO}:staged"] = "sha256:staged"
-    transitions.publish(scene.fleet, Journal("deploy-5", "deploy", "r", (NodePlan("a", None, None, "", None, {}, {}),)))
+    transitions.publish(scene.fleet, Journal("deploy-5", "deploy", "r", (NodePlan("a", None, None, "", None, {}, {}),)), scene.folder)
     assert scene.fleet.engines["a"].containers["kvbake-state"]["Image"] == "sha256:staged"
 
 

@@ -3,89 +3,26 @@ whole before and after every fault."""
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 import kvbake.ship.adapters.transitions as transitions
 from kvbake.ship.adapters import rollout
-from kvbake.deployfile import Deployment, Launcher, Node
+from kvbake.deployfile import Deployment
 from kvbake.errors import DivergedError, RolloutError
 from kvbake.ship.core.journal import read_diverged, read_journal, write_journal
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.fleet import Fleet
 
-from fake_engine import FakeEngine
+from fake_fleet import BASE, CONTAINER, CONTROL, OTHER, PACKING, REPO, World, deploy, make_world, release
 
 REAL_LAUNCH = transitions.launch  # before the world fixture puts a fake launcher in its place
-REPO = "reg:5000/kvbake/x"
-BASE = ("sha256:base",)
-CONTAINER = "serve"
-
-
-def release(preset: str, switches: dict[str, str], args: tuple[str, ...] = ()) -> Release:
-    digest = "sha256:" + hashlib.sha256(preset.encode()).hexdigest()
-    return Release(image=f"{REPO}@{digest}", config_digest=digest, layers=(*BASE, "sha256:thin-" + preset), labels={"k": preset},
-                   preset=preset, switches=switches, max_model_len=4096, launcher_args=args, deployed_by="ops", deployed_at="t",
-                   reason="r", override=None)
-
-
-CONTROL = release("control", {})
-PACKING = release("packing", {"S": "3"})
-OTHER = release("other", {"S": "1"})
-
-
-@dataclass
-class World:
-    fleet: Fleet
-    engines: dict[str, FakeEngine]
-    failing_launch: set[str] = field(default_factory=set)  # "node:preset" launches that fail
-    launches: list[str] = field(default_factory=list)
-
-    def snapshot(self) -> dict:
-        """Each node's whole state: tag IDs, both records, the journal it keeps, its diverged mark, its lock and what
-        serves; plus this host's journal and diverged marker."""
-        nodes = {}
-        for name, engine in self.engines.items():
-            records = NodeState(name, engine).read()
-            serving = engine.containers.get(CONTAINER)
-            nodes[name] = {"current": engine.image_id_of(f"{REPO}:current"), "previous": engine.image_id_of(f"{REPO}:previous"),
-                           "records": (records.current.id if records.current else None, records.previous.id if records.previous else None),
-                           "transition": (records.transition or {}).get("id"), "diverged": records.diverged,
-                           "lock": "kvbake-lock" in engine.containers,
-                           "serving": (serving["Image"], tuple(serving["Config"]["Env"])) if serving else None}
-        folder = self.fleet.deployment.state_dir
-        return {"nodes": nodes, "journal": read_journal(folder), "diverged": read_diverged(folder)}
 
 
 @pytest.fixture()
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    engines = {name: FakeEngine(name) for name in ("a", "b")}
-    for engine in engines.values():
-        engine.images["sha256:base"] = {"Id": "sha256:base", "RootFS": {"Layers": list(BASE)}, "Config": {"Labels": {}, "Env": []}}
-        engine.tags["base:1"] = "sha256:base"
-        for r in (CONTROL, PACKING, OTHER):
-            engine.registry[r.image] = {"Id": r.config_digest, "RootFS": {"Layers": list(r.layers)}, "Config": {"Labels": dict(r.labels), "Env": []}}
-    deployment = Deployment(tmp_path / "deploy.yaml", (Node("a", "unix:///a", "head"), Node("b", "unix:///b", "worker")),
-                            Launcher(("launch",), CONTAINER, 10), 900)
-    fleet = Fleet(deployment, engines, REPO, ("S",), ("/src/x.py",), "/src")
-    w = World(fleet, engines)
-
-    def fake_launch(fleet: Fleet, name: str, rel: Release) -> None:
-        w.launches.append(f"{name}:{rel.preset}")
-        if f"{name}:{rel.preset}" in w.failing_launch:
-            raise RolloutError(f"launcher on {name} exited 1 (GPU busy)", "fix the launcher")
-        engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env())
-
-    monkeypatch.setattr(transitions, "launch", fake_launch)
-    return w
-
-
-def deploy(w: World, r: Release, **kw) -> None:
-    rollout.deploy(w.fleet, r, "base:1", BASE, False, **kw)
+    return make_world(tmp_path, monkeypatch)
 
 
 def test_a_failed_first_deploy_leaves_the_nodes_as_they_were_and_the_next_deploy_works(world):
@@ -181,7 +118,7 @@ def test_a_node_keeping_a_journal_stops_another_host_and_any_host_can_revert_it(
     deploy(world, CONTROL)
     before = world.snapshot()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "write_journal", lambda folder, journal: (_ for _ in ()).throw(KeyboardInterrupt))
+        patch.setattr(transitions, "retag", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             deploy(world, PACKING)
     for engine in world.engines.values():
@@ -197,12 +134,31 @@ def test_a_node_keeping_a_journal_stops_another_host_and_any_host_can_revert_it(
 def test_a_journal_finished_by_another_host_is_dropped_not_replayed(world, tmp_path):
     deploy(world, CONTROL)
     folder = world.fleet.deployment.state_dir
-    stale = rollout.Journal("deploy-old", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, "x", None, {}, {}),))
+    stale = rollout.Journal("deploy-old", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, "x", None, {}, {}),),
+                            done=("after:retag:a",), phase="forward")
     write_journal(folder, stale)
     before = world.snapshot()["nodes"]
     with pytest.raises(RolloutError, match="deploy deploy-old was already finished or undone from another operator host"):
         rollout.recover(world.fleet, "revert", False)
     assert read_journal(folder) is None and world.snapshot()["nodes"] == before
+
+
+@pytest.mark.parametrize("mode", ["revert", "resume"])
+def test_a_journal_whose_deploy_never_began_is_dropped_and_never_resumed(world, mode):
+    """Killed after this host's journal, before any node kept it and before any step: nothing ran, and its plan is
+    stale, so a revert drops it (nothing to undo) and a resume refuses to run it."""
+    deploy(world, CONTROL)
+    folder = world.fleet.deployment.state_dir
+    write_journal(folder, rollout.Journal("deploy-new", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, "x", None, {}, {}),),
+                                          phase="forward"))
+    before = world.snapshot()["nodes"]
+    if mode == "revert":
+        assert rollout.recover(world.fleet, mode, False).phase == "never began"
+    else:
+        with pytest.raises(RolloutError, match="deploy deploy-new never began .* nothing to resume") as refused:
+            rollout.recover(world.fleet, mode, False)
+        assert refused.value.exit_code == 12 and "deploy again" in refused.value.fix
+    assert read_journal(folder) is None and world.snapshot()["nodes"] == before and world.launches == ["a:control", "b:control"]
 
 
 def test_a_revert_that_fails_marks_every_reachable_node_diverged(world):
@@ -235,7 +191,7 @@ def test_a_revert_that_fails_marks_every_reachable_node_diverged(world):
 
 def test_damaged_records_are_refused_then_reseated(world):
     deploy(world, CONTROL)
-    world.engines["b"].files["kvbake-state"] = {"state-a.json": b"{", "state-b.json": b""}
+    world.engines["b"].files["kvbake-state"] = {"/kvbake/state-a.json": b"{", "/kvbake/state-b.json": b""}
     with pytest.raises(RolloutError, match="node b: every copy of its state record is corrupt"):
         deploy(world, PACKING)
     with pytest.raises(RolloutError, match="--reseat a: that node's image store did not change"):
@@ -518,7 +474,7 @@ def test_a_token_in_a_record_an_earlier_kvbake_wrote_is_withheld_when_copied_and
     for name, engine in world.engines.items():
         records = NodeState(name, engine).read()
         legacy = replaced(records, current=replaced(records.current, reason=f"old {GITHUB_TOKEN}"))
-        engine.files["kvbake-state"][records.slot] = encode(legacy, records.seq)
+        engine.files["kvbake-state"]["/kvbake/" + records.slot] = encode(legacy, records.seq)
     journals, written = [], []
 
     def write_and_read_back(folder, journal):

@@ -66,6 +66,13 @@ class Engine(ContainerOps):
         self._profile = profile_from_info(facts, self.label)
         return {**facts, "profile": self._profile.name}
 
+    def system_time(self) -> str:
+        """The engine's own clock (`docker info` SystemTime, RFC 3339): node locks age by it, never by this host's."""
+        try:
+            return str(self.client.system.info().system_time)
+        except DockerException as err:
+            raise EngineError(f"{self.label}: reading the engine's clock failed ({_stderr(err)})", "check that the node's engine is up") from None
+
     def profile(self) -> EngineProfile:
         """This engine's version and image store (asked once)."""
         if self._profile is None:

@@ -12,6 +12,11 @@ from python_on_whales.utils import run as run_cli
 from kvbake.errors import EngineError
 
 
+def _name_taken(err: DockerException) -> bool:
+    stderr = err.stderr or ""
+    return "is already in use" in stderr or "Conflict" in stderr
+
+
 def _last_line(err: DockerException) -> str:
     text = (err.stderr or err.stdout or "").strip().splitlines()
     return text[-1] if text else f"exit code {err.return_code}"
@@ -26,14 +31,26 @@ class ContainerOps:
     def _fail(self, what: str, err: DockerException) -> EngineError:
         return EngineError(f"{self.label}: {what} failed ({_last_line(err)})", "check that the node's engine is up and reachable")
 
-    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> bool:
-        """Create a never-started container as an atomic marker; False when the name is taken."""
+    def create_marker(self, image: str, name: str, labels: dict[str, str]) -> str | None:
+        """Create a never-started container as an atomic marker; its ID, or None when the name is taken."""
         try:
-            self.client.container.create(image, ["true"], name=name, labels=labels, networks=["none"], pull="never")
+            created = self.client.container.create(image, ["true"], name=name, labels=labels, networks=["none"], pull="never")
         except DockerException as err:
-            if "is already in use" in (err.stderr or "") or "Conflict" in (err.stderr or ""):
-                return False
+            if _name_taken(err):
+                return None
             raise self._fail(f"create {name}", err) from None
+        return str(created.id)
+
+    def rename_container(self, container: str, new_name: str) -> bool:
+        """Rename a container (by ID or name); False when it no longer exists or the new name is taken: the engine
+        renames atomically, so of two callers renaming one container to the same name only one succeeds."""
+        try:
+            self.client.container.rename(container, new_name)
+        except DockerException as err:
+            stderr = err.stderr or ""
+            if _name_taken(err) or "No such container" in stderr or "same name as its current name" in stderr:
+                return False
+            raise self._fail(f"rename {container}", err) from None
         return True
 
     def container_inspect(self, name: str) -> dict[str, Any] | None:

@@ -58,7 +58,7 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
     containers = serving_containers(fleet)
     journal_id = new_journal_id("adopt")
     markers = {node: container["Image"] for node, container in containers.items()}
-    unlock = locked(fleet, journal_id, break_lock, markers)
+    held = locked(fleet, journal_id, break_lock, markers)
     try:
         views = [view(fleet, name) for name in fleet.engines]
         refuse_marks(views)
@@ -75,7 +75,7 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
                                "rank; bring the ranks into line first; nothing was changed")
         record_adopted(fleet, releases, journal_id)
     finally:
-        unlock()
+        held.release()
     return releases
 
 

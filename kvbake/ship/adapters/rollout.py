@@ -15,8 +15,10 @@ from kvbake.engines.core.detection import EngineProfile
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.transitions import records_of, revert, run_transition
+from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords
 from kvbake.ship.core.release import Release, release_to_json
@@ -64,6 +66,15 @@ def refuse_marks(views: list[NodeView]) -> None:
                                "run python build.py deploy --resume to finish it or deploy --revert to undo it, from any operator host")
 
 
+def refuse_node_marks(fleet: Fleet) -> None:
+    """A diverged mark on any node refuses a resume from every host: only a revert repairs a diverged deployment."""
+    for name, engine in fleet.engines.items():
+        mark = NodeState(name, engine).read().diverged
+        if mark:
+            raise DivergedError(f"node {name} is marked diverged by {mark.get('by', 'another host')} ({mark.get('revert_error')}); "
+                                "a resume would build on a state nobody verified", f"repair first: {mark.get('repair')}")
+
+
 def check_views(views: list[NodeView], reseat: frozenset[str] = frozenset()) -> None:
     """Ranks must agree on their current release before anything changes; a recorded current must exist. A node being
     reseated after a store switch starts empty and is left out of the agreement."""
@@ -109,32 +120,37 @@ def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: 
     return staged
 
 
-def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | Mapping[str, str]) -> Callable[[], None]:
-    """Take the lock on every node (all or none); returns the release function. The marker container is created from
-    `marker_image`, one image for every node or one per node."""
-    taken: list[NodeState] = []
+def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | Mapping[str, str]) -> HeldLocks:
+    """Take the lock on every node (all or none); the locks stay renewed until released. The marker container is
+    created from `marker_image`, one image for every node or one per node."""
+    taken: list[NodeLock] = []
     try:
         for name, engine in fleet.engines.items():
             state = NodeState(name, engine)
+            lock = NodeLock(name, engine, fleet.deployment.lock_stale_after_s, state.append_audit)
             image = marker_image if isinstance(marker_image, str) else marker_image[name]
             try:
-                state.acquire(image, journal_id, fleet.deployment.lock_stale_after_s, break_lock)
+                lock.acquire(image, journal_id, break_lock, lambda claim, state=state: journal_note(state, claim))
             except EngineError as err:
                 raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
-            taken.append(state)
-    except Exception:
-        _release_all(taken)
+            taken.append(lock)
+    except BaseException:
+        HeldLocks(taken, fleet.deployment.lock_stale_after_s).release()
         raise
-    return lambda: _release_all(taken)
+    return HeldLocks(taken, fleet.deployment.lock_stale_after_s)
 
 
-def _release_all(states: list[NodeState]) -> None:
-    """Best effort: a lock left on an unreachable node is taken over by the journal's own resume or revert."""
-    for state in states:
-        try:
-            state.release_lock()
-        except KvbakeError:
-            pass
+def journal_note(state: NodeState, claim: LockClaim) -> str:
+    """What the node knows of the deploy that holds its lock: whether it keeps that deploy's journal, which any
+    operator host can finish or undo once the lock is stale."""
+    try:
+        transition = state.read().transition or {}
+    except RolloutError:
+        return ""
+    if claim.deploy and transition.get("id") == claim.deploy:
+        return ("; the node keeps that deploy's journal: if it is no longer running, once its lock is stale run "
+                "python build.py deploy --resume or deploy --revert with --break-lock, from any operator host")
+    return ""
 
 
 def new_journal_id(kind: str) -> str:
@@ -193,14 +209,14 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
         except EngineError as err:
             raise RolloutError(f"node {name}: staging failed ({err.message})", "bring the node back, then retry; nothing serving was changed") from None
     journal_id = new_journal_id("deploy")
-    unlock = locked(fleet, journal_id, break_lock, fleet.tag("staged"))
+    held = locked(fleet, journal_id, break_lock, fleet.tag("staged"))
     try:
         views = [view(fleet, name, reseated) for name in fleet.engines]
         check_views(views, reseated)
         journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
-        run_transition(fleet, journal, folder)
+        run_transition(fleet, journal, folder, held.check)
     finally:
-        unlock()
+        held.release()
     remember_stores(folder, profiles)
     return journal
 
@@ -211,7 +227,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
     refuse_pending(fleet.deployment)
     profiles, _ = checked_stores(fleet, frozenset())
     journal_id = new_journal_id("rollback")
-    unlock = locked(fleet, journal_id, break_lock, fleet.tag("current"))
+    held = locked(fleet, journal_id, break_lock, fleet.tag("current"))
     try:
         views = [view(fleet, name) for name in fleet.engines]
         check_views(views)
@@ -219,9 +235,9 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
         if missing:
             raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
         journal = Journal(journal_id, "rollback", views[0].records.previous.id, tuple(rollback_plan(v) for v in views))
-        run_transition(fleet, journal, folder)
+        run_transition(fleet, journal, folder, held.check)
     finally:
-        unlock()
+        held.release()
     remember_stores(folder, profiles)
     return journal
 
@@ -256,18 +272,24 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
     if mode == "resume" and release_id is not None and journal.release_id != release_id:
         raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
     marker = next((fleet.tag(kind) for kind in ("staged", "current", "previous") if all(e.image_id_of(fleet.tag(kind)) for e in fleet.engines.values())), fleet.tag("staged"))
-    unlock = locked(fleet, journal.id, break_lock, marker)
+    held = locked(fleet, new_journal_id(mode), break_lock, marker)
     try:
         if local is not None and not kept_by_any_node(fleet, journal.id):
             clear_journal(folder)
+            if not journal.done:  # killed before its first step: nothing ran, and no node learnt of it
+                if mode == "revert":
+                    return journal.with_phase("never began")
+                raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
+                                   "nothing to resume; this host's copy was removed", "deploy again (its plan is stale now)")
             raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
                                "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
         if mode == "resume":
-            run_transition(fleet, journal, folder)
+            refuse_node_marks(fleet)
+            run_transition(fleet, journal, folder, held.check)
         else:
-            revert(fleet, journal, folder)
+            revert(fleet, journal, folder, guard=held.check)
     finally:
-        unlock()
+        held.release()
     return journal
 
 

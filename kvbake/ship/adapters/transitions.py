@@ -9,15 +9,18 @@ import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from kvbake.atomicfile import write_atomic
 from kvbake.deployfile import Deployment
-from kvbake.errors import DivergedError, KvbakeError, RolloutError
+from kvbake.errors import DivergedError, KvbakeError, LockLost, RolloutError
 from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
 from kvbake.ship.adapters.fleet import Fleet
-from kvbake.ship.adapters.nodestate import NodeState, who
+from kvbake.ship.adapters.node_locks import who
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.readiness import wait_until_ready
-from kvbake.ship.core.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_to_dict, mark_diverged, write_journal
+from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, clear_journal, full_scope, journal_to_dict, mark_diverged,
+                                      read_journal, undo_scope, write_journal)
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
 from kvbake.ship.core.running import agreement_failures, switch_env
 from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
@@ -206,26 +209,38 @@ def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]
     return failures + agreement_failures(observed)
 
 
-def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str) -> Journal:
-    """Walk every node to one side of the plan ('after' or 'before'), journalling each step first."""
+def no_guard() -> None:
+    """A transition run without node locks (tests of a single step) checks nothing."""
+
+
+def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: Callable[[], None] = no_guard,
+               scope: Scope | None = None) -> Journal:
+    """Walk the nodes of `scope` (default: every node) to one side of the plan ('after' or 'before'), journalling each
+    step first; `guard` proves the node locks are still this host's before every step."""
+    scope = scope or full_scope(journal)
     for plan in journal.nodes:
+        if plan.node not in scope.retagged:
+            continue
         current, previous, records = _side(plan, side)
         journal = journal.with_step(f"{side}:retag:{plan.node}")
+        guard()
         write_journal(folder, journal)
         retag(fleet, plan.node, current, previous)
         NodeState(plan.node, fleet.engines[plan.node]).update(
             marker_image(fleet, plan), f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}",
             current=release_of(records, "current"), previous=release_of(records, "previous"))
-    releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes}
+    releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes if plan.node in scope.restarted}
     replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
     for group in fleet.deployment.start_groups():
         members = [name for name in group if name in releases]
         if not members:
             continue
         journal = journal.with_step(f"{side}:restart:{'+'.join(members)}")
+        guard()
         write_journal(folder, journal)
         start_group(fleet, {name: (releases[name], replaced[name]) for name in members})
-    await_readiness(fleet, releases)
+    if releases:
+        await_readiness(fleet, releases)
     return journal
 
 
@@ -234,11 +249,35 @@ def marker_image(fleet: Fleet, plan: NodePlan) -> str:
     return plan.after_current or plan.before_current or fleet.tag("staged")
 
 
-def publish(fleet: Fleet, journal: Journal) -> None:
-    """Every node keeps the journal while the transition runs, so that any operator host sees it and can finish it."""
-    for plan in journal.nodes:
-        NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",
-                                                              transition=journal_to_dict(journal))
+def publish(fleet: Fleet, journal: Journal, folder: Path) -> None:
+    """Every node keeps the journal while the transition runs, so that any operator host sees it and can finish it.
+    When a node cannot take it, nothing has changed yet: the nodes that took it drop it again and the transition stops
+    without walking any node back."""
+    published = []
+    try:
+        for plan in journal.nodes:
+            NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",
+                                                                  transition=journal_to_dict(journal))
+            published.append(plan)
+    except KvbakeError as err:
+        kept = unpublish(fleet, journal, published)
+        if not kept:
+            clear_journal(folder)
+        raise RolloutError(f"{journal.kind} {journal.id} could not begin: {err.one_line()}",
+                           "nothing was changed on any node" + ("" if not kept else f"; {', '.join(kept)} still keep the journal: "
+                                                                "run python build.py deploy --revert once they answer")) from None
+
+
+def unpublish(fleet: Fleet, journal: Journal, plans: list[NodePlan]) -> list[str]:
+    """Drop the journal from the nodes that took it; the names of those that still keep it."""
+    kept = []
+    for plan in plans:
+        try:
+            NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} did not begin",
+                                                                  transition=None)
+        except KvbakeError:
+            kept.append(plan.node)
+    return kept
 
 
 def settle(fleet: Fleet, journal: Journal, folder: Path, outcome: str) -> None:
@@ -281,27 +320,44 @@ def _short(image_id: str | None) -> str:
     return image_id[7:19] if image_id else "none"
 
 
-def run_transition(fleet: Fleet, journal: Journal, folder: Path) -> None:
-    """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged."""
+def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable[[], None] = no_guard) -> None:
+    """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged. A host that lost
+    its locks stops at once and reverts nothing: the host holding them now owns the transition."""
     try:
-        publish(fleet, journal)
         write_journal(folder, journal.with_phase("forward"))
-        journal = apply_side(fleet, journal.with_phase("forward"), folder, "after")
+        guard()
+    except LockLost:
+        raise
+    except KvbakeError:
+        clear_journal(folder)
+        raise
+    publish(fleet, journal, folder)
+    try:
+        journal = apply_side(fleet, journal.with_phase("forward"), folder, "after", guard)
         failures = verify_ranks(fleet, {p.node: release_of(p.after_records, "current") for p in journal.nodes})
         if failures:
             raise RolloutError(f"verify-running failed after {journal.kind}: {'; '.join(failures)}", "every node was reverted; see the audit log")
-    except KvbakeError as err:
-        revert(fleet, journal, folder, cause=err)
+    except LockLost:
         raise
+    except KvbakeError as err:
+        revert(fleet, read_journal(folder) or journal, folder, cause=err, guard=guard)  # the steps journalled so far
+        raise
+    guard()
     settle(fleet, journal, folder, "done")
 
 
-def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | None = None) -> None:
+def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | None = None, guard: Callable[[], None] = no_guard) -> None:
+    """Walk back what the journal says may have run (every node, for the copy the nodes keep), verify those ranks, then
+    settle; if that fails, mark the deployment diverged here and on every node it can reach."""
+    scope = undo_scope(journal)
     try:
-        journal = apply_side(fleet, journal.with_phase("reverting"), folder, "before")
-        failures = verify_ranks(fleet, {p.node: release_of(p.before_records, "current") for p in journal.nodes})
+        journal = apply_side(fleet, journal.with_phase("reverting"), folder, "before", guard, scope)
+        touched = scope.retagged | scope.restarted
+        failures = verify_ranks(fleet, {p.node: release_of(p.before_records, "current") for p in journal.nodes if p.node in touched})
         if failures:
             raise RolloutError(f"after the revert: {'; '.join(failures)}", "see below")
+    except LockLost:
+        raise
     except KvbakeError as err:
         details = {"journal": journal.id, "kind": journal.kind, "cause": cause.one_line() if cause else None, "revert_error": err.one_line(),
                    "repair": f"python build.py deploy --revert --deploy {fleet.deployment.path.name}", "by": who()}

@@ -46,6 +46,35 @@ class Journal:
         return replace(self, phase=phase)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The nodes one walk retags and restarts."""
+
+    retagged: frozenset[str]
+    restarted: frozenset[str]
+
+
+def full_scope(journal: Journal) -> Scope:
+    names = frozenset(plan.node for plan in journal.nodes)
+    return Scope(names, names)
+
+
+def undo_scope(journal: Journal) -> Scope:
+    """What a revert must walk back: the nodes whose forward steps were journalled (each step is written before it
+    runs, so a journalled step may have run; one never journalled did not). The copy the nodes keep was written before
+    any step and says nothing of progress: then every node is walked back."""
+    if journal.phase == "planned":
+        return full_scope(journal)
+    retagged, restarted = set(), set()
+    for step in journal.done:
+        side, _, rest = step.partition(":")
+        kind, _, names = rest.partition(":")
+        if side != "after":
+            continue
+        (retagged if kind == "retag" else restarted).update(names.split("+"))
+    return Scope(frozenset(retagged), frozenset(restarted))
+
+
 def write_journal(folder: Path, journal: Journal) -> None:
     """The journal copies the release records the nodes keep: a string in them that looks like a credential (a reason an
     earlier kvbake recorded, say) is written as a note of what was withheld, so that no journal write can stop a
