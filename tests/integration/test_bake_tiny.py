@@ -260,6 +260,25 @@ def test_donor_checkout_dirty_or_elsewhere(capsys, engine, tiny, tmp_path):
     assert sorted(p.name for p in tiny.with_name("patches").iterdir()) == ["0001-switch.patch", "0002-new-module.patch"]
 
 
+
+def test_a_failed_lock_with_a_donor_leaves_the_patches_as_they_were(capsys, engine, tiny, tmp_path):
+    """The donor's patches are imported, then the base is absent (exit 6): patches/ keeps its old bytes, new files go."""
+    patches = tiny.with_name("patches")
+    donor = tmp_path / "donor"
+    shutil.copytree(patches, donor / "patches")
+    git = ["git", "-C", str(donor), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(donor)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "chain"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    text = tiny.read_text().replace("0123456789abcdef0123456789abcdef01234567", revision)
+    tiny.write_text(text.replace("kvbake-test/tiny:1", "kvbake-test/absent:1"))
+    patches.joinpath("0001-switch.patch").write_bytes(b"an older copy, kept\n")
+    patches.joinpath("0002-new-module.patch").unlink()
+    before = {p.name: p.read_bytes() for p in patches.iterdir()}
+    assert_clean_failure(capsys, engine, tiny, 6, "is not present on", "lock", "--donor", str(donor))
+    assert {p.name: p.read_bytes() for p in patches.iterdir()} == before
+
 @pytest.mark.parametrize("change,fragment", [
     ("LABEL org.kvbake.chain=forged", "label org.kvbake.chain"),
     ("ENV TINY_SWITCH=3", "switch TINY_SWITCH is set"),
