@@ -15,9 +15,14 @@ from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
 log = logging.getLogger("kvbake")
 
 
+def exit_meaning(cls: type[KvbakeError]) -> str:
+    """What an exit code means: the base class's `meaning` (exit 1, a bug), every other class's docstring."""
+    return KvbakeError.meaning if cls is KvbakeError else (cls.__doc__ or "").strip()
+
+
 def exit_code_table() -> str:
     rows = ["  0  success"]
-    rows += [f"  {cls.exit_code:<2} {cls.title}: {(cls.__doc__ or '').strip()}" for cls in EXIT_CODES]
+    rows += [f"  {cls.exit_code:<2} {cls.title}: {exit_meaning(cls)}" for cls in EXIT_CODES]
     return "exit codes:\n" + "\n".join(sorted(rows, key=lambda r: int(r.split()[0])))
 
 
