@@ -57,7 +57,7 @@ def cmd_config(args: argparse.Namespace) -> Result:
             lines.append(f"what runs on {', '.join(checked['nodes'])} matches the manifest's runtime settings")
         return checked, "\n".join(lines)
     if args.all == bool(args.preset):
-        raise UsageError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
+        raise UsageError("config needs exactly one of PRESET, --all or --check", f"see {args.prog} config --help")
     if args.all:
         configs = rc.render_many(manifest, manifest.presets, provenance)
     else:
