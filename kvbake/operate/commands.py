@@ -47,7 +47,10 @@ def cmd_config(args: argparse.Namespace) -> Result:
         if args.deploy is None or out.is_dir():
             actual = _read_tree(out)
             names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
-            drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
+            expected = rc.as_tree(rc.render_many(manifest, names, provenance))
+            if rc.unwritten(expected, actual):
+                raise rc.unwritten_error(shown, out.is_dir(), provenance.lock_sha256 is not None)
+            drift = rc.compare_tree(expected, actual)
             if not drift.clean:
                 raise rc.drift_error(drift, shown)
             checked["presets"] = list(names)
