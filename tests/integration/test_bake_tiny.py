@@ -220,7 +220,9 @@ def test_overlay_drift(capsys, engine, tiny):
 
 
 def test_engine_unreachable(capsys, engine, tiny, tmp_path):
-    line = assert_clean_failure(capsys, engine, tiny, 8, "unreachable", "build", "--host", f"unix://{tmp_path}/nothing.sock")
+    host = f"unix://{tmp_path}/nothing.sock"
+    line = assert_clean_failure(capsys, engine, tiny, 8, "unreachable", "build", "--host", host)
+    assert line.count(host) == 1, line
     assert "dockerd" in line
 
 

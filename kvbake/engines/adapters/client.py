@@ -60,11 +60,16 @@ class Engine(ContainerOps):
                 self.client.version()
                 raise EngineError(f"{self.label} is unreachable (docker info names no server)", unreachable)
         except DockerException as err:
-            raise EngineError(f"{self.label} is unreachable ({_stderr(err)})", unreachable) from None
+            raise EngineError(f"{self.label} is unreachable ({self._reason(err)})", unreachable) from None
         facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
                  "architecture": info.architecture, "os_type": info.os_type}
         self._profile = profile_from_info(facts, self.label)
         return {**facts, "profile": self._profile.name}
+
+    def _reason(self, err: DockerException) -> str:
+        """The CLI's reason without the host it repeats ("… daemon at unix:///x.sock. …"): the label names it once."""
+        reason = _stderr(err)
+        return reason.replace(f" at {self.host}", "") if self.host else reason
 
     def profile(self) -> EngineProfile:
         """This engine's version and image store (asked once)."""
