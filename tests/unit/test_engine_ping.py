@@ -33,8 +33,17 @@ def test_an_info_without_server_is_unreachable_with_the_clis_reason() -> None:
 
 
 def test_an_info_without_server_is_unreachable_even_when_version_answers() -> None:
-    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start dockerd"):
+    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start the Docker"):
         engine_whose_info_is(SimpleNamespace(server_version=""), version=lambda: None).ping()
+
+
+def test_an_unreachable_engine_never_points_an_operator_to_the_developers_set_up() -> None:
+    with pytest.raises(EngineError) as failure:
+        engine_whose_info_is(SimpleNamespace(server_version="")).ping()
+    fix = failure.value.fix
+    assert fix == ("start the Docker service of that machine (kvbake never starts an engine), "
+                   "or check DOCKER_HOST and --host")
+    assert "dockerd" not in fix and "README" not in fix and "Two commands" not in fix
 
 
 @pytest.mark.parametrize("host", ["unix:///run/node.sock", "ssh://ops@spark-a"])

@@ -50,8 +50,9 @@ class Engine(ContainerOps):
         self._profile: EngineProfile | None = None
 
     def ping(self) -> dict[str, Any]:
-        """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too."""
-        unreachable = "start dockerd (see README: Two commands) or pass the right --host"
+        """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too.
+        An operator's engine is the machine's own service: the fix never points to the developers' set-up."""
+        unreachable = "start the Docker service of that machine (kvbake never starts an engine), or check DOCKER_HOST and --host"
         try:
             info = self.client.system.info()
             if not info.server_version:
