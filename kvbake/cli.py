@@ -15,9 +15,14 @@ from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
 log = logging.getLogger("kvbake")
 
 
+def exit_meaning(cls: type[KvbakeError]) -> str:
+    """What an exit code means: the base class's `meaning` (exit 1, a bug), every other class's docstring."""
+    return KvbakeError.meaning if cls is KvbakeError else (cls.__doc__ or "").strip()
+
+
 def exit_code_table() -> str:
     rows = ["  0  success"]
-    rows += [f"  {cls.exit_code:<2} {cls.title}: {(cls.__doc__ or '').strip()}" for cls in EXIT_CODES]
+    rows += [f"  {cls.exit_code:<2} {cls.title}: {exit_meaning(cls)}" for cls in EXIT_CODES]
     return "exit codes:\n" + "\n".join(sorted(rows, key=lambda r: int(r.split()[0])))
 
 
@@ -47,6 +52,8 @@ COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "ba
                   "verify-running": "ship", "status": "ship",
                   "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate"}
 BEFORE = "before_command_"
+PROG = "python build.py"  # how build.py is run; the console script is CONSOLE_PROG
+CONSOLE_PROG = "kvbake"
 COMMON_DEFAULTS = {"manifest": Path("manifest.yaml"), "host": None, "json": False, "debug": False}
 
 
@@ -54,8 +61,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are a UsageError (one line and exit 2), not usage text and SystemExit."""
 
     def error(self, message: str) -> NoReturn:
-        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
-        raise UsageError(message, f"see python build.py {command + ' ' if command else ''}--help")
+        raise UsageError(message, f"see {self.prog} --help")  # a command's parser is named "<program> <command>"
 
 
 def common_options(dest_prefix: str) -> argparse.ArgumentParser:
@@ -71,9 +77,9 @@ def common_options(dest_prefix: str) -> argparse.ArgumentParser:
     return common
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = common_options("")
-    top = OneLineParser(prog="build.py", description="kvbake: bake a pinned patch chain into a verified derived image.",
+    top = OneLineParser(prog=prog, description="kvbake: bake a pinned patch chain into a verified derived image.",
                                   epilog=COMMANDS_HELP + "\n" + exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
                                   parents=[common_options(BEFORE)])
     top.add_argument("--version", action="version", version=f"kvbake {__version__}")
@@ -188,10 +194,12 @@ def merge_common(top: argparse.ArgumentParser, args: argparse.Namespace) -> argp
     return args
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """Parse the command line; common options may come before or after the command."""
-    top = parser()
+def parse_args(argv: list[str], prog: str = PROG) -> argparse.Namespace:
+    """Parse the command line; common options may come before or after the command. `args.prog` is the program's
+    name as the user typed it, for the fixes that point to its help."""
+    top = parser(prog)
     args = merge_common(top, top.parse_args(argv))
+    args.prog = prog
     args.command = args.command or "build"
     if not hasattr(args, "builder"):
         args.builder = "kvbake"
@@ -216,9 +224,9 @@ def handler_of(command: str) -> Callable[[argparse.Namespace], tuple[dict, str]]
     return getattr(stage, "cmd_" + command.replace("-", "_"))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], prog: str = PROG) -> int:
     try:
-        args = parse_args(argv)
+        args = parse_args(argv, prog)
     except UsageError as err:
         return report(err, debug=False)
     configure_logging(args.debug)
@@ -236,4 +244,4 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """The `kvbake` console script: the same commands as `python build.py`."""
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], CONSOLE_PROG))

@@ -8,6 +8,8 @@ class KvbakeError(Exception):
 
     exit_code = 1
     title = "error"
+    # What exit 1 means to a user: every expected failure has its own class and code, so only a bug ends with 1.
+    meaning = "an unexpected failure (a bug: please report it with --debug output)"
 
     def __init__(self, message: str, fix: str | None = None) -> None:
         self.message = message

@@ -14,10 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="${KVBAKE_CHROOT:-/srv/kvbake-debian13}"
-MIRROR="${KVBAKE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 if [ ! -f "$ROOT/etc/debian_version" ]; then
-  echo "debian13: debootstrap trixie into $ROOT"
+  MIRROR=$(python3 scripts/debian_mirror.py)  # the machine's own apt sources name it; KVBAKE_DEBIAN_MIRROR overrides
+  echo "debian13: debootstrap trixie into $ROOT from $MIRROR"
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,git trixie "$ROOT" "$MIRROR" >/dev/null
 fi
 

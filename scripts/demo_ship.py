@@ -2,12 +2,14 @@
 
 Starts the real distribution registry and an independent node engine on loopback (kvbake.rig), loads the stand-in base
 onto the node once (a node must already hold the base: kvbake ships only the thin layer), then runs the CLI commands an
-operator types and tears everything down.
+operator types and tears everything down. It ships the copy of the stand-in that scripts/demo_standin.sh locked and
+built (under .kvbake/demo/, or KVBAKE_DEMO_DIR), never examples/standin itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +21,7 @@ from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "examples" / "standin" / "manifest.yaml"
+MANIFEST = ROOT / os.environ.get("KVBAKE_DEMO_DIR", ".kvbake/demo") / "standin" / "manifest.yaml"
 BASE = "kvbake-standin/vllm-base:0.33.0"
 
 
@@ -39,6 +41,9 @@ def deployment(folder: Path, node: NodeEngine) -> Path:
 
 
 def main() -> int:
+    if not MANIFEST.is_file():
+        print(f"demo_ship: {MANIFEST} is missing; run bash scripts/demo_standin.sh first (it locks and builds that copy)", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="kvbake-demo-") as tmp:
         folder = Path(tmp)
         with LocalRegistry(folder / "registry") as registry, NodeEngine(folder / "node", name="node-1") as node:

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Make a current engine available beside the system's: when the system's docker.io is older than 25 (Debian 12 ships
 # 20.10), fetch Debian 13's docker.io and containerd .debs with a private apt state and unpack them with dpkg -x into
-# kvbake's cache. The machine's own apt sources and packages are never changed. Debian 12's runc is used (Debian
-# 13's needs a newer glibc). Idempotent.
+# kvbake's cache. The machine's own apt sources and packages are never changed; the Debian mirror is the one they
+# name (scripts/debian_mirror.py; KVBAKE_DEBIAN_MIRROR overrides it). Debian 12's runc is used (Debian 13's needs a
+# newer glibc). Idempotent.
 set -euo pipefail
 
 VERSION=26.1.5
 CACHE="${KVBAKE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvbake}"
 TARGET="$CACHE/engines/docker-$VERSION"
 SUITE=trixie
-MIRROR="${KVBAKE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 system_major=$( (dockerd --version 2>/dev/null || true) | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')
 if [ -n "$system_major" ] && [ "$system_major" -ge 25 ]; then
@@ -21,6 +21,7 @@ if [ -x "$TARGET/root/usr/sbin/dockerd" ] && "$TARGET/root/usr/sbin/dockerd" --v
   exit 0
 fi
 
+MIRROR=$(python3 "$(dirname "$0")/debian_mirror.py")  # fails in one line naming KVBAKE_DEBIAN_MIRROR
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 if [ ! -f "$keyring" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debian-archive-keyring >/dev/null

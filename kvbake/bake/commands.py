@@ -55,16 +55,13 @@ def cmd_plan(args: argparse.Namespace) -> Result:
 
 
 def cmd_lock(args: argparse.Namespace) -> Result:
-    from kvbake.bake.adapters.donor import import_patches
     from kvbake.bake.adapters.pinning import create_lock
 
     manifest = load_manifest(args.manifest)
     if args.migrate:
         return _migrate_lock(args, manifest)
-    imported = import_patches(manifest, args.donor) if args.donor else []
-    if imported:
-        manifest = load_manifest(args.manifest)
-    lock = create_lock(Engine(args.host), manifest, rebase=args.rebase_base)
+    lock = create_lock(Engine(args.host), manifest, rebase=args.rebase_base, donor=args.donor)
+    imported = [patch.id for patch in manifest.chain] if args.donor else []
     data = {"lock": manifest.lock_path.name, "imported": imported, "files": len(lock.files), "patches": len(lock.patches),
             "image_id": lock.derived.image_id, "layer_diff_id": lock.derived.layer_diff_id, "tag": tag_for(manifest, lock)}
     text = (f"locked {manifest.path.name} → {manifest.lock_path.name}: {len(lock.patches)} patches, {len(lock.files)} files, "

@@ -134,6 +134,18 @@ def detect_family(data: Mapping[str, Any]) -> str:
     )
 
 
+def deepseek_family(data: Any) -> str | None:
+    """The DeepSeek family (V4 or V4.1) a config.json's value belongs to, by its fields or its model type; None for
+    any other model."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return detect_family(data)
+    except KvArithError:
+        model_type = str(data.get("model_type"))
+        return None if model_type not in KNOWN_MODEL_TYPES else V4 if model_type == V4 else V41
+
+
 def check_consistency(config: ModelConfig) -> None:
     """Reject layer lists that contradict each other or the supported record format."""
     if config.head_dim != SUPPORTED_HEAD_DIM:

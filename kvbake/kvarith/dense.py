@@ -134,14 +134,20 @@ def dense_capacity(model: DenseModel, serve: DenseServe) -> DenseCapacity:
     return DenseCapacity(page, per_block, blocks, cdiv(serve.max_model_len, serve.block_size), serve.max_model_len)
 
 
-def load_dense_config(path: str | Path, option: str = "--config") -> DenseModel:
-    """A dense model's config.json (or the model folder holding it); every refusal names the file."""
+def read_model_config(path: str | Path, option: str = "--config") -> tuple[Path, Any]:
+    """The config.json a path names (the file, or the model folder holding it) and its JSON value, with a multimodal
+    config's `text_config` in place of the whole."""
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
     data = read_config_json(file, option)
     if isinstance(data, Mapping) and isinstance(data.get("text_config"), Mapping):
         data = data["text_config"]
+    return file, data
+
+
+def dense_model_of(file: Path, data: Any) -> DenseModel:
+    """A dense model from a config's JSON value; every refusal names the file."""
     if not is_dense_config(data):
         kind = data.get("model_type") if isinstance(data, Mapping) else None
         raise KvArithError(f"config {file}: model type {kind!r} is not one of {', '.join(DENSE_MODEL_TYPES)}",
@@ -150,3 +156,8 @@ def load_dense_config(path: str | Path, option: str = "--config") -> DenseModel:
         return parse_dense_config(data)
     except KvArithError as err:
         raise KvArithError(f"config {file}: {err.message}", err.fix) from err
+
+
+def load_dense_config(path: str | Path, option: str = "--config") -> DenseModel:
+    """A dense model's config.json (or the model folder holding it); every refusal names the file."""
+    return dense_model_of(*read_model_config(path, option))

@@ -47,7 +47,10 @@ def cmd_config(args: argparse.Namespace) -> Result:
         if args.deploy is None or out.is_dir():
             actual = _read_tree(out)
             names = rc.checked_presets(manifest, rc.preset_names_in(actual), args.all)
-            drift = rc.compare_tree(rc.as_tree(rc.render_many(manifest, names, provenance)), actual)
+            expected = rc.as_tree(rc.render_many(manifest, names, provenance))
+            if rc.unwritten(expected, actual):
+                raise rc.unwritten_error(shown, out.is_dir(), provenance.lock_sha256 is not None)
+            drift = rc.compare_tree(expected, actual)
             if not drift.clean:
                 raise rc.drift_error(drift, shown)
             checked["presets"] = list(names)
@@ -57,7 +60,7 @@ def cmd_config(args: argparse.Namespace) -> Result:
             lines.append(f"what runs on {', '.join(checked['nodes'])} matches the manifest's runtime settings")
         return checked, "\n".join(lines)
     if args.all == bool(args.preset):
-        raise UsageError("config needs exactly one of PRESET, --all or --check", "see python build.py config --help")
+        raise UsageError("config needs exactly one of PRESET, --all or --check", f"see {args.prog} config --help")
     if args.all:
         configs = rc.render_many(manifest, manifest.presets, provenance)
     else:

@@ -71,7 +71,7 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.ship.core.release import make_release
 
     if not (args.preset or args.resume or args.revert):
-        raise_usage("deploy needs --preset NAME (or --resume / --revert)")
+        raise_usage("deploy needs --preset NAME (or --resume / --revert)", args.prog)
     check_reason(args.reason)
     manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
@@ -89,7 +89,7 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     release = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys())
     unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
     if unknown:
-        raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}")
+        raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}", args.prog)
     journal = deploy(fleet, release, manifest.base.node_name, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
     text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
@@ -138,6 +138,6 @@ def cmd_status(args: argparse.Namespace) -> Result:
     return data, status_table(data)
 
 
-def raise_usage(message: str) -> None:
-    raise UsageError(message, "see python build.py deploy --help")
+def raise_usage(message: str, prog: str) -> None:
+    raise UsageError(message, f"see {prog} deploy --help")
 

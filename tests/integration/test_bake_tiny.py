@@ -220,8 +220,10 @@ def test_overlay_drift(capsys, engine, tiny):
 
 
 def test_engine_unreachable(capsys, engine, tiny, tmp_path):
-    line = assert_clean_failure(capsys, engine, tiny, 8, "unreachable", "build", "--host", f"unix://{tmp_path}/nothing.sock")
-    assert "dockerd" in line
+    host = f"unix://{tmp_path}/nothing.sock"
+    line = assert_clean_failure(capsys, engine, tiny, 8, "unreachable", "build", "--host", host)
+    assert line.count(host) == 1, line
+    assert "fix: start the Docker service of that machine" in line and "dockerd" not in line and "README" not in line, line
 
 
 def test_disk_full_while_writing_the_archive(capsys, engine, tiny, tmp_path, monkeypatch):
@@ -259,6 +261,25 @@ def test_donor_checkout_dirty_or_elsewhere(capsys, engine, tiny, tmp_path):
     assert "imported from the donor: 0001, 0002" in out
     assert sorted(p.name for p in tiny.with_name("patches").iterdir()) == ["0001-switch.patch", "0002-new-module.patch"]
 
+
+
+def test_a_failed_lock_with_a_donor_leaves_the_patches_as_they_were(capsys, engine, tiny, tmp_path):
+    """The donor's patches are imported, then the base is absent (exit 6): patches/ keeps its old bytes, new files go."""
+    patches = tiny.with_name("patches")
+    donor = tmp_path / "donor"
+    shutil.copytree(patches, donor / "patches")
+    git = ["git", "-C", str(donor), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(donor)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "chain"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    text = tiny.read_text().replace("0123456789abcdef0123456789abcdef01234567", revision)
+    tiny.write_text(text.replace("kvbake-test/tiny:1", "kvbake-test/absent:1"))
+    patches.joinpath("0001-switch.patch").write_bytes(b"an older copy, kept\n")
+    patches.joinpath("0002-new-module.patch").unlink()
+    before = {p.name: p.read_bytes() for p in patches.iterdir()}
+    assert_clean_failure(capsys, engine, tiny, 6, "is not present on", "lock", "--donor", str(donor))
+    assert {p.name: p.read_bytes() for p in patches.iterdir()} == before
 
 @pytest.mark.parametrize("change,fragment", [
     ("LABEL org.kvbake.chain=forged", "label org.kvbake.chain"),

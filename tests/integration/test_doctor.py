@@ -42,13 +42,16 @@ def test_a_node_without_the_base_fails_its_line_and_the_run(capsys, shipped, rig
         code, out, err = doctor(capsys, shipped, rig, deploy_file)
     assert code == 6, out + err
     assert re.search(rf"^FAIL +base on spark-b +spark-b lacks {re.escape(BASE)}; fix: run python build\.py base sync$", out, re.MULTILINE), out
-    assert err.startswith("error (base image): doctor: 1 check(s) failed, first: base on spark-b") and err.count("\n") == 1
+    assert err == ("error (base image): doctor: 1 of 8 checks failed (the FAIL lines above); the first, base on spark-b, gives the "
+                   "exit code; fix: do what each FAIL line's fix says, then run doctor again\n")
 
 
 def test_an_unreachable_node_is_named(capsys, shipped, rig, tmp_path):
     deploy_file = write_deploy(tmp_path, {**rig, "b_host": f"unix://{tmp_path}/gone.sock"}, STANDIN_LAUNCHER)
     code, out, err = doctor(capsys, shipped, rig, deploy_file)
     assert code == 12 and "FAIL  node spark-b" in out and "is unreachable" in out, out + err
+    assert err.startswith("error (rollout): doctor: 1 of 7 checks failed (the FAIL lines above); the first, node spark-b,"), err
+    assert "is unreachable" not in err and err.count("\n") == 1, err
     assert Engine(rig["a"].host).ping()
 
 
@@ -78,13 +81,15 @@ def test_the_registry_line_checks_tls_and_the_engines_login(capsys, tiny, tmp_pa
                       f"docker login {address} (with the same DOCKER_CONFIG), then retry")
         assert code == 11, out + err
         assert re.search(rf"^FAIL +registry +{re.escape(cause)}; fix: {re.escape(fix)}$", out, re.MULTILINE), out
-        assert err == f"error (registry): doctor: 1 check(s) failed, first: registry: {cause}; fix: {fix}\n"
+        assert err == ("error (registry): doctor: 1 of 3 checks failed (the FAIL lines above); the first, registry, gives the exit "
+                       "code; fix: do what each FAIL line's fix says, then run doctor again\n")
 
         monkeypatch.setenv("DOCKER_CONFIG", str(store_with_wrong_password(tmp_path / "wrong-store", address, "pusher")))
         code, out, err = doctor_here()
         cause, fix = f"registry {address} refused the stored credentials of user pusher", f"docker login {address} again with the right password"
         assert code == 11 and "not-the-password" not in out + err, out + err
-        assert err == f"error (registry): doctor: 1 check(s) failed, first: registry: {cause}; fix: {fix}\n"
+        assert err == ("error (registry): doctor: 1 of 3 checks failed (the FAIL lines above); the first, registry, gives the exit "
+                       "code; fix: do what each FAIL line's fix says, then run doctor again\n")
 
         login(private_client(tmp_path / "store"), address, credentials)
         monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "store"))

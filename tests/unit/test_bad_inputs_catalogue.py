@@ -732,6 +732,26 @@ def _(p: Project) -> Run:
     return build("config", "--check")
 
 
+@scenario("preset-config-never-written")
+def _(p: Project) -> Run:
+    shutil.rmtree(p.standin().root / "configs")
+    return build("config", "--check")
+
+
+@scenario("preset-config-folder-empty")
+def _(p: Project) -> Run:
+    shutil.rmtree(p.standin().root / "configs")
+    (p.root / "configs").mkdir()
+    return build("config", "--check")
+
+
+@scenario("preset-config-never-written-unlocked")
+def _(p: Project) -> Run:
+    shutil.rmtree(p.standin().root / "configs")
+    (p.root / "manifest.lock.json").unlink()
+    return build("config", "--check")
+
+
 @scenario("preset-validate-unknown")
 def _(p: Project) -> Run:
     p.standin()

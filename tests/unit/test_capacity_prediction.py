@@ -100,10 +100,11 @@ def test_a_model_folder_is_read_through_its_config_json(tiny_config: Path) -> No
     assert load_dense_config(tiny_config.parent).num_hidden_layers == 2
 
 
-def test_a_config_of_another_family_names_the_file_and_the_option(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model_type", ["deepseek_v41", "mamba"])
+def test_a_config_of_another_family_names_the_file_and_the_option(model_type: str, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "deepseek_v41"}))
-    with pytest.raises(KvArithError, match=r"^config .*config\.json: model type 'deepseek_v41' is not one of llama"):
+    path.write_text(json.dumps({"model_type": model_type}))
+    with pytest.raises(KvArithError, match=rf"^config .*config\.json: model type '{model_type}' is not one of llama"):
         load_dense_config(path)
     with pytest.raises(KvArithError, match=r"fix: pass the model's config\.json with --model-config$"):
         load_dense_config(tmp_path / "absent.json", "--model-config")
@@ -184,3 +185,48 @@ def test_a_packing_switch_must_declare_whole_number_values(tmp_path: Path) -> No
     path = write_manifest(tmp_path, document)
     with pytest.raises(ManifestError, match=r"switches\.VLLM_X_PACK\.values: 'two' is not an integer of at least 1 \(effect kv_blocks_factor\)"):
         load_manifest(path)
+
+
+DEEPSEEK_V41 = Path(__file__).resolve().parents[2] / "tests" / "data" / "kvarith_configs" / "deepseek_v41_flash.json"
+
+
+def refusal_of(manifest: Manifest, preset: str, config: Path) -> KvArithError:
+    with pytest.raises(KvArithError) as caught:
+        predict_preset(manifest, preset, config, "cuda")
+    assert caught.value.exit_code == 17
+    return caught.value
+
+
+def test_a_deepseek_config_is_refused_with_a_ready_kv_arith_command(realserve: Manifest, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import io
+    import shlex
+
+    from kvbake.kvarith import cli as kv_arith_cli
+
+    (tmp_path / "dsv41").mkdir()
+    (tmp_path / "dsv41" / "config.json").write_bytes(DEEPSEEK_V41.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    error = refusal_of(realserve, "packing-x2", Path("dsv41"))
+    assert error.message.startswith("config dsv41/config.json: model type 'deepseek_v41' is a DeepSeek-V4.1-Flash config, "
+                                    "which capacity cannot predict (dense full-attention models only: llama, mistral, qwen2, qwen3)")
+    assert error.fix == ("scripts/kv_arith.py does its arithmetic: run python -B scripts/kv_arith.py --config dsv41/config.json "
+                         "--max-model-len 4096 --block-size 128 --pool-bytes 67108864 (docs/kv_arith.md)")
+    command = shlex.split(error.fix.split("run ", 1)[1].split(" (docs/", 1)[0])
+    assert command[:3] == ["python", "-B", "scripts/kv_arith.py"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert kv_arith_cli.main(command[3:], out, err) == 0, err.getvalue()
+    assert "KV cache size:" in out.getvalue()
+
+
+def test_a_deepseek_config_for_a_preset_without_a_kv_size_names_the_pool_to_fill_in(tmp_path: Path) -> None:
+    manifest = load_manifest(write_manifest(tmp_path))
+    config = tmp_path / "config.json"
+    config.write_bytes(DEEPSEEK_V41.read_bytes())
+    error = refusal_of(manifest, next(iter(manifest.presets)), config)
+    preset = next(iter(manifest.presets.values()))
+    assert error.fix == (f"scripts/kv_arith.py does its arithmetic: run python -B scripts/kv_arith.py --config {config} "
+                         f"--max-model-len {preset.max_model_len} --pool-bytes POOL (POOL: the KV cache bytes of one rank, "
+                         "e.g. 10GiB; docs/kv_arith.md)")

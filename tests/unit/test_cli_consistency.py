@@ -25,13 +25,14 @@ def readme_exit_rows() -> dict[int, str]:
     return rows
 
 
+def help_exit_lines() -> dict[int, str]:
+    """Code -> the whole text `--help` prints for it."""
+    return {int(code): text for code, text in (line.split(None, 1) for line in exit_code_table().splitlines()[1:])}
+
+
 def help_exit_rows() -> dict[int, str]:
     """Code -> the title `--help` prints for it."""
-    rows = {}
-    for line in exit_code_table().splitlines()[1:]:
-        code, text = line.split(None, 1)
-        rows[int(code)] = text.split(":", 1)[0]
-    return rows
+    return {code: text.split(":", 1)[0] for code, text in help_exit_lines().items()}
 
 
 def test_the_readme_exit_code_table_equals_the_help_table() -> None:
@@ -39,6 +40,12 @@ def test_the_readme_exit_code_table_equals_the_help_table() -> None:
     assert sorted(readme) == sorted(shown) == sorted([0, *(cls.exit_code for cls in EXIT_CODES)])
     for code, title in shown.items():
         assert readme[code] == title or readme[code].startswith(title + ": "), (code, title, readme[code])
+
+
+def test_help_says_what_the_readme_says_of_exit_1() -> None:
+    readme = readme_exit_rows()[1].replace("`", "")
+    assert readme == "error: an unexpected failure (a bug: please report it with --debug output)"
+    assert help_exit_lines()[1] == readme
 
 
 @pytest.mark.parametrize("command", ["verify-running", "status"])

@@ -257,13 +257,26 @@ def standin_copy(tmp_path: Path, edit) -> Manifest:
 def test_the_standin_chain_passes_with_the_expected_warnings() -> None:
     report = coverage_of(load_manifest(STANDIN / "manifest.yaml"))
     assert report.errors == ()
-    warned = {w.split()[1] for w in report.warnings}
-    assert warned == UNREGISTERED
+    assert report.warnings == (f"3 switches are not registered in vllm/envs.py ({', '.join(sorted(UNREGISTERED))}): "
+                               "vLLM warns about unregistered VLLM_* variables at boot and refuses to start with "
+                               "fail_on_environ_validation; register them in vllm/envs.py, or never start with that option",)
     assert report.registry == "patched vllm/envs.py"
     assert set(report.reads) == {"VLLM_DSV41_KV_PAIR", "VLLM_DSV41_DROP_MTP_BUFFER", "VLLM_DSV41_NVFP4_KV", "VLLM_DSV41_KV_DISPLAY"} | UNREGISTERED
     assert report.reads["VLLM_DSV41_KV_DISPLAY"][-1] == Where("0076", "vllm/v1/worker/gpu_worker.py", READS)
     assert report.base_names == ()
-    assert summary_lines(report)[-1].startswith("warning: switch VLLM_INDEXER_PREFILL_BUFFER_FACTOR")
+    assert summary_lines(report)[-1].startswith("warning: 3 switches are not registered in vllm/envs.py (VLLM_EXL3_TF_PROMPT_ALIAS, ")
+
+
+def test_lock_and_build_log_the_unregistered_switches_once(caplog: pytest.LogCaptureFixture) -> None:
+    from kvbake.bake.adapters.pinning import check_switch_coverage
+
+    manifest = load_manifest(STANDIN / "manifest.yaml")
+    with caplog.at_level("WARNING"):
+        check_switch_coverage(manifest, overlay_tree(STANDIN / "overlay"))
+    lines = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("switch coverage: 3 switches are not registered in vllm/envs.py (")
+    assert all(name in lines[0] for name in UNREGISTERED)
 
 
 def drop_switch(name: str):
@@ -297,7 +310,8 @@ def test_a_standin_copy_with_an_extra_switch_has_a_dead_switch(tmp_path: Path) -
 
     report = coverage_of(standin_copy(tmp_path, edit))
     assert report.errors == ("switch VLLM_DSV41_NEVER_READ is a dead switch: declared in the manifest but no code of the chain reads it",)
-    assert "switch VLLM_DSV41_NEVER_READ is not registered in vllm/envs.py" in " ".join(report.warnings)
+    assert len(report.warnings) == 1 and report.warnings[0].startswith("4 switches are not registered in vllm/envs.py (")
+    assert "VLLM_DSV41_NEVER_READ" in report.warnings[0]
     with pytest.raises(ManifestError, match=r"^switch coverage: 1 problem\(s\): switch VLLM_DSV41_NEVER_READ is a dead switch: declared in "
                                             r"the manifest but no code of the chain reads it; fix: declare every name the chain reads"):
         raise_for_coverage(report)

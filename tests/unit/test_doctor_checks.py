@@ -96,14 +96,19 @@ def test_every_check_passes_and_the_free_disk_here_is_the_manifest_folders(proje
     assert len(lines) == 9
 
 
+def summary(kind: str, total: int, first: str) -> str:
+    """The run's error line: a count and a pointer at the FAIL lines, never a repeat of one."""
+    return (f"error ({kind}): doctor: 1 of {total} checks failed (the FAIL lines above); the first, {first}, gives the exit code; "
+            "fix: do what each FAIL line's fix says, then run doctor again\n")
+
+
 def test_memavailable_below_the_floor_fails_that_node(project, capsys):
     project.nodes["unix:///run/spark-b.sock"].mem_available = GIB
     code, lines, err = run_doctor(project, capsys)
     fix = "stop what else runs on that node before a supervised window"
     assert code == 10
     assert lines[-1] == f"FAIL  memory, disk spark-b   spark-b: MemAvailable 1.00 GiB is below the floor 1.50 GiB; fix: {fix}"
-    assert err == (f"error (resource): doctor: 1 check(s) failed, first: memory, disk spark-b: spark-b: MemAvailable 1.00 GiB is "
-                   f"below the floor 1.50 GiB; fix: {fix}\n")
+    assert err == summary("resource", 9, "memory, disk spark-b")
 
 
 def test_a_nodes_free_disk_below_the_floor_fails_that_node(project, capsys):
@@ -111,8 +116,7 @@ def test_a_nodes_free_disk_below_the_floor_fails_that_node(project, capsys):
     code, lines, err = run_doctor(project, capsys)
     assert code == 10
     assert lines[5] == f"FAIL  memory, disk spark-a   spark-a: 10.00 GiB free under {ROOT}, below 20.00 GiB; fix: free disk space on that node"
-    assert err == (f"error (resource): doctor: 1 check(s) failed, first: memory, disk spark-a: spark-a: 10.00 GiB free under {ROOT}, "
-                   "below 20.00 GiB; fix: free disk space on that node\n")
+    assert err == summary("resource", 9, "memory, disk spark-a")
 
 
 def test_the_manifest_folders_free_disk_below_the_floor_fails_here(project, capsys):
@@ -121,7 +125,7 @@ def test_the_manifest_folders_free_disk_below_the_floor_fails_here(project, caps
     fix = "free disk space there before a lock or build"
     assert code == 10
     assert lines[2] == f"FAIL  free disk (here)       {project.root}: 5.00 GiB free, below 20.00 GiB; fix: {fix}"
-    assert err == f"error (resource): doctor: 1 check(s) failed, first: free disk (here): {project.root}: 5.00 GiB free, below 20.00 GiB; fix: {fix}\n"
+    assert err == summary("resource", 9, "free disk (here)")
 
 
 def test_the_floors_are_the_ones_given(project, capsys):
@@ -141,5 +145,5 @@ def test_a_node_whose_base_is_another_image_fails_its_base_line_and_skips_its_me
     line = f"spark-b: {name} is config {other[:19]}, the lock pins {locked[:19]}; fix: run python build.py base sync (--force moves the tag)"
     assert code == 6
     assert lines[-1] == f"FAIL  base on spark-b        {line}"
-    assert err == f"error (base image): doctor: 1 check(s) failed, first: base on spark-b: {line}\n"
+    assert err == summary("base image", 8, "base on spark-b")
     assert project.nodes["unix:///run/spark-b.sock"].probes == [], "no memory probe on a node without the base"

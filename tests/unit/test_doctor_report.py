@@ -26,8 +26,16 @@ def test_the_first_failure_decides_the_kind_and_counts_the_others() -> None:
               Check("registry", FAIL, "down", RegistryError("down", "start it"))]
     error = first_failure(checks)
     assert type(error) is BaseImageError and error.exit_code == 6
-    assert error.one_line() == "doctor: 2 check(s) failed, first: base on a: a lacks b; fix: run base sync"
+    assert error.one_line() == ("doctor: 2 of 3 checks failed (the FAIL lines above); the first, base on a, gives the exit code; "
+                                "fix: do what each FAIL line's fix says, then run doctor again")
     assert first_failure(checks[:1]) is None
+
+
+def test_the_summary_does_not_repeat_the_first_fail_line() -> None:
+    failing = Check("node b", FAIL, "unix:///b.sock is unreachable (refused)", RegistryError("unix:///b.sock is unreachable (refused)", "bring it up"))
+    error = first_failure([Check("engine", OK, "fine"), failing])
+    assert failing.seen not in error.one_line() and "bring it up" not in error.one_line()
+    assert error.one_line().startswith("doctor: 1 of 2 checks failed (the FAIL lines above)")
 
 
 def test_a_programming_error_in_a_probe_is_not_swallowed() -> None:

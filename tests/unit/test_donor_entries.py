@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.bake.adapters.donor import import_patches
-from kvbake.errors import DonorError
+from kvbake.bake.adapters.donor import import_patches, patches_from
+from kvbake.errors import DonorError, EngineError
 from kvbake.manifest import Manifest
 from tests.unit.helpers_manifest import minimal_document, tiny_manifest
 
@@ -50,7 +50,7 @@ def project(tmp_path: Path, revision: str) -> Manifest:
 def test_regular_tracked_patches_are_imported(tmp_path: Path) -> None:
     donor, head = donor_with(tmp_path, lambda d: (d / "patches" / "0002-second.patch").write_bytes(SECOND))
     manifest = project(tmp_path, head)
-    assert import_patches(manifest, donor) == ["0001", "0002"]
+    assert import_patches(manifest, donor).ids == ["0001", "0002"]
     assert [p.path.read_bytes() for p in manifest.chain] == [PATCH, SECOND]
 
 
@@ -89,3 +89,49 @@ def test_a_tracked_symlinked_folder_is_refused(tmp_path: Path) -> None:
         import_patches(manifest, donor)
     assert caught.value.exit_code == 9
     assert "patch 0002: no file named 0002-second.patch or 0002-*.patch in the donor checkout" in caught.value.one_line()
+
+
+class UnreachableEngine:
+    """An engine that never answers: `lock` fails at its first engine call, after the import."""
+
+    def __init__(self, host: str | None = None) -> None:
+        self.label = host or "the local docker engine"
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs):
+            raise EngineError(f"{self.label} is unreachable (connection refused)", "start the engine")
+        return call
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("layout", ["one-kept-one-new", "folder-new"])
+def test_a_lock_that_fails_after_the_import_leaves_the_patches_as_they_were(layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from kvbake.bake import commands
+    from kvbake.cli import main
+
+    donor, head = donor_with(tmp_path, lambda d: (d / "patches" / "0002-second.patch").write_bytes(SECOND))
+    manifest = project(tmp_path, head)
+    if layout == "one-kept-one-new":
+        manifest.chain[0].path.write_bytes(b"an older copy of the first patch\n")
+    else:
+        manifest.chain[0].path.parent.rmdir()
+    before = snapshot(manifest.root)
+    monkeypatch.setattr(commands, "Engine", UnreachableEngine)
+    assert main(["lock", "--manifest", str(manifest.path), "--donor", str(donor)]) == EngineError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("error (engine): the local docker engine is unreachable") and err.count("\n") == 1, err
+    assert snapshot(manifest.root) == before
+
+
+def test_patches_the_written_lock_pins_are_kept_whatever_fails_after_it(tmp_path: Path) -> None:
+    donor, head = donor_with(tmp_path, lambda d: (d / "patches" / "0002-second.patch").write_bytes(SECOND))
+    manifest = project(tmp_path, head)
+    with pytest.raises(OSError):
+        with patches_from(manifest, donor) as imported:
+            imported.keep()  # what swap_overlay calls once the lock is written
+            raise OSError("a later step of the folder swap failed")
+    assert [p.path.read_bytes() for p in manifest.chain] == [PATCH, SECOND]

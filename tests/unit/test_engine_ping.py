@@ -27,13 +27,46 @@ def test_an_info_without_server_is_unreachable_with_the_clis_reason() -> None:
     """docker-cli 26 exits 0 from `info` with an empty server part when the engine is down."""
     with pytest.raises(EngineError) as failure:
         engine_whose_info_is(SimpleNamespace(server_version="")).ping()
-    assert failure.value.message == f"unix:///run/node.sock is unreachable ({DOWN})"
+    assert failure.value.message == ("unix:///run/node.sock is unreachable "
+                                     "(Cannot connect to the Docker daemon. Is the docker daemon running?)")
     assert failure.value.exit_code == 8
 
 
 def test_an_info_without_server_is_unreachable_even_when_version_answers() -> None:
-    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start dockerd"):
+    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start the Docker"):
         engine_whose_info_is(SimpleNamespace(server_version=""), version=lambda: None).ping()
+
+
+def test_an_unreachable_engine_never_points_an_operator_to_the_developers_set_up() -> None:
+    with pytest.raises(EngineError) as failure:
+        engine_whose_info_is(SimpleNamespace(server_version="")).ping()
+    fix = failure.value.fix
+    assert fix == ("start the Docker service of that machine (kvbake never starts an engine), "
+                   "or check DOCKER_HOST and --host")
+    assert "dockerd" not in fix and "README" not in fix and "Two commands" not in fix
+
+
+@pytest.mark.parametrize("host", ["unix:///run/node.sock", "ssh://ops@spark-a"])
+def test_an_unreachable_node_names_its_host_once(host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvbake.errors import RolloutError
+    from kvbake.ship.adapters import fleet
+
+    def down(*_args, **_kwargs):
+        raise DockerException(["docker", "info"], 1, b"", f"Cannot connect to the Docker daemon at {host}. Is the docker daemon running?".encode())
+
+    def engine(given: str) -> Engine:
+        found = Engine(given)
+        found.client = SimpleNamespace(system=SimpleNamespace(info=down), version=down)
+        return found
+
+    monkeypatch.setattr(fleet, "Engine", engine)
+    deployment = SimpleNamespace(nodes=[SimpleNamespace(name="spark-a", host=host)])
+    with pytest.raises(RolloutError) as failure:
+        fleet.connect(deployment)
+    line = failure.value.one_line()
+    assert line.count(host) == 1, line
+    assert line.startswith(f"node spark-a: {host} is unreachable (Cannot connect to the Docker daemon. Is the docker daemon running?)"), line
+    assert failure.value.exit_code == 12
 
 
 def test_an_info_that_fails_is_unreachable() -> None:

@@ -199,3 +199,26 @@ def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path
     error = running_drift_error(noted)
     assert type(error) is IntegrityError and error.exit_code == 7
     assert error.one_line().startswith("what runs drifts from the manifest's runtime settings: a runs packed as deployed")
+
+
+@pytest.mark.parametrize(("exists", "locked", "cause", "fix"), [
+    (False, True, "configs does not exist", "run python build.py config --all first, review and commit it"),
+    (True, True, "configs holds none of the configuration files", "run python build.py config --all first, review and commit it"),
+    (False, False, "configs does not exist", "the manifest is unlocked: run python build.py lock, then python build.py config --all"),
+])
+def test_a_configuration_never_written_is_one_line_naming_what_to_run_first(exists: bool, locked: bool, cause: str, fix: str) -> None:
+    from kvbake.operate.core.runtime_config import unwritten_error
+
+    error = unwritten_error("configs", exists, locked)
+    assert isinstance(error, IntegrityError) and error.exit_code == 7
+    assert error.one_line() == f"{cause}: no configuration was written to check; fix: {fix}"
+
+
+def test_check_calls_a_tree_unwritten_only_when_it_holds_none_of_the_files() -> None:
+    from kvbake.operate.core.runtime_config import unwritten
+
+    expected = {"control/ranks.env": "a", "control/launcher.args": "b"}
+    assert unwritten(expected, {})
+    assert unwritten(expected, {"README.md": "notes"})
+    assert not unwritten(expected, {"control/ranks.env": "a"})
+    assert not unwritten({}, {}), "nothing to write is nothing missing"

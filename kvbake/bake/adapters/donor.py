@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path, PurePosixPath
+from typing import Iterator
 
 from kvbake.bake.core.nofollow import NotRegularFile, read_regular
 from kvbake.errors import DonorError
@@ -60,14 +62,68 @@ def read_donor_patch(donor: Path, relative: str, patch_id: str) -> bytes:
     return data
 
 
-def import_patches(manifest: Manifest, donor: Path) -> list[str]:
+class ImportedPatches:
+    """The selected patches copied from a donor, and what their paths held before, until the lock that pins them is
+    written: `restore` puts every path back (old bytes kept, new files and folders removed) unless `keep` came first."""
+
+    def __init__(self, ids: list[str], before: dict[Path, bytes | None], folders: list[Path]) -> None:
+        self.ids, self.before, self.folders, self.kept = ids, before, folders, False
+
+    def keep(self) -> None:
+        self.kept = True
+
+    def restore(self) -> None:
+        if self.kept:
+            return
+        for path, data in self.before.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(data)
+        for folder in reversed(self.folders):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """The folders a `mkdir(parents=True)` of `folder` would create, outermost first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def import_patches(manifest: Manifest, donor: Path) -> ImportedPatches:
     """Copy exactly the selected patches (tracked regular files at the pinned revision) into the manifest's patch paths;
-    every entry is read and checked before the first one is written."""
+    every entry is read and checked before the first one is written, and a failed write puts every path back."""
     donor = Path(donor)
     check_donor(manifest, donor)
     tracked = _git(donor, "ls-files", "-z").split("\0")
     found = [(patch, read_donor_patch(donor, find_in_donor([t for t in tracked if t], patch.file, patch.id), patch.id)) for patch in manifest.chain]
-    for patch, data in found:
-        patch.path.parent.mkdir(parents=True, exist_ok=True)
-        patch.path.write_bytes(data)
-    return [patch.id for patch, _ in found]
+    before = {patch.path: (patch.path.read_bytes() if patch.path.is_file() else None) for patch, _ in found}
+    folders = [folder for patch, _ in found for folder in missing_folders(patch.path.parent)]
+    imported = ImportedPatches([patch.id for patch, _ in found], before, list(dict.fromkeys(folders)))
+    try:
+        for patch, data in found:
+            patch.path.parent.mkdir(parents=True, exist_ok=True)
+            patch.path.write_bytes(data)
+    except BaseException:
+        imported.restore()
+        raise
+    return imported
+
+
+@contextlib.contextmanager
+def patches_from(manifest: Manifest, donor: Path | None) -> Iterator[ImportedPatches | None]:
+    """Import the selected patches from `donor` (nothing when it is None) for the block; if the block fails before it
+    calls `keep`, every patch path is as it was before."""
+    if donor is None:
+        yield None
+        return
+    imported = import_patches(manifest, donor)
+    try:
+        yield imported
+    except BaseException:
+        imported.restore()
+        raise

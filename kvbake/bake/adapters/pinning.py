@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 
 from kvbake import FORMAT_VERSION
 from kvbake.bake.adapters.basecapture import capture_base
+from kvbake.bake.adapters.donor import patches_from
 from kvbake.bake.adapters.extract import BaseFile, Extractor
 from kvbake.bake.adapters.gitapply import GitApplier, patch_id
 from kvbake.bake.core.bytecode import python_tags, shadow_candidates
@@ -28,7 +29,7 @@ from kvbake.bake.core.overlayswap import exclusive, recover_overlay, swap_overla
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.engines.core.detection import store_named
 from kvbake.engines.core.savefile import DirMeta, SavedImage
-from kvbake.manifest import Manifest
+from kvbake.manifest import Manifest, load_manifest
 
 log = logging.getLogger(__name__)
 PENDING = Derived(layer_diff_id="", image_id="")
@@ -208,15 +209,19 @@ def refuse_silent_repin(engine: Engine, manifest: Manifest, rebase: bool) -> Non
                              "to keep the pinned base, load or pull it again (better: pin base.image by digest)")
 
 
-def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False) -> Lock:
-    """Pin everything and write overlay/ and the lock; nothing is written when any step fails. An earlier `lock`
-    that was interrupted is first finished or rolled back (kvbake.bake.core.overlayswap)."""
+def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False, donor: Path | None = None) -> Lock:
+    """Pin everything and write overlay/ and the lock; nothing is written when any step fails. With `donor`, the
+    selected patches are imported first and put back as they were unless the lock that pins them is written. An
+    earlier `lock` that was interrupted is first finished or rolled back (kvbake.bake.core.overlayswap)."""
     with exclusive(manifest.path):
         recover_overlay(manifest.root, manifest.lock_path)
-        epoch = source_date_epoch(manifest)
-        refuse_silent_repin(engine, manifest, rebase)
-        lock, tree = pinned_lock(engine, manifest, epoch)
-        swap_overlay(manifest.root, tree, manifest.lock_path, lock_bytes(lock))
+        with patches_from(manifest, donor) as imported:
+            if imported is not None:
+                manifest = load_manifest(manifest.path)
+            epoch = source_date_epoch(manifest)
+            refuse_silent_repin(engine, manifest, rebase)
+            lock, tree = pinned_lock(engine, manifest, epoch)
+            swap_overlay(manifest.root, tree, manifest.lock_path, lock_bytes(lock), committed=imported.keep if imported else None)
     return load_lock_file(manifest.lock_path)
 
 

@@ -26,7 +26,7 @@ import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from kvbake.atomicfile import fsync_folder, fsync_tree, partial_files, rename_durably, write_atomic
 from kvbake.errors import LockError, ResourceError
@@ -168,8 +168,10 @@ def discard(folder: Path) -> None:
     _remove(scratch)
 
 
-def swap_overlay(root: Path, tree: Mapping[str, bytes], lock_path: Path, lock_data: bytes) -> None:
-    """Write `lock_data` to `lock_path` and make overlay/ exactly `tree` plus the kept README.md, crash-safely."""
+def swap_overlay(root: Path, tree: Mapping[str, bytes], lock_path: Path, lock_data: bytes,
+                 committed: Callable[[], None] | None = None) -> None:
+    """Write `lock_data` to `lock_path` and make overlay/ exactly `tree` plus the kept README.md, crash-safely;
+    `committed` runs once the lock is written (the commit point)."""
     overlay = root / OVERLAY
     if README in tree and (overlay / README).is_file():
         raise LockError(f"the chain writes {README} at the source root, which would replace overlay/{README}",
@@ -182,6 +184,8 @@ def swap_overlay(root: Path, tree: Mapping[str, bytes], lock_path: Path, lock_da
         except BaseException:
             discard(staged)
             raise
+        if committed is not None:
+            committed()
         kill_point("locked")
     with filesystem_errors(committed=True):
         retired = root / swap_name(RETIRED, tag)

@@ -13,8 +13,7 @@ from kvbake.errors import ManifestError
 if TYPE_CHECKING:
     from kvbake.bake.core.diffs import FileChange
 
-UNREGISTERED = ("vLLM warns about unregistered VLLM_* variables at boot and refuses to start with fail_on_environ_validation; "
-                "register it in vllm/envs.py, or never start with that option")
+UNREGISTERED = "vLLM warns about unregistered VLLM_* variables at boot and refuses to start with fail_on_environ_validation"
 FIX = ("declare every name the chain reads under switches (off by default) or forbidden, "
        "and remove or rename every switch no code reads")
 
@@ -105,12 +104,21 @@ def _dead_errors(declared: Declares, used: set[str]) -> list[str]:
             for name in sorted(declared.switches) if name not in used]
 
 
+def _unregistered_fix(names: Sequence[str], envs_path: str) -> str:
+    return f"{UNREGISTERED}; register {'it' if len(names) == 1 else 'them'} in {envs_path}, or never start with that option"
+
+
 def _registry_warnings(declared: Declares, registry: set[str] | None, envs_path: str) -> list[str]:
+    """At most one warning, naming every declared VLLM_* switch the registry lacks (and their count)."""
     vllm = [name for name in sorted(declared.switches) if name.startswith("VLLM_")]
     if registry is None:
         return [f"the vLLM registry could not be checked (the chain does not touch {envs_path} and no copy of it was given): "
-                f"{', '.join(vllm)} may be unregistered, and {UNREGISTERED}"] if vllm else []
-    return [f"switch {name} is not registered in {envs_path}: {UNREGISTERED}" for name in vllm if name not in registry]
+                f"{', '.join(vllm)} may be unregistered, and {_unregistered_fix(vllm, envs_path)}"] if vllm else []
+    missing = [name for name in vllm if name not in registry]
+    if len(missing) == 1:
+        return [f"switch {missing[0]} is not registered in {envs_path}: {_unregistered_fix(missing, envs_path)}"]
+    return [f"{len(missing)} switches are not registered in {envs_path} ({', '.join(missing)}): "
+            f"{_unregistered_fix(missing, envs_path)}"] if missing else []
 
 
 def check_coverage(manifest: Declares, patches_changes: Mapping[str, Sequence[FileChange]], overlay_tree: Mapping[str, bytes | str],

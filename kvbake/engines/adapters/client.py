@@ -50,8 +50,9 @@ class Engine(ContainerOps):
         self._profile: EngineProfile | None = None
 
     def ping(self) -> dict[str, Any]:
-        """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too."""
-        unreachable = "start dockerd (see README: Two commands) or pass the right --host"
+        """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too.
+        An operator's engine is the machine's own service: the fix never points to the developers' set-up."""
+        unreachable = "start the Docker service of that machine (kvbake never starts an engine), or check DOCKER_HOST and --host"
         try:
             info = self.client.system.info()
             if not info.server_version:
@@ -60,7 +61,7 @@ class Engine(ContainerOps):
                 self.client.version()
                 raise EngineError(f"{self.label} is unreachable (docker info names no server)", unreachable)
         except DockerException as err:
-            raise EngineError(f"{self.label} is unreachable ({_stderr(err)})", unreachable) from None
+            raise EngineError(f"{self.label} is unreachable ({self._reason(err)})", unreachable) from None
         facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
                  "architecture": info.architecture, "os_type": info.os_type}
         self._profile = profile_from_info(facts, self.label)
@@ -72,6 +73,11 @@ class Engine(ContainerOps):
             return str(self.client.system.info().system_time)
         except DockerException as err:
             raise EngineError(f"{self.label}: reading the engine's clock failed ({_stderr(err)})", "check that the node's engine is up") from None
+
+    def _reason(self, err: DockerException) -> str:
+        """The CLI's reason without the host it repeats ("… daemon at unix:///x.sock. …"): the label names it once."""
+        reason = _stderr(err)
+        return reason.replace(f" at {self.host}", "") if self.host else reason
 
     def profile(self) -> EngineProfile:
         """This engine's version and image store (asked once)."""

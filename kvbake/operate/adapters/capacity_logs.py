@@ -6,9 +6,10 @@ from pathlib import Path
 
 from kvbake.deployfile import Deployment
 from kvbake.errors import PresetError
-from kvbake.kvarith.dense import load_dense_config
+from kvbake.kvarith.config import deepseek_family
+from kvbake.kvarith.dense import dense_model_of, read_model_config
 from kvbake.manifest import Manifest
-from kvbake.operate.core.capacity_prediction import Prediction, check_ranks, predict
+from kvbake.operate.core.capacity_prediction import Prediction, check_ranks, deepseek_refusal, predict
 from kvbake.yaml_documents import did_you_mean
 
 
@@ -17,7 +18,12 @@ def predict_preset(manifest: Manifest, preset_name: str, model_config: Path, dev
     if preset_name not in manifest.presets:
         raise PresetError(f"unknown preset {preset_name!r}{did_you_mean(preset_name, list(manifest.presets))}",
                           f"choose one of: {', '.join(manifest.presets)}")
-    return predict(manifest, manifest.presets[preset_name], load_dense_config(model_config, "--model-config"), device)
+    preset = manifest.presets[preset_name]
+    file, data = read_model_config(model_config, "--model-config")
+    family = deepseek_family(data)
+    if family is not None:
+        raise deepseek_refusal(str(file), data.get("model_type"), family, preset)
+    return predict(manifest, preset, dense_model_of(file, data), device)
 
 
 def rank_logs(deployment: Deployment) -> dict[str, str]:

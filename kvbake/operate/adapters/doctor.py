@@ -120,8 +120,11 @@ def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: 
 
 
 def first_failure(checks: list[Check]) -> KvbakeError | None:
+    """The run's error after the report: of the first failure's kind (its exit code), counting the FAIL lines and
+    pointing at them, never repeating one (each already says its cause and fix)."""
     failed = [c for c in checks if c.verdict == FAIL]
     if not failed:
         return None
     first = failed[0].error or EngineError(failed[0].seen)
-    return type(first)(f"doctor: {len(failed)} check(s) failed, first: {failed[0].name}: {first.message}", first.fix)
+    return type(first)(f"doctor: {len(failed)} of {len(checks)} checks failed (the FAIL lines above); the first, "
+                       f"{failed[0].name}, gives the exit code", "do what each FAIL line's fix says, then run doctor again")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvbake.errors import KvArithError, ValidationStop
-from kvbake.kvarith.dense import DenseCapacity, DenseModel, DenseServe, dense_capacity, dtype_bytes
+from kvbake.kvarith.config import FAMILY_TITLES
+from kvbake.kvarith.dense import DENSE_MODEL_TYPES, DenseCapacity, DenseModel, DenseServe, dense_capacity, dtype_bytes
 from kvbake.manifest import Manifest, Preset
 
 LOG_LINE = re.compile(r"(?P<device>[A-Z]+(?: \+ host)?) KV cache size: (?P<tokens>[0-9,]+) tokens, Maximum concurrency for "
@@ -99,6 +101,31 @@ def serve_settings(manifest: Manifest, preset: Preset) -> DenseServe:
         num_blocks_override=_whole("--num-gpu-blocks-override", override, name) if override else None,
         blocks_factor=blocks_factor(manifest, preset),
         tensor_parallel_size=_whole("--tensor-parallel-size", options.get("--tensor-parallel-size", "1"), name))
+
+
+def kv_arith_command(config: str, preset: Preset) -> str:
+    """The scripts/kv_arith.py command line for a DeepSeek-V4/V4.1 config and the preset's settings; POOL stands for
+    a KV size the preset leaves to vLLM's profiling."""
+    options = launcher_options(preset.launcher_args)
+    argv = ["python", "-B", "scripts/kv_arith.py", "--config", config, "--max-model-len", str(preset.max_model_len)]
+    if "--block-size" in options:
+        argv += ["--block-size", options["--block-size"]]
+    if "--kv-cache-memory-bytes" in options:
+        argv += ["--pool-bytes", options["--kv-cache-memory-bytes"]]
+    elif "--num-gpu-blocks-override" in options:
+        argv += ["--num-blocks", options["--num-gpu-blocks-override"]]
+    else:
+        argv += ["--pool-bytes", "POOL"]
+    return shlex.join(argv)
+
+
+def deepseek_refusal(config: str, model_type: object, family: str, preset: Preset) -> KvArithError:
+    """Why capacity refuses a DeepSeek-V4/V4.1 config, with the kv_arith command that does its arithmetic."""
+    command = kv_arith_command(config, preset)
+    where = "POOL: the KV cache bytes of one rank, e.g. 10GiB; docs/kv_arith.md" if command.endswith(" POOL") else "docs/kv_arith.md"
+    return KvArithError(f"config {config}: model type {model_type!r} is a {FAMILY_TITLES[family]} config, which capacity cannot "
+                        f"predict (dense full-attention models only: {', '.join(DENSE_MODEL_TYPES)})",
+                        f"scripts/kv_arith.py does its arithmetic: run {command} ({where})")
 
 
 def predict(manifest: Manifest, preset: Preset, model: DenseModel, device: str) -> Prediction:

@@ -174,6 +174,19 @@ def drift_error(drift: Drift, folder: str) -> IntegrityError:
                           "regenerate with python build.py config --all (or config PRESET), review the diff and commit it")
 
 
+def unwritten(expected: Mapping[str, str], actual: Mapping[str, str]) -> bool:
+    """Whether a configuration folder holds none of the files `config` writes (it was never generated)."""
+    return bool(expected) and not set(expected) & set(actual)
+
+
+def unwritten_error(folder: str, exists: bool, locked: bool) -> IntegrityError:
+    """One line for a configuration that was never written, instead of every file named missing."""
+    where = f"{folder} does not exist" if not exists else f"{folder} holds none of the configuration files"
+    fix = ("run python build.py config --all first, review and commit it" if locked
+           else "the manifest is unlocked: run python build.py lock, then python build.py config --all")
+    return IntegrityError(f"{where}: no configuration was written to check", fix)
+
+
 def preset_names_in(actual: Mapping[str, str]) -> tuple[str, ...]:
     """The preset folders a configuration tree holds."""
     return tuple(sorted({path.split("/", 1)[0] for path in actual if "/" in path}))

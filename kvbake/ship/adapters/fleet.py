@@ -54,7 +54,8 @@ def connect(deployment: Deployment) -> dict[str, Engine]:
         try:
             engine.ping()
         except EngineError as err:
-            raise RolloutError(f"node {node.name} ({node.host}) is unreachable: {err.message}", "bring the node's engine back, then retry; nothing was changed") from None
+            # The engine's message already names the host ("<host> is unreachable (…)"): the node is named once beside it.
+            raise RolloutError(f"node {node.name}: {err.message}", "bring the node's engine back, then retry; nothing was changed") from None
         engines[node.name] = engine
     return engines
 
