@@ -67,11 +67,13 @@ def cmd_base(args: argparse.Namespace) -> Result:
 def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.operate.core.presets import choose_preset
     from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
-    from kvbake.ship.core.push_record import pushed_image
+    from kvbake.ship.core.push_record import check_digest_reference, pushed_image
     from kvbake.ship.core.release import make_release
 
     if not (args.preset or args.resume or args.revert):
         raise_usage("deploy needs --preset NAME (or --resume / --revert)", args.prog)
+    if args.image:
+        check_digest_reference(args.image)
     check_reason(args.reason)
     manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:

@@ -21,6 +21,7 @@ class FakeEngine:
         self.registry: dict[str, dict[str, Any]] = {}
         self.containers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, bytes]] = {}
+        self.configs: dict[str, str] = {}  # containerd store: manifest digest -> config digest
         self.down = False
         self.clock = 1_000_000.0  # the node's own clock (docker info SystemTime), in seconds
         self.serial = 0
@@ -68,13 +69,23 @@ class FakeEngine:
             raise EngineError(f"{self.label}: image {reference} is not present", "load it")
         return found
 
-    def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
+    def config_digest_of(self, inspect: dict[str, Any], reference: str, fetch: Any = None) -> str:
+        """The classic store's Id is the config digest; the containerd store's is the manifest's, whose config the
+        fake keeps in `configs` (as the real client reads it from the manifest)."""
         self._up()
+        if self._profile.store == "containerd":
+            return self.configs[str(inspect["Id"])]
         return str(inspect["Id"])
 
     def pull(self, reference: str) -> None:
+        """`registry` holds images by reference with their config digest as Id; on the containerd store the pulled
+        image's Id is the manifest digest the reference names."""
         self._up()
         image = self.registry[reference]
+        if self._profile.store == "containerd":
+            manifest = reference.partition("@")[2]
+            self.configs[manifest] = image["Id"]
+            image = {**image, "Id": manifest}
         self.images[image["Id"]] = image
         self.tags[reference] = image["Id"]
 

@@ -15,7 +15,7 @@ from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.journal import read_diverged, read_journal
-from kvbake.ship.core.release import Release
+from kvbake.ship.core.release import Release, runtime_config
 
 from fake_engine import FakeEngine
 
@@ -28,7 +28,7 @@ def release(preset: str, switches: dict[str, str], args: tuple[str, ...] = ()) -
     digest = "sha256:" + hashlib.sha256(preset.encode()).hexdigest()
     return Release(image=f"{REPO}@{digest}", config_digest=digest, layers=(*BASE, "sha256:thin-" + preset), labels={"k": preset},
                    preset=preset, switches=switches, max_model_len=4096, launcher_args=args, deployed_by="ops", deployed_at="t",
-                   reason="r", override=None)
+                   reason="r", override=None, image_config=runtime_config({}))
 
 
 CONTROL = release("control", {})
@@ -64,8 +64,8 @@ class World:
         return Fleet(Deployment(folder / "deploy.yaml", d.nodes, d.launcher, stale_after_s), self.engines, REPO, ("S",), ("/src/x.py",), "/src")
 
 
-def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    engines = {name: FakeEngine(name) for name in ("a", "b")}
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str = "classic") -> World:
+    engines = {name: FakeEngine(name, store) for name in ("a", "b")}
     for engine in engines.values():
         engine.images["sha256:base"] = {"Id": "sha256:base", "RootFS": {"Layers": list(BASE)}, "Config": {"Labels": {}, "Env": []}}
         engine.tags["base:1"] = "sha256:base"

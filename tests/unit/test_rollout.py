@@ -78,23 +78,40 @@ def node_engines_state(w: World) -> dict:
                    copy.deepcopy(e.files)) for name, e in w.engines.items()}
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ("labels", "node b: {image} has other labels (k); fix: push again and retry"),
-    ("layers", "node b: {image} does not have the release's layers; fix: push again and retry"),
-], ids=["labels", "layers"])
-def test_phase_1_refuses_a_pulled_image_unlike_the_release_and_changes_nothing(world, change, message):
-    """The registry serves node b an image under the release's digest reference whose labels, or layers, are not the
-    release's: the deploy stops in phase 1, before any tag, lock, record or serve moves on either node."""
+PHASE_1_FIX = "; fix: deploy the digest push recorded for the locked build (leave --image out); nothing was moved"
+
+
+@pytest.mark.parametrize(("change", "wrong"), [
+    ("labels", "other labels: k"),
+    ("extra label", "other labels: org.example.extra"),
+    ("layers", "other layers"),
+    ("config", "config sha256:000000000000, not the lock's {config}"),
+    ("workdir", "other WorkingDir"),
+], ids=["labels", "extra label", "layers", "config", "workdir"])
+@pytest.mark.parametrize("store", ["classic", "containerd"])
+def test_phase_1_refuses_a_pulled_image_unlike_the_release_and_changes_nothing(tmp_path, monkeypatch, store, change, wrong):
+    """The registry serves node b an image under the release's digest reference whose labels (changed or one more),
+    layers, config digest or runtime config are not the release's: the deploy stops in phase 1, before any tag, lock,
+    record or serve moves on either node. On the containerd store the image's Id is its manifest's digest, so only the
+    config digest read from the manifest tells a forged config."""
+    world = make_world(tmp_path, monkeypatch, store)
     deploy(world, CONTROL)
     pulled = world.engines["b"].registry[PACKING.image]
     if change == "labels":
         pulled["Config"]["Labels"] = {"k": "forged"}
-    else:
+    elif change == "extra label":
+        pulled["Config"]["Labels"] = {**pulled["Config"]["Labels"], "org.example.extra": "1"}
+    elif change == "layers":
         pulled["RootFS"]["Layers"] = [*BASE, "sha256:thin-forged"]
+    elif change == "config":
+        pulled["Id"] = "sha256:" + "0" * 64
+    else:
+        pulled["Config"]["WorkingDir"] = "/opt/shadow"
     before, held = world.snapshot(), node_engines_state(world)
     with pytest.raises(RolloutError) as refused:
         deploy(world, PACKING)
-    assert refused.value.one_line() == message.format(image=PACKING.image)
+    assert refused.value.exit_code == 12 and refused.value.message.startswith(f"node b: {PACKING.image} is not the release's image")
+    assert wrong.format(config=PACKING.config_digest[:19]) in refused.value.message and refused.value.one_line().endswith(PHASE_1_FIX)
     assert world.snapshot() == before and node_engines_state(world) == held
     assert world.launches == ["a:control", "b:control"]
 

@@ -20,7 +20,7 @@ from kvbake.ship import commands as ship_commands
 from kvbake.ship.adapters import adoption, fleet, rollout, status
 from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.ship.core.push_record import PUSHES_DIR, pushed_image
-from kvbake.ship.core.release import make_release
+from kvbake.ship.core.release import runtime_config, make_release
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PINNED = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32
@@ -36,13 +36,15 @@ def test_the_pushed_image_is_what_the_plan_said_without_building_it(example: str
     lock = read_lock(manifest)
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     pushed = pushed_image(manifest, lock, PINNED)
-    assert (pushed.pinned, pushed.config_digest, pushed.layers, dict(pushed.labels)) == (
-        PINNED, plan.image_id, (*lock.base.diff_ids, plan.layer.diff_id), dict(plan.labels))
+    built = json.loads(plan.config_bytes)["config"]
+    assert (pushed.pinned, pushed.config_digest, pushed.layers, dict(pushed.labels), dict(pushed.image_config)) == (
+        PINNED, plan.image_id, (*lock.base.diff_ids, plan.layer.diff_id), plan.image_labels(), runtime_config(built))
+    assert dict(pushed.labels) == built["Labels"], "every label of the image, the base's too"
     chosen = choose_preset(manifest, "control")
     release = make_release(pushed, chosen, manifest, "why", "op@host")
     assert (release.image, release.config_digest, release.layers, dict(release.labels), release.preset, dict(release.switches),
             release.max_model_len, release.reason, release.deployed_by) == (
-        PINNED, plan.image_id, pushed.layers, dict(plan.labels), "control", dict(chosen.preset.switches),
+        PINNED, plan.image_id, pushed.layers, plan.image_labels(), "control", dict(chosen.preset.switches),
         chosen.preset.max_model_len, "why", "op@host")
 
 

@@ -7,7 +7,7 @@ import os
 import logging
 import secrets
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 
 _PROGRESS = {"show": False}
+ManifestSource = Callable[[str], "bytes | None"]  # a manifest's bytes by its digest, or None
 
 
 def show_progress(enabled: bool) -> None:
@@ -90,9 +91,15 @@ class Engine(ContainerOps):
         """Keep a manifest this engine's store holds (content-addressed, shared by every engine)."""
         return manifestcache.put(data)
 
-    def store_manifest(self, image_id: str, reference: str) -> StoreManifest:
-        """The manifest behind a containerd-store image ID: from the cache, else read once from `docker save`."""
+    def store_manifest(self, image_id: str, reference: str, fetch: ManifestSource | None = None) -> StoreManifest:
+        """The manifest behind a containerd-store image ID: from the cache, else from `fetch` (the registry, say; its
+        bytes must hash to the ID), else read once from `docker save`."""
         data = manifestcache.get(image_id)
+        if data is None and fetch is not None:
+            fetched = fetch(image_id)
+            if fetched is not None and sha256_digest(fetched) == image_id:
+                data = fetched
+                manifestcache.put(data)
         if data is None:
             from kvbake.engines.core.savefile import read_save
 
@@ -105,10 +112,11 @@ class Engine(ContainerOps):
             manifestcache.put(data)
         return parse_store_manifest(data, reference)
 
-    def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
-        """kvbake's identity of a local image: its Id on the classic store, its manifest's config on the containerd store."""
+    def config_digest_of(self, inspect: dict[str, Any], reference: str, fetch: ManifestSource | None = None) -> str:
+        """kvbake's identity of a local image: its Id on the classic store, its manifest's config on the containerd store
+        (the manifest from the cache, `fetch`, or one `docker save`)."""
         if self.profile().image_store.keeps_manifests:
-            return self.store_manifest(inspect["Id"], reference).config_digest
+            return self.store_manifest(inspect["Id"], reference, fetch).config_digest
         return str(inspect["Id"])
 
     def inspect_image(self, reference: str) -> dict[str, Any] | None:
@@ -209,8 +217,16 @@ class Engine(ContainerOps):
             self.client.image.remove(reference, force=False, prune=True)
 
     def untag(self, reference: str) -> None:
-        """Remove one tag without touching other tags of the same image."""
-        self.remove_image(reference)
+        """Remove one tag without touching other tags of the same image; a tag that is already gone is fine, any other
+        refusal of the engine is an EngineError (a tag kvbake believes moved must have moved)."""
+        try:
+            self.client.image.remove(reference, force=False, prune=False)
+        except NoSuchImage:
+            return
+        except DockerException as err:
+            if "No such image" in (err.stderr or ""):
+                return
+            raise self._fail(f"untag {reference}", err) from None
 
     def config_dir(self) -> str | None:
         """The login store folder this client passes as --config (None: DOCKER_CONFIG or ~/.docker)."""

@@ -15,6 +15,7 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.adapters.credentials import credentials_for
 from kvbake.ship.adapters.fleet import connect
+from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.pusher import Expected, Target, overwrite_refusal, read_back, ship, target_for
 from kvbake.ship.adapters.registry_api import RegistryClient
 
@@ -50,17 +51,23 @@ def expected_base(lock: Lock) -> Expected:
     return Expected(lock.base.config_digest, lock.base.diff_ids, dict(labels))
 
 
-def held_config(engine: Engine, reference: str) -> str | None:
-    """The config digest of the image `reference` names on this engine, or None when it names nothing."""
+def held_config(engine: Engine, reference: str, lock: Lock, repository: str) -> str | None:
+    """The config digest of the image `reference` names on this engine, or None when it names nothing. An image whose
+    layers are not the locked base's is another image whatever its config; otherwise the registry's copy of the base
+    (`repository`) gives the containerd store's manifest, so no `docker save` crosses the node's link."""
     inspect = engine.inspect_image(reference)
-    return engine.config_digest_of(inspect, reference) if inspect else None
+    if inspect is None:
+        return None
+    if tuple(inspect.get("RootFS", {}).get("Layers", [])) != lock.base.diff_ids:
+        return f"{inspect['Id']} (other layers)"
+    return config_digest_on(engine, inspect, repository)
 
 
-def plan_nodes(engines: dict[str, Engine], name: str, lock: Lock, force: bool) -> tuple[NodeBase, ...]:
+def plan_nodes(engines: dict[str, Engine], name: str, lock: Lock, force: bool, repository: str) -> tuple[NodeBase, ...]:
     """Every node's action, decided before anything moves; a tag that names another image is refused without --force."""
     plans, refused = [], []
     for node, engine in engines.items():
-        held = held_config(engine, name)
+        held = held_config(engine, name, lock, repository)
         if held == lock.base.config_digest:
             plans.append(NodeBase(node, "present", held))
         elif held is None or force:
@@ -94,7 +101,7 @@ def pull_onto(engine: Engine, node: str, pinned: str, name: str, lock: Lock) -> 
     """Pull by digest, check it is the locked base, then point `name` at it."""
     engine.pull(pinned)
     inspect: dict[str, Any] = engine.require_image(pinned)
-    config, layers = engine.config_digest_of(inspect, pinned), tuple(inspect.get("RootFS", {}).get("Layers", []))
+    config, layers = config_digest_on(engine, inspect, repository_of(pinned)), tuple(inspect.get("RootFS", {}).get("Layers", []))
     if config != lock.base.config_digest or layers != lock.base.diff_ids:
         raise BaseImageError(f"node {node}: {pinned} pulled as config {config[:19]} with {len(layers)} layers, not the locked base",
                              "the registry holds other content under that digest: check the registry")
@@ -105,8 +112,9 @@ def sync_base(engine: Engine, deployment: Deployment, manifest: Manifest, lock: 
     """Check every node, put the base in the registry once, then pull it by digest on every node that needs it."""
     engines = connect(deployment)
     name = manifest.base.node_name
-    plans = plan_nodes(engines, name, lock, force)
-    pinned, pushed = registry_copy(engine, manifest, lock, base_target(manifest, lock, registry))
+    target = base_target(manifest, lock, registry)
+    plans = plan_nodes(engines, name, lock, force, target.repository)
+    pinned, pushed = registry_copy(engine, manifest, lock, target)
     for plan in plans:
         if plan.action != "present":
             pull_onto(engines[plan.node], plan.node, pinned, name, lock)

@@ -12,6 +12,7 @@ from kvbake.errors import EngineError, RolloutError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.core.release import Release
+from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.core.running import adopted_rank_failures, expected_image_id, rank_failures
 
 
@@ -39,11 +40,13 @@ class Fleet:
     def rank_failures(self, name: str, container: dict | None, image: dict | None, release: Release,
                       switches: dict[str, str] | None = None) -> list[str]:
         """How one rank differs from its release (an adopted serve by its own rules); `switches` overrides the set."""
-        if release.adopted:
-            return adopted_rank_failures(name, container, image, release, self.switch_names)
         expected = dict(release.switches) if switches is None else switches
+        if release.adopted:
+            return adopted_rank_failures(name, container, image, release, self.switch_names, expected)
+        running = config_digest_on(self.engines[name], image, repository_of(release.image)) if image else None
         return rank_failures(name, container, image, release.layers, release.labels, expected, self.switch_names, self.baked_paths,
-                             self.expected_id(name, release), self.source_root)
+                             self.expected_id(name, release), self.source_root, config_digest=(running, release.config_digest),
+                             image_config=release.image_config)
 
 
 def connect(deployment: Deployment) -> dict[str, Engine]:

@@ -16,12 +16,13 @@ from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
+from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.transitions import records_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords
-from kvbake.ship.core.release import Release, release_to_json
+from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
 
 
@@ -104,20 +105,38 @@ def require_base(fleet: Fleet, base_image: str, base_layers: tuple[str, ...]) ->
 
 
 def stage_release(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...]) -> dict[str, str]:
-    """Phase 1 on every node: the base must be there, pull by digest, check layers and labels. Returns image IDs."""
+    """Phase 1 on every node: the base must be there; pull by digest; the pulled image must be the release's exactly
+    (its config digest, on either store, its layers, its labels and its runtime config) before any tag moves or any
+    serve restarts. Returns image IDs."""
     require_base(fleet, base_image, base_layers)
     staged = {}
     for name, engine in fleet.engines.items():
         engine.pull(release.image)
         pulled = engine.inspect_image(release.image)
-        if pulled is None or tuple(pulled["RootFS"]["Layers"]) != release.layers:
-            raise RolloutError(f"node {name}: {release.image} does not have the release's layers", "push again and retry")
-        labels = pulled["Config"]["Labels"] or {}
-        wrong = [k for k, v in release.labels.items() if labels.get(k) != v]
+        wrong = pulled_differences(release, pulled, config_digest_on(engine, pulled, repository_of(release.image)) if pulled else None)
         if wrong:
-            raise RolloutError(f"node {name}: {release.image} has other labels ({', '.join(wrong[:3])})", "push again and retry")
+            raise RolloutError(f"node {name}: {release.image} is not the release's image ({'; '.join(wrong)})",
+                               "deploy the digest push recorded for the locked build (leave --image out); nothing was moved")
         staged[name] = pulled["Id"]
     return staged
+
+
+def pulled_differences(release: Release, pulled: dict | None, config_digest: str | None) -> list[str]:
+    """Every way a pulled image differs from the release's: config digest first (it covers everything else)."""
+    if pulled is None:
+        return ["the engine does not hold it after the pull"]
+    wrong = []
+    if config_digest != release.config_digest:
+        wrong.append(f"config {str(config_digest)[:19]}, not the lock's {release.config_digest[:19]}")
+    if tuple(pulled["RootFS"]["Layers"]) != release.layers:
+        wrong.append("other layers")
+    labels = pulled["Config"]["Labels"] or {}
+    if labels != dict(release.labels):
+        wrong.append("other labels: " + ", ".join(sorted(set(labels) ^ set(release.labels) | {k for k in labels if labels[k] != release.labels.get(k)})[:3]))
+    if release.image_config is not None and runtime_config(pulled["Config"]) != dict(release.image_config):
+        changed = [k for k, v in runtime_config(pulled["Config"]).items() if release.image_config.get(k) != v]
+        wrong.append(f"other {', '.join(changed)}")
+    return wrong
 
 
 def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | Mapping[str, str]) -> HeldLocks:

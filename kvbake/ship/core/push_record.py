@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from kvbake.bake.core.plan import tag_for
 from kvbake.bake.core.provenance import labels as provenance_labels
-from kvbake.errors import RegistryError
+from kvbake.errors import RegistryError, UsageError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
-from kvbake.ship.core.release import PushedImage
+from kvbake.ship.core.release import PushedImage, runtime_config
 
 PUSHES_DIR = ".kvbake/pushes"
 
@@ -31,11 +32,25 @@ def pushed_reference(root: Path, reference: str, tag: str) -> str:
     return pinned
 
 
+DIGEST_REFERENCE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+def check_digest_reference(image: str) -> str:
+    """`deploy --image` must name one immutable image, `repo@sha256:<64 hex>`: a tag can be moved to other content."""
+    if not DIGEST_REFERENCE.match(image):
+        raise UsageError(f"--image {image!r} is not a digest reference (REPOSITORY@sha256:<64 hex digits>); a tag can name other content "
+                         "tomorrow", "pass the digest push printed (its pull: line), or leave --image out to use the push record")
+    return image
+
+
 def pushed_image(manifest: Manifest, lock: Lock, image: str | None = None) -> PushedImage:
     """The release's image: pulled by the reference the push record of the lock's tag holds (or `image`, deploy
-    --image), holding what the lock pins (config digest, base layers and thin layer) and the labels the manifest's
-    pinned sections and the lock give it. Nothing is rebuilt: neither overlay/ nor the thin layer is read."""
+    --image), holding what the lock pins (config digest, base layers and thin layer), every label (the base's, then
+    those the manifest's pinned sections and the lock give it) and the base's Env, Entrypoint, Cmd and WorkingDir,
+    which the bake keeps. Nothing is rebuilt: neither overlay/ nor the thin layer is read."""
     tag = tag_for(manifest, lock)
-    pinned = image or pushed_reference(manifest.root, f"{manifest.output.repository}:{tag}", tag)
-    return PushedImage(pinned, lock.derived.image_id, (*lock.base.diff_ids, lock.derived.layer_diff_id),
-                       provenance_labels(manifest, lock, tag))
+    pinned = check_digest_reference(image) if image else pushed_reference(manifest.root, f"{manifest.output.repository}:{tag}", tag)
+    base_runtime = lock.base.config.get("config") or {}
+    labels = {**(base_runtime.get("Labels") or {}), **provenance_labels(manifest, lock, tag)}
+    return PushedImage(pinned, lock.derived.image_id, (*lock.base.diff_ids, lock.derived.layer_diff_id), labels,
+                       runtime_config(base_runtime))

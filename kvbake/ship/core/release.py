@@ -12,14 +12,27 @@ from kvbake.manifest import Manifest
 from kvbake.operate.core.presets import ChosenPreset, preset_sha256
 
 
+RUNTIME_KEYS = ("Env", "Entrypoint", "Cmd", "WorkingDir")
+
+
+def runtime_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What an image's config tells a container to run and with what: Env, Entrypoint, Cmd and WorkingDir, with an
+    absent value and an empty one alike (engines report either)."""
+    config = config or {}
+    return {"Env": list(config.get("Env") or []), "Entrypoint": list(config.get("Entrypoint") or []),
+            "Cmd": list(config.get("Cmd") or []), "WorkingDir": str(config.get("WorkingDir") or "")}
+
+
 @dataclass(frozen=True)
 class PushedImage:
-    """What a release pulls (`repo@sha256:…`) and what every node checks that it holds: config digest, layers, labels."""
+    """What a release pulls (`repo@sha256:…`) and what every node checks that it holds: config digest, layers, every
+    label, and the runtime part of its config."""
 
     pinned: str
     config_digest: str
     layers: tuple[str, ...]  # diff_ids: the locked base's, then the thin layer's
-    labels: Mapping[str, str]  # kvbake's own labels on the image
+    labels: Mapping[str, str]  # every label on the image: the base's, then kvbake's own
+    image_config: Mapping[str, Any] | None = None  # runtime_config() of the image: the base's, unchanged by the bake
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,8 @@ class Release:
     # A serve kvbake did not deploy, recorded by `adopt`: its container's ID and name. Rollback restarts that very
     # container (kept stopped under another name meanwhile), so its image, env, mounts and arguments come back exactly.
     adopted: Mapping[str, str] | None = None
+    # runtime_config() of the image (Env, Entrypoint, Cmd, WorkingDir); None in records of an earlier kvbake
+    image_config: Mapping[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -68,7 +83,7 @@ def make_release(pushed: PushedImage, chosen: ChosenPreset, manifest: Manifest, 
         preset=preset.name, switches=dict(preset.switches), max_model_len=preset.max_model_len,
         launcher_args=preset.launcher_args, deployed_by=deployed_by,
         deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=chosen.override,
-        runtime_sha256=preset_sha256(manifest, preset),
+        runtime_sha256=preset_sha256(manifest, preset), image_config=pushed.image_config,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from kvbake.engines.core.detection import store_named
 from kvbake.errors import PresetError
+from kvbake.ship.core.release import RUNTIME_KEYS, runtime_config
 
 
 def parse_expect(text: str) -> dict[str, str]:
@@ -66,6 +67,21 @@ def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None
     return failures
 
 
+def workdir_failures(container: Mapping[str, Any]) -> list[str]:
+    """A mount over (or above) the container's working directory may hold a `vllm` folder that `python -m` imports before
+    the baked one (it puts the working directory first on sys.path)."""
+    workdir = str((container.get("Config") or {}).get("WorkingDir") or "").rstrip("/")
+    if not workdir:
+        return []
+    failures = []
+    for mount in container.get("Mounts") or ():
+        destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        if workdir == destination or workdir.startswith(destination.rstrip("/") + "/"):
+            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} holds the working directory {workdir}, "
+                            "which python -m searches before the baked sources")
+    return failures
+
+
 def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str, str]:
     """The Id a node's store gives the release's image, and what it is: the config digest on the classic store, the
     pulled manifest's digest (`repo@sha256:…`) on the containerd store."""
@@ -75,8 +91,11 @@ def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str,
 
 def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
                   labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str],
-                  image_id: tuple[str, str] | None = None, source_root: str | None = None) -> list[str]:
-    """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node."""
+                  image_id: tuple[str, str] | None = None, source_root: str | None = None, *,
+                  config_digest: tuple[str | None, str] | None = None, image_config: Mapping[str, Any] | None = None) -> list[str]:
+    """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node,
+    `config_digest` (the running image's, the release's) kvbake's identity on either store, `image_config` the release
+    image's Env, Entrypoint, Cmd and WorkingDir."""
     if container is None:
         return [f"{node}: the serving container is not there"]
     failures = []
@@ -84,15 +103,22 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
         failures.append(f"{node}: the serving container is not running")
     if image_id is not None and container.get("Image") != image_id[0]:
         failures.append(f"{node}: the container runs image {str(container.get('Image'))[:19]}, not the release's {image_id[1]} {image_id[0][:19]}")
+    if config_digest is not None and config_digest[0] != config_digest[1]:
+        failures.append(f"{node}: the running image's config is {str(config_digest[0])[:19]}, not the release's {config_digest[1][:19]}")
     if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(layers):
         failures.append(f"{node}: the running image's layers differ from the release")
     image_labels = ((image or {}).get("Config") or {}).get("Labels") or {}
-    failures += [f"{node}: label {k} differs" for k, v in sorted(labels.items()) if image_labels.get(k) != v]
+    failures += [f"{node}: label {k} differs" for k in sorted(set(labels) | set(image_labels)) if image_labels.get(k) != labels.get(k)]
+    if image is not None and image_config is not None:
+        found = runtime_config(image.get("Config"))
+        failures += [f"{node}: the running image's {key} is {found[key]!r}, not the release's {image_config.get(key)!r}"
+                     for key in RUNTIME_KEYS if found[key] != image_config.get(key)]
     found = switch_env((container.get("Config") or {}).get("Env"), names)
     for name in sorted(set(found) | set(expected)):
         if found.get(name) != expected.get(name):
             failures.append(f"{node}: switch {name} is {found.get(name, 'unset')!s}, expected {expected.get(name, 'unset')!s}")
     failures += [f"{node}: {m}" for m in mount_failures(container.get("Mounts"), baked)]
+    failures += [f"{node}: {m}" for m in workdir_failures(container)]
     if source_root:
         image_env = ((image or {}).get("Config") or {}).get("Env")
         unflagged = [m for m in container.get("Mounts") or () if not mount_failures([m], baked)]
@@ -101,9 +127,10 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
 
 
 def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any,
-                          names: Sequence[str]) -> list[str]:
-    """An adopted serve must be that very container again, running its image with its switch set; its own mounts and
-    overrides are what it always ran with, so they are not flagged."""
+                          names: Sequence[str], expected: Mapping[str, str] | None = None) -> list[str]:
+    """An adopted serve must be that very container again, running its image with its switch set (or `expected`, as
+    verify-running --expect gives it); its own mounts and overrides are what it always ran with, so they are not
+    flagged."""
     if container is None:
         return [f"{node}: the adopted serving container is not there"]
     failures = []
@@ -114,8 +141,10 @@ def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image:
     if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(release.layers):
         failures.append(f"{node}: the running image's layers differ from the adopted serve's")
     found = switch_env((container.get("Config") or {}).get("Env"), names)
-    if found != dict(release.switches):
-        failures.append(f"{node}: the switches are {found or 'none'}, the adopted serve ran {dict(release.switches) or 'none'}")
+    wanted = dict(release.switches) if expected is None else dict(expected)
+    if found != wanted:
+        what = "expected" if expected is not None else "the adopted serve ran"
+        failures.append(f"{node}: the switches are {found or 'none'}, {what} {wanted or 'none'}")
     return failures
 
 
