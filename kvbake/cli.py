@@ -159,8 +159,10 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--depths", default=None, help="needle depths in tokens, e.g. 450000,500000 (default: two inside max-model-len)")
     validate.add_argument("--prefix-tokens", type=int, default=8000, metavar="N", help="prefix-identity prompt length (default 8000)")
     validate.add_argument("--corruption-tokens", type=int, default=8000, metavar="N", help="length of each corruption-set prompt (default 8000)")
-    validate.add_argument("--pressure", type=int, default=0, metavar="N", help="also send N concurrent long requests (forced pool pressure)")
-    validate.add_argument("--pressure-tokens", type=int, default=None, metavar="N", help="length of each pressure request (default: the needle prompt's)")
+    validate.add_argument("--pressure", default="0", metavar="auto|N",
+                          help="also force pool pressure: auto derives the requests from the serve's KV pool so that vLLM must "
+                               "preempt; N sends N concurrent long requests")
+    validate.add_argument("--pressure-tokens", type=int, default=None, metavar="N", help="with --pressure N: length of each pressure request (default: the needle prompt's)")
     validate.add_argument("--seed", default="kvbake", help="seed of the needle codes (default kvbake)")
     validate.add_argument("--oracle", choices=("auto", "recall", "identity"), default="auto",
                           help="how the corruption set, needles and pressure are scored: recall (every answer holds its own "

@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-$HOME/.local/share/kvbake/venv}
 python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+RUNTIME=$(mktemp)
+trap 'rm -f "$RUNTIME"' EXIT
+sed '/^# --- test extra/,$d' requirements.lock > "$RUNTIME"  # operators need no test dependencies
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$RUNTIME"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps .
 echo "installed kvbake $("$VENV/bin/kvbake" --version | cut -d' ' -f2) in $VENV"
 echo "next: $VENV/bin/kvbake doctor --manifest manifest.yaml --deploy deploy.yaml"

@@ -1,5 +1,6 @@
-"""Write requirements.lock: every runtime dependency of kvbake at the exact version a fresh resolution picks, with the
-sha256 of each of its files on the package index (all platforms, so arm64 and x86 hosts install from one file)."""
+"""Write requirements.lock: every runtime dependency of kvbake, then every further one of its test extra, at the exact
+version a fresh resolution picks, with the sha256 of each of its files on the package index (all platforms, so arm64
+and x86 hosts install from one file)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = "https://pypi.org/simple"
-HEADER = ("# kvbake's runtime dependencies, pinned with hashes; written by scripts/lock_requirements.py, do not edit.\n"
-          "# Install: pip install --require-hashes -r requirements.lock && pip install --no-deps .\n")
+HEADER = ("# kvbake's dependencies, pinned with hashes; written by scripts/lock_requirements.py, do not edit.\n"
+          "# Operators install the part above the test marker: scripts/install_operator.sh.\n"
+          "# The test set-up installs all of it: pip install --require-hashes -r requirements.lock && pip install --no-deps -e .\n")
+TEST_MARKER = "# --- test extra: pytest, hypothesis and what they need beyond the runtime dependencies ---\n"
 
 
-def resolved() -> dict[str, str]:
-    """name -> version that pip resolves for the project's runtime dependencies (a dry run in a scratch venv's eyes)."""
+def resolved(target: str) -> dict[str, str]:
+    """name -> version that pip resolves for `target` (the project, or the project with an extra) from nothing."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                        str(ROOT)], check=True)
+                        target], check=True)
         install = json.loads(report.read_text())["install"]
     return {item["metadata"]["name"]: item["metadata"]["version"] for item in install if item["metadata"]["name"] != "kvbake"}
+
+
+def sections(runtime: dict[str, str], everything: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(runtime pins, test-only pins); the test extra may add packages but must not move a runtime one."""
+    moved = sorted(name for name, version in runtime.items() if everything.get(name) != version)
+    if moved:
+        raise SystemExit(f"lock_requirements: the test extra resolves {', '.join(moved)} to another version than the runtime does")
+    return runtime, {name: version for name, version in everything.items() if name not in runtime}
 
 
 def normalized(name: str) -> str:
@@ -45,19 +56,23 @@ def file_hashes(name: str, version: str) -> list[str]:
     return hashes
 
 
-def render(pins: dict[str, str]) -> str:
-    lines = [HEADER]
+def pinned(pins: dict[str, str]) -> str:
+    lines = []
     for name in sorted(pins, key=normalized):
         hashes = " \\\n    ".join(f"--hash=sha256:{digest}" for digest in file_hashes(name, pins[name]))
         lines.append(f"{normalized(name)}=={pins[name]} \\\n    {hashes}\n")
     return "".join(lines)
 
 
+def render(runtime: dict[str, str], test: dict[str, str]) -> str:
+    return HEADER + pinned(runtime) + TEST_MARKER + pinned(test)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when requirements.lock differs from a fresh resolution")
     args = parser.parse_args()
-    text = render(resolved())
+    text = render(*sections(resolved(str(ROOT)), resolved(f"{ROOT}[test]")))
     target = ROOT / "requirements.lock"
     if args.check:
         same = target.exists() and target.read_text() == text

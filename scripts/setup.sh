@@ -33,6 +33,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock  # runtime and test pins
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 echo "setup: ready (docker $(docker version --format '{{.Server.Version}}'), $(.venv/bin/python --version))"
 .venv/bin/python scripts/engines.py | sed "s/^/setup: /"

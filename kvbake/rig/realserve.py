@@ -94,14 +94,13 @@ def registry_root() -> Path:
 
 
 def validate_args(model: TinyModel, port: int) -> list[str]:
-    """validate's options for the stand-in presets (max-model-len 4,096), with a pressure step that preempts.
+    """validate's options for the stand-in presets (max-model-len 4,096), with a pressure step that must preempt.
 
-    Pressure needs running requests that want a new block while none is free: each pressure prompt is about 2,150
-    tokens by the model's tokenizer (2,700 estimated), 17 blocks of 128 with the last one more than half full, so the
-    64-token answer crosses into an 18th block; 40 of them fill the pool of either preset (255 or 511 usable blocks)."""
+    `--pressure auto` reads the pool the serve planned from its /metrics (256 blocks of 128 tokens for `control`, 512
+    for `packing-x2`) and sends as many requests, with prompts that long and answers that long, that the requests vLLM
+    admits together outgrow the pool before the first of them can finish (docs/operate.md)."""
     return ["--endpoint", f"http://127.0.0.1:{port}", "--corpus", str(model.corpus), "--prefix-tokens", "2000",
-            "--corruption-tokens", "1500", "--depths", "1000,2500", "--pressure", "40", "--pressure-tokens", "2700",
-            "--mem-floor", "1"]
+            "--corruption-tokens", "1500", "--depths", "1000,2500", "--pressure", "auto", "--mem-floor", "1"]
 
 
 def untag_release(engine: Engine, repository: str) -> None:

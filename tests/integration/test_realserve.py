@@ -9,7 +9,11 @@ reference launcher; its capacity line predicted and read back, the supervised pl
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -156,6 +160,36 @@ def answer(serve: RealServe, prompt: str) -> str:
     return response.json()["choices"][0]["text"]
 
 
+@contextmanager
+def cpu_load() -> Iterator[None]:
+    """A busy loop on every core while the block runs, as on a machine that other work keeps loaded."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def report_of(serve: RealServe, out: str) -> dict:
+    """The JSON report a validate run named on its last line."""
+    shown = out.strip().splitlines()[-1].split()[1]
+    return json.loads((serve.manifest.parent / shown).read_text())
+
+
+def assert_forced_pressure(report: dict, pool_blocks: int) -> None:
+    """The pressure step derived its requests from the pool the serve reported, and the serve preempted."""
+    (pressure,) = [step for step in report["steps"] if step["name"] == "pressure"]
+    data, derivation = pressure["data"], pressure["data"]["derivation"]
+    assert pressure["passed"] and data["preemptions"] >= 1, pressure
+    assert (derivation["pool_source"], derivation["pool_blocks"], derivation["block_size"]) == \
+        ("vllm:cache_config_info", pool_blocks, 128), derivation
+    assert derivation["forced"] and derivation["demand_blocks"] > derivation["usable_blocks"] == pool_blocks - 1, derivation
+    assert data["requests"] == derivation["requests"] == len(derivation["prompt_tokens"]) > derivation["admitted_at_least"]
+    assert max(derivation["prompt_tokens"]) + derivation["max_tokens"] <= 4096, derivation
+
+
 def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> None:
     prompt = json.loads((realserve.model.corpus / "opinions_cl.jsonl").read_text().splitlines()[0])["text"][:400]
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "control", "--reason", "inert first"))
@@ -163,16 +197,19 @@ def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> N
     assert f"node-a: {CONTROL_LINE}" in capacity(capsys, realserve, "control")
     control_answer = answer(realserve, prompt)
     assert control_answer.strip()
-    code, out, err = validate(capsys, realserve, "control")
+    with cpu_load():
+        code, out, err = validate(capsys, realserve, "control")
     assert code == 0 and "oracle:   identity (auto" in out and "PASSED" in out, err or out
-    assert "40/40 requests identical to their solo cold runs" in out and "preemption(s)" in out, out
+    assert_forced_pressure(report_of(realserve, out), 256)
 
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "packing-x2", "--reason", "opt in"))
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", "VLLM_KVBAKE_PACK_FACTOR=2"), "all ranks agree")
     assert UNKNOWN not in realserve.node.container_logs(rs.CONTAINER), "the chain registers the switch"
     assert f"node-a: {PACKING_LINE}" in capacity(capsys, realserve, "packing-x2")
-    code, out, err = validate(capsys, realserve, "packing-x2")
+    with cpu_load():
+        code, out, err = validate(capsys, realserve, "packing-x2")
     assert code == 0 and "PASSED" in out, err or out
+    assert_forced_pressure(report_of(realserve, out), 512)
 
     assert_step(capsys, realserve, realserve.ship("rollback"), "rolled back every rank")
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")

@@ -96,6 +96,43 @@ def test_configs_the_arithmetic_cannot_use_are_refused(change: dict, message: st
         parse_dense_config(TINY | change)
 
 
+QWEN_WINDOW_OFF = {"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 28}
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("window", [QWEN_WINDOW_OFF, {"sliding_window": 4096}, {"use_sliding_window": False, "sliding_window": None}],
+                         ids=["switched-off", "no-switch", "no-window"])
+def test_a_qwen_config_whose_sliding_window_is_off_is_full_attention(model_type: str, window: dict) -> None:
+    # transformers' Qwen2Config and Qwen3Config drop sliding_window unless use_sliding_window is true, and so does vLLM
+    model = parse_dense_config(TINY | {"model_type": model_type} | window)
+    assert model == DenseModel(model_type, 2, 2, 64, 8192)
+    capacity = dense_capacity(model, DenseServe(4096, 128, 2, kv_cache_bytes=64 << 20))
+    assert capacity.log_line("cpu") == LOGGED_64MIB
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}, "qwen2 config uses a sliding window"),
+    ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 4096}, "qwen3 config uses a sliding window"),
+    ({"model_type": "mistral", "use_sliding_window": True, "sliding_window": 4096}, "mistral config uses a sliding window"),
+])
+def test_a_sliding_window_that_is_on_is_refused(config: dict, message: str) -> None:
+    with pytest.raises(KvArithError, match=f"^{message}") as caught:
+        parse_dense_config(TINY | config)
+    assert caught.value.exit_code == 17
+    assert parse_dense_config(TINY | {"model_type": "mistral", "sliding_window": None}).model_type == "mistral"
+
+
+def test_capacity_predicts_a_qwen2_model_whose_window_is_off(realserve: Manifest, tmp_path: Path, capsys) -> None:
+    from kvbake.cli import main
+
+    folder = tmp_path / "qwen2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY | {"model_type": "qwen2"} | QWEN_WINDOW_OFF))
+    code = main(["capacity", "control", "--manifest", str(REALSERVE), "--model-config", str(folder), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"control (predicted): {LOGGED_FP32}"), out
+
+
 def test_a_model_folder_is_read_through_its_config_json(tiny_config: Path) -> None:
     assert load_dense_config(tiny_config.parent).num_hidden_layers == 2
 

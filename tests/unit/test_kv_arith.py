@@ -12,7 +12,7 @@ import pytest
 from kvbake.errors import KvArithError
 from kvbake.kvarith.anchors import run_anchors
 from kvbake.kvarith.calculator import analyze
-from kvbake.kvarith.capacity import GIB, ServeSettings, parse_bytes, solve_tokens
+from kvbake.kvarith.capacity import GIB, ServeSettings, lookahead_extra_retained, parse_bytes, solve_tokens
 from kvbake.kvarith.cli import main
 from kvbake.kvarith.config import V4, V41, load_config, parse_config
 from kvbake.kvarith.planner import approximate_gcd
@@ -202,6 +202,28 @@ def test_cli_json_and_refusal(tmp_path: Path) -> None:
     data = json.loads(out)
     assert code == 0
     assert (data["fits"], data["stride"], data["num_blocks"]) == (False, 1_002_240, 7_767)
+
+
+@pytest.mark.parametrize(("spec_tokens", "mtp_layers", "extra"), [
+    (0, 0, 0), (0, 3, 0),            # no speculation: no lookahead
+    (1, 1, 0), (1, 3, 0),            # one speculative token reads only the next one
+    (3, 1, 0), (7, 1, 0),            # one MTP module: the drafter reads the next token only, whatever S
+    (2, 2, 1), (3, 3, 2), (3, 2, 2), (7, 3, 6), (2, 7, 1),  # several modules: S tokens of runway, S - 1 retained
+])
+def test_the_lookahead_scales_with_the_speculative_tokens_only_for_multi_module_mtp(spec_tokens, mtp_layers, extra) -> None:
+    # vLLM: num_prefill_lookahead_tokens = S when min(MTP layers, S) > 1, else 1; windows retain it less one
+    assert lookahead_extra_retained(spec_tokens, mtp_layers) == extra
+
+
+def test_the_cli_retains_lookahead_tokens_by_the_mtp_layer_count(tmp_path: Path) -> None:
+    config = write(tmp_path, V41_CONFIG)
+    reports = {}
+    for layers in ("1", "3"):
+        code, out, err = run_cli("--config", str(config), "--max-model-len", "327680", "--pool-bytes", "10GiB",
+                                 "--mtp-layers", layers, "--spec-tokens", "3", "--json")
+        assert (code, err) == (0, "")
+        reports[layers] = json.loads(out)
+    assert reports["1"]["extra_retained_tokens"] == 0 and reports["3"]["extra_retained_tokens"] == 2
 
 
 def test_cli_several_ranks_take_the_minimum(tmp_path: Path) -> None:

@@ -208,6 +208,22 @@ def test_payload_leaves_out_an_unset_salt() -> None:
     assert payload == {"model": "m", "prompt": "p", "max_tokens": 3, "temperature": 0}
 
 
+def test_payload_asks_for_every_token_only_when_told() -> None:
+    payload = completion_payload("m", CompletionRequest(prompt="p", max_tokens=300, ignore_eos=True))
+    assert payload == {"model": "m", "prompt": "p", "max_tokens": 300, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_concurrent_requests_are_all_sent_and_the_first_failure_in_order_is_raised(double: OpenAIDouble,
+                                                                                    client: OpenAIClient, workers: int) -> None:
+    double.faults = Misbehaviour(faults=(Fault("status", 502, salt_suffix="-0"), Fault("status", 503, salt_suffix="-2")))
+    requests = [CompletionRequest(prompt=f"Prompt {i}.", cache_salt=f"s-{i}") for i in range(4)]
+    with pytest.raises(ValidationStop) as caught:
+        client.complete_many(requests, max_workers=workers)
+    assert caught.value.exit_code == 15 and " answered HTTP 502: " in caught.value.message
+    assert sorted(body["cache_salt"] for body in double.received) == ["s-0", "s-1", "s-2", "s-3"]
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -51,6 +51,28 @@ def test_the_first_difference_names_the_character_and_quotes_both_texts_around_i
     assert "\n" not in expected
 
 
+@pytest.mark.parametrize(("candidate", "reference", "at"), [
+    ("Summary  0123", "Summary 0123", 8),
+    ("Summary 0123 ", "Summary 0123", 12),
+    ("Summary\t0123", "Summary 0123", 7),
+    ("Summary 0123", "Summary\n0123", 7),
+    (" Summary 0123", "Summary 0123", 0),
+    ("Summary 0123", "Summary 0123\n", 12),
+    ("Summary\u00a00123", "Summary 0123", 7),
+], ids=["doubled-space", "trailing-space", "tab", "newline", "leading-space", "trailing-newline", "no-break-space"])
+def test_a_difference_only_in_whitespace_is_a_difference(candidate, reference, at) -> None:
+    assert first_difference(candidate, reference).startswith(f"at character {at} ")
+    prompts, concurrent, solo = identity_set(2)
+    concurrent[1], solo[1] = completion(candidate), completion(reference)
+    result = score_identity_set("corruption set", prompts, concurrent, solo)
+    assert result.stop.startswith(f"incorrect output: request 2 under concurrency differs from its solo cold run at character {at} ")
+    assert [c.passed for c in result.checks] == [True, False] and result.data["identical"] == 1
+    cold = completion(reference, tokens=4000)
+    needles = score_needles_identity(NEEDLE, cold, completion(candidate, cached=3840, tokens=4000), cold, 384)
+    assert needles.stop.startswith(f"incorrect output: the needle prompt's prefix-cache hit differs from its cold run "
+                                   f"at character {at} ")
+
+
 def test_an_excerpt_is_cut_on_both_sides_with_an_ellipsis() -> None:
     assert excerpt("0123456789abcdefghij", 10) == "'…23456789abcdefgh…'"
     assert excerpt("0123456789abcdefghij", 3) == "'0123456789a…'"

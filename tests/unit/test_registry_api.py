@@ -318,6 +318,25 @@ def test_unreachable_storage_after_a_redirect_is_one_line():
 
 # --- other registry failures, each one line ---
 
+@pytest.mark.parametrize("served", [b"layer bytes, altered", b"", BLOB + b"\n", BLOB[:-1]])
+def test_a_blob_whose_bytes_do_not_hash_to_its_digest_is_refused(served):
+    with registry(serving(200, served)) as client, pytest.raises(RegistryError) as failure:
+        client.blob("tiny", BLOB_DIGEST)
+    assert failure.value.exit_code == 11
+    assert failure.value.message == f"blob {BLOB_DIGEST} from 127.0.0.1:5000 does not hash to its digest"
+    with registry(serving(200, BLOB)) as client:
+        assert client.blob("tiny", BLOB_DIGEST) == BLOB, "the same reply with the right bytes is read"
+
+
+def test_a_redirected_blob_is_checked_against_its_digest_too():
+    storage: list[httpx.Request] = []
+    with registry(redirecting(307, "https://storage.example/b", storage, []), auth=RegistryAuth(USER, SECRET)) as client, \
+            pytest.raises(RegistryError) as failure:
+        client.blob("tiny", sha256_digest(b"other bytes"))
+    assert failure.value.exit_code == 11 and "does not hash to its digest" in failure.value.message
+    assert [request.method for request in storage] == ["GET"], "the bytes came from the storage"
+
+
 def serving(status: int, body: bytes = b"", headers: dict[str, str] | None = None):
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v2/":

@@ -12,7 +12,7 @@ import zstandard
 
 from kvbake.digests import canonical_json, sha256_digest
 from kvbake.errors import BaseImageError
-from kvbake.engines.core.savefile import DirMeta, read_save, sniff
+from kvbake.engines.core.savefile import DirMeta, is_attestation, read_save, sniff
 
 WANTED = frozenset({"usr", "usr/lib", "usr/lib/py"})
 
@@ -73,16 +73,23 @@ def oci_save(compress=lambda data: data, media="application/vnd.oci.image.layer.
     return archive(members), store_manifest
 
 
-def with_attestation(data: bytes, store_manifest: bytes, platforms: int = 1) -> bytes:
+ATTESTATION_PLATFORM = {"os": "unknown", "architecture": "unknown"}
+
+
+def with_attestation(data: bytes, store_manifest: bytes, platforms: int = 1, marks: tuple[str, ...] = ("annotation", "platform")) -> bytes:
     """The save as the containerd store writes a BuildKit-built image: index.json names an image index holding the
-    image manifest (once per platform) and BuildKit's attestation manifest."""
+    image manifest (once per platform) and BuildKit's attestation manifest, marked by `marks`: its annotation, its
+    platform unknown/unknown, or both (as BuildKit writes it)."""
     manifest_digest = sha256_digest(store_manifest)
     attestation = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "layers": []})
     image = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": len(store_manifest)}
     entries = [{**image, "platform": {"os": "linux", "architecture": arch}} for arch in ("amd64", "arm64")[:platforms]]
-    entries.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha256_digest(attestation),
-                    "size": len(attestation), "platform": {"os": "unknown", "architecture": "unknown"},
-                    "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": manifest_digest}})
+    entry = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha256_digest(attestation), "size": len(attestation)}
+    if "platform" in marks:
+        entry["platform"] = ATTESTATION_PLATFORM
+    if "annotation" in marks:
+        entry["annotations"] = {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": manifest_digest}
+    entries.append(entry)
     nested = canonical_json({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries})
     top = {"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json",
                                                "digest": sha256_digest(nested), "size": len(nested)}]}
@@ -114,6 +121,28 @@ def test_buildkits_attestation_manifest_beside_the_image_is_not_an_image() -> No
     data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
     saved = read_save(chunks(with_attestation(data, store_manifest)), "x:1")
     assert saved.store_manifest == store_manifest and saved.config_digest == sha256_digest(CONFIG)
+
+
+@pytest.mark.parametrize("marks", [("annotation",), ("platform",)], ids=["annotation-only", "platform-only"])
+def test_either_mark_alone_tells_an_attestation_from_an_image(marks) -> None:
+    data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
+    saved = read_save(chunks(with_attestation(data, store_manifest, marks=marks)), "x:1")
+    assert saved.store_manifest == store_manifest and saved.config_digest == sha256_digest(CONFIG)
+    with pytest.raises(BaseImageError, match=r"names 2 images, expected one"):
+        read_save(chunks(with_attestation(data, store_manifest, marks=())), "x:1")  # unmarked: a second image
+
+
+@pytest.mark.parametrize(("entry", "attestation"), [
+    ({"platform": ATTESTATION_PLATFORM, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}}, True),
+    ({"platform": ATTESTATION_PLATFORM}, True),
+    ({"annotations": {"vnd.docker.reference.type": "attestation-manifest"}}, True),
+    ({"platform": {"os": "linux", "architecture": "unknown"}}, False),
+    ({"platform": {"os": "unknown", "architecture": "amd64"}}, False),
+    ({"platform": {"os": "linux", "architecture": "amd64"}, "annotations": {"vnd.docker.reference.type": "sbom"}}, False),
+    ({}, False),
+])
+def test_an_index_entry_is_an_attestation_by_its_annotation_or_its_unknown_platform(entry, attestation) -> None:
+    assert is_attestation({"mediaType": "application/vnd.oci.image.manifest.v1+json", **entry}) is attestation
 
 
 def test_an_index_of_two_platforms_is_refused_even_beside_an_attestation() -> None:

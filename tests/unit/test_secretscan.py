@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.secretscan import credential_kind, find_credentials, refuse_credentials
+from kvbake.secretscan import credential_kind, find_credentials, refuse_credentials, refuse_in_option
 
 GHP = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
 FOUND = [
@@ -63,6 +63,17 @@ CLEAN = [
 @pytest.mark.parametrize("text,kind", FOUND)
 def test_a_credential_is_found_with_its_kind(text: str, kind: str) -> None:
     assert credential_kind(text) == kind
+
+
+@pytest.mark.parametrize("name", ["PASSWORD", "Password", "pAsSwD", "TOKEN", "Access_Token", "API_KEY", "ApiKey",
+                                  "SECRET", "Client_Secret"])
+def test_a_credential_pair_is_found_whatever_the_case_of_its_name(name: str) -> None:
+    for text in (f"{name}=hunter22", f"https://example.invalid/x?a=1&{name}=hunter22", f"run with {name}=hunter22 set"):
+        assert credential_kind(text) == "a password or token query pair", text
+    assert find_credentials({"env": [f"{name}=hunter22"]}) == [("env[0]", "a password or token query pair")]
+    with pytest.raises(IntegrityError) as caught:
+        refuse_in_option("--reason", f"rotated {name}=hunter22", "the release record", "give it without it")
+    assert caught.value.exit_code == 7 and "hunter22" not in caught.value.one_line()
 
 
 @pytest.mark.parametrize("text", CLEAN)

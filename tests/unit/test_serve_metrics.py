@@ -7,7 +7,7 @@ from itertools import count
 import pytest
 
 from kvbake.errors import ValidationStop
-from kvbake.operate.core.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
+from kvbake.operate.core.serve_metrics import DERIVED_FIX, PREEMPTIONS, counter_total, preemptions_during, with_preemptions
 from kvbake.operate.core.validate_plan import StepResult
 from tests.doubles.openai_double import OpenAIDouble
 from tests.unit.test_validate_stops import last_report, manifest, run_plan, standin  # noqa: F401 - fixtures by name
@@ -53,7 +53,14 @@ def test_pressure_that_preempted_nothing_stops_with_the_fix() -> None:
     result = with_preemptions(PASSED, 0)
     assert result.stop == ("no preemption: 2 concurrent 900-token requests did not exceed the KV pool, "
                            "so the step did not force pool pressure")
-    assert result.fix.startswith("raise --pressure or --pressure-tokens")
+    assert result.fix.startswith("pass --pressure auto (derived from the KV pool), or raise --pressure or --pressure-tokens")
+
+
+def test_a_derived_pressure_that_preempted_nothing_names_the_pool_as_the_suspect() -> None:
+    derived = StepResult("pressure", "9/9", data={"requests": 9, "prompt_tokens": [3936], "derivation": {"forced": True}})
+    result = with_preemptions(derived, 0)
+    assert result.stop.startswith("no preemption: 9 concurrent 3936-token requests") and result.fix == DERIVED_FIX
+    assert result.data["preemptions"] == 0
 
 
 def test_a_pressure_step_that_already_stopped_keeps_its_own_reason() -> None:

@@ -5,6 +5,7 @@ exit code, the step it stopped at, that no later step ran and how many requests 
 Request numbers of a run under the recall oracle (completions): 1-3 inertness, 4 the recall probe (auto sends it
 once the first step's checks passed; the default double recalls, so auto picks recall), 5 cold, 6 hit, 7 fresh
 salt, 8 partial, 9 partial control, 10-25 corruption set, 26 needles, 27-28 pressure (with two pressure requests).
+Requests sent together are all sent, even after one of them failed, so every count is exact.
 The identity oracle's stops are in tests/unit/test_validate_oracle.py.
 """
 
@@ -48,9 +49,9 @@ def manifest(standin: Manifest, tmp_path: Path) -> Manifest:
     return dataclasses.replace(standin, path=tmp_path / "manifest.yaml")
 
 
-def run_plan(manifest: Manifest, url: str, preset: str = "packing-327680", pressure: int = 2,
-             timeout_s: float = 30.0, reader: Any = None, oracle: str = "auto", **sizes: int) -> Any:
-    request = ValidateRequest(manifest, choose_preset(manifest, preset), url, depths=(1000, 3000), prefix_tokens=2000,
+def run_plan(manifest: Manifest, url: str, preset: str = "packing-327680", pressure: int | str = 2,
+             timeout_s: float = 30.0, reader: Any = None, oracle: str = "auto", depths: Any = (1000, 3000), **sizes: int) -> Any:
+    request = ValidateRequest(manifest, choose_preset(manifest, preset), url, depths=depths, prefix_tokens=2000,
                               corruption_tokens=sizes.get("corruption_tokens", 2000), pressure=pressure,
                               pressure_tokens=sizes.get("pressure_tokens"), mem_interval_s=0, timeout_s=timeout_s,
                               oracle=oracle)

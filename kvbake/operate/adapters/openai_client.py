@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import functools
 import ssl
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any
 
@@ -16,10 +17,11 @@ from kvbake.operate.core.completions import Completion, CompletionRequest
 
 DEFAULT_TIMEOUT_S = 900.0
 BODY_EXCERPT_CHARS = 200
+BARRIER_TIMEOUT_S = 30.0  # how long the threads of concurrent requests wait for each other before sending
 
 
 def completion_payload(model: str, request: CompletionRequest) -> dict[str, Any]:
-    """The JSON body of POST /v1/completions: greedy (temperature 0), with cache_salt only when set."""
+    """The JSON body of POST /v1/completions: greedy (temperature 0), with cache_salt and ignore_eos only when set."""
     payload: dict[str, Any] = {
         "model": model,
         "prompt": request.prompt,
@@ -28,6 +30,8 @@ def completion_payload(model: str, request: CompletionRequest) -> dict[str, Any]
     }
     if request.cache_salt is not None:
         payload["cache_salt"] = request.cache_salt
+    if request.ignore_eos:
+        payload["ignore_eos"] = True
     return payload
 
 
@@ -137,10 +141,24 @@ class OpenAIClient:
         return parse_completion(body, f"{self.base_url}/v1/completions")
 
     def complete_many(self, requests: Sequence[CompletionRequest], max_workers: int = 16) -> tuple[Completion, ...]:
-        """Send requests concurrently from a thread pool; results keep the order of the requests."""
+        """Send requests concurrently from a thread pool, together when the pool has a thread for each; every request
+        is sent and awaited, then the first failure in request order is raised. Results keep the order of the requests."""
         self.resolve_model()  # ask for the model once, before the threads start
-        with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-            return tuple(pool.map(self.complete, requests))
+        workers = max(1, min(max_workers, len(requests)))
+        start = threading.Barrier(workers) if workers == len(requests) else None
+
+        def send(request: CompletionRequest) -> Completion:
+            if start is not None:
+                try:
+                    start.wait(timeout=BARRIER_TIMEOUT_S)
+                except threading.BrokenBarrierError:
+                    pass  # a thread that did not start in time: send anyway
+            return self.complete(request)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(send, request) for request in requests]
+            wait(futures)
+        return tuple(future.result() for future in futures)
 
     def metrics_text(self) -> str | None:
         """The serve's Prometheus metrics (GET /metrics), or None when it does not answer them."""

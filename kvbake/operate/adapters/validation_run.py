@@ -20,7 +20,12 @@ from kvbake.operate.adapters.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher
 from kvbake.operate.adapters.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
 from kvbake.operate.core.corpus import Corpus, estimate_tokens, load_corpus
 from kvbake.operate.core.identity_oracle import score_identity_set, score_needles_identity
-from kvbake.operate.core.needle import build_corruption_set, build_needle_prompt, make_needle_codes
+from kvbake.kvarith.forced_pressure import Pool, PressurePlan, plan_pressure, required_max_tokens
+from kvbake.operate.core.needle import NeedlePrompt, build_corruption_set, build_needle_prompt, build_sized_set, make_needle_codes
+from kvbake.operate.core.pressure_mix import (
+    CACHE_INFO, SIZING_ROUNDS, forced_admission, limits_from_args, next_sizes, pool_from_args, pool_from_metrics, proof,
+    summary_tail,
+)
 from kvbake.operate.core.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.operate.core.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.operate.core.presets import ChosenPreset
@@ -33,6 +38,8 @@ from kvbake.operate.core.validate_plan import (
 )
 
 REPORTS_DIR = ".kvbake/validate"
+POOL_TOO_LARGE = ("lower the KV pool for the window (--kv-cache-memory-bytes or --num-gpu-blocks-override in the preset), "
+                  "or pass --pressure N --pressure-tokens T (scripts/kv_arith.py --pressure predicts them)")
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class ValidateRequest:
     depths: tuple[int, ...] | None = None
     prefix_tokens: int = 8000
     corruption_tokens: int = 8000
-    pressure: int = 0
+    pressure: int | str = 0  # a count, or "auto": derived from the serve's KV pool
     pressure_tokens: int | None = None
     seed: str = "kvbake"
     mem_floor_gib: float = 1.5
@@ -116,11 +123,17 @@ class PlanRun:
     def needle_set(self, name: str, tokens: int, size: int) -> StepResult:
         prompts = build_corruption_set(self.corpus, tokens, f"{self.options.seed}:{name}", size=size)
         self.check_fits(name, [p.text for p in prompts])
-        requests = [CompletionRequest(p.text, ANSWER_TOKENS, self.options.salt(f"{name}-{i}")) for i, p in enumerate(prompts)]
-        concurrent = self.client.complete_many(requests, max_workers=size)
+        return self.send_set(name, prompts, ANSWER_TOKENS)
+
+    def send_set(self, name: str, prompts: Sequence[NeedlePrompt], max_tokens: int, ignore_eos: bool = False) -> StepResult:
+        """The prompts together, each under its own salt; under the identity oracle then each alone, as it was sent."""
+        def request(i: int, prompt: NeedlePrompt, label: str) -> CompletionRequest:
+            return CompletionRequest(prompt.text, max_tokens, self.options.salt(f"{label}-{i}"), ignore_eos)
+
+        concurrent = self.client.complete_many([request(i, p, name) for i, p in enumerate(prompts)], max_workers=len(prompts))
         if not self.identity:
             return score_needle_set(name, prompts, concurrent)
-        solo = [_complete(self.client, p.text, self.options.salt(f"{name}-solo-{i}")) for i, p in enumerate(prompts)]
+        solo = [self.client.complete(request(i, p, f"{name}-solo")) for i, p in enumerate(prompts)]
         return score_identity_set(name, prompts, concurrent, solo)
 
     def needles(self) -> StepResult:
@@ -138,8 +151,55 @@ class PlanRun:
     def pressure(self) -> StepResult:
         """Concurrent long requests over the pool, with the preemptions the serve counted meanwhile."""
         before = self.preemption_count()
-        result = self.needle_set(STEPS[4], self.options.pressure_tokens, self.options.pressure)
+        o = self.options
+        result = self.forced_pressure() if o.pressure_auto else self.needle_set(STEPS[4], o.pressure_tokens, o.pressure)
         return with_preemptions(result, preemptions_during(before, self.preemption_count()))
+
+    def forced_pressure(self) -> StepResult:
+        """Requests derived from the serve's KV pool: those vLLM admits together outgrow it before any can finish."""
+        preset = self.options.preset
+        pool, source = self.kv_pool()
+        limits = limits_from_args(preset.launcher_args, pool)
+        plan = plan_pressure(pool, preset.max_model_len, limits)
+        if plan is None:
+            raise ValidationStop(f"no request mix within max-model-len {preset.max_model_len} can outgrow a KV pool of {pool.blocks} "
+                                 f"blocks of {pool.block_size} tokens before its first request finishes", POOL_TOO_LARGE)
+        prompts, lengths = self.sized_prompts(plan)
+        max_tokens = required_max_tokens(pool, lengths, preset.max_model_len, limits)
+        if max_tokens is None:
+            raise ValidationStop(f"the {len(lengths)} pressure prompts measure {min(lengths)} to {max(lengths)} tokens by the server's "
+                                 f"tokenizer, and no max_tokens within max-model-len {preset.max_model_len} makes them outgrow the "
+                                 f"KV pool of {pool.blocks} blocks", POOL_TOO_LARGE)
+        found = forced_admission(pool, lengths, max_tokens, limits)
+        result = self.send_set(STEPS[4], prompts, max_tokens, ignore_eos=True)
+        return dataclasses.replace(result, summary=result.summary + summary_tail(found, pool),
+                                   data={**result.data, "derivation": proof(found, pool, limits, source)})
+
+    def kv_pool(self) -> tuple[Pool, str]:
+        """The pool vLLM reports in /metrics, else the one the preset fixes with --num-gpu-blocks-override."""
+        text = self.client.metrics_text()
+        pool = pool_from_metrics(text) if text is not None else None
+        if pool is not None:
+            return pool, CACHE_INFO
+        pool = pool_from_args(self.options.preset.launcher_args)
+        if pool is not None:
+            return pool, "--num-gpu-blocks-override"
+        raise ValidationStop(f"--pressure auto needs the KV pool: the serve's /metrics has no {CACHE_INFO} and the preset sets no "
+                             "--num-gpu-blocks-override with --block-size",
+                             "give the preset --num-gpu-blocks-override and --block-size, or pass --pressure N --pressure-tokens T "
+                             "(scripts/kv_arith.py --pressure predicts them)")
+
+    def sized_prompts(self, plan: PressurePlan) -> tuple[tuple[NeedlePrompt, ...], tuple[int, ...]]:
+        """The plan's prompts, measured with the server's tokenizer and resized until each fills the target's blocks."""
+        sizes: tuple[int, ...] = (plan.prompt_tokens,) * plan.requests
+        for _ in range(SIZING_ROUNDS):
+            prompts = build_sized_set(self.corpus, sizes, f"{self.options.seed}:{STEPS[4]}")
+            lengths = tuple(len(self.client.tokenize(p.text)) for p in prompts)
+            resized = next_sizes(sizes, lengths, plan.prompt_tokens, plan.pool.block_size)
+            if resized is None:
+                break
+            sizes = resized
+        return prompts, lengths
 
     def preemption_count(self) -> float | None:
         text = self.client.metrics_text()
@@ -147,7 +207,7 @@ class PlanRun:
 
     def steps(self) -> tuple[tuple[str, Callable[[], StepResult] | None], ...]:
         o = self.options
-        pressure = self.pressure if o.pressure else None
+        pressure = self.pressure if o.runs_pressure else None
         return ((STEPS[0] if o.control else "baseline", self.inertness), (STEPS[1], self.prefix),
                 (STEPS[2], lambda: self.needle_set(STEPS[2], o.corruption_tokens, 16)), (STEPS[3], self.needles),
                 (STEPS[4], pressure))
@@ -158,7 +218,7 @@ def run_steps(run: PlanRun, watcher: MemoryWatcher) -> tuple[StepResult, ...]:
     results: list[StepResult] = []
     for name, action in run.steps():
         if any(r.stop for r in results) or action is None:
-            why = "not run: the run stopped earlier" if action else "skipped (pass --pressure N to force pool pressure)"
+            why = "not run: the run stopped earlier" if action else "skipped (pass --pressure auto to force pool pressure)"
             results.append(not_run(name, why))
             continue
         try:

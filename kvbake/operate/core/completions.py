@@ -9,11 +9,13 @@ DEFAULT_MAX_TOKENS = 64
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One greedy completion request; cache_salt isolates its prefix cache when set."""
+    """One greedy completion request; cache_salt isolates its prefix cache when set; ignore_eos makes it sample
+    exactly max_tokens tokens."""
 
     prompt: str
     max_tokens: int = DEFAULT_MAX_TOKENS
     cache_salt: str | None = None
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)

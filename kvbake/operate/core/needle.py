@@ -112,11 +112,15 @@ def build_corruption_set(
     corpus: Corpus, ctx_tokens: int, seed: str | int, size: int = CORRUPTION_SET_SIZE, needles: int = 2
 ) -> tuple[NeedlePrompt, ...]:
     """`size` needle prompts, each with its own codes and its own starting record, for concurrent requests."""
-    codes = make_needle_codes(seed, size * needles)
-    depths = default_depths(ctx_tokens, needles)
+    return build_sized_set(corpus, [ctx_tokens] * size, seed, needles)
+
+
+def build_sized_set(corpus: Corpus, sizes: Sequence[int], seed: str | int, needles: int = 2) -> tuple[NeedlePrompt, ...]:
+    """One needle prompt per size (estimated tokens), each with its own codes and its own starting record."""
+    codes = make_needle_codes(seed, len(sizes) * needles)
     return tuple(
-        build_needle_prompt(corpus, ctx_tokens, depths, codes[i * needles : (i + 1) * needles], start=i)
-        for i in range(size)
+        build_needle_prompt(corpus, size, default_depths(size, needles), codes[i * needles : (i + 1) * needles], start=i)
+        for i, size in enumerate(sizes)
     )
 
 

@@ -44,6 +44,10 @@ def with_preemptions(result: StepResult, preemptions: int | None) -> StepResult:
         return replace(result, summary=summary, data=data)
     stop = (f"no preemption: {result.data['requests']} concurrent {result.data['prompt_tokens'][-1]}-token requests "
             "did not exceed the KV pool, so the step did not force pool pressure")
-    return replace(result, summary=summary, data=data, stop=stop,
-                   fix="raise --pressure or --pressure-tokens until the requests exceed the pool (scripts/kv_arith.py "
-                       "--pressure predicts how many), then run again")
+    return replace(result, summary=summary, data=data, stop=stop, fix=DERIVED_FIX if "derivation" in data else COUNTED_FIX)
+
+
+COUNTED_FIX = ("pass --pressure auto (derived from the KV pool), or raise --pressure or --pressure-tokens until the requests exceed "
+               "the pool (scripts/kv_arith.py --pressure predicts how many), then run again")
+DERIVED_FIX = ("the requests it admits together outgrow the pool it reports, so the serve schedules with another pool or other "
+               "limits than the report's derivation names: compare them with the serve's log and the preset's launcher_args")

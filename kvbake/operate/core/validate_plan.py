@@ -23,6 +23,7 @@ NEEDLE_FRACTION = 0.9  # default needle prompt: 90 % of max-model-len, needles a
 NEEDLE_TAIL = 2048  # tokens after the deepest requested needle
 ANSWER_TOKENS = 64
 INERTNESS_RUNS = 3
+PRESSURE_AUTO = "auto"
 PRESSURE_NOTE = "preemptions are counted from the serve's /metrics; eviction is not visible through the API"
 FAILED_FIX = "restore the base serve (or pass --rollback-on-failure), read the report, and find the cause before another run"
 SYNTHETIC = "synthetic built-in filler (deterministic; not a public corpus)"
@@ -71,6 +72,11 @@ class PlanOptions:
     pressure: int = 0
     pressure_tokens: int = 0
     oracle: str = "auto"
+    pressure_auto: bool = False  # --pressure auto: the count, the prompt length and max_tokens come from the KV pool
+
+    @property
+    def runs_pressure(self) -> bool:
+        return self.pressure_auto or self.pressure > 0
 
     @property
     def control(self) -> bool:
@@ -81,27 +87,44 @@ class PlanOptions:
         return f"{self.salt_prefix}-{label}"
 
 
+def parse_pressure(text: str | int) -> int | str:
+    """--pressure: 'auto' (derived from the serve's KV pool) or a count of requests."""
+    if isinstance(text, int) or text.strip().isdigit():
+        return int(text)
+    if text.strip().lower() == PRESSURE_AUTO:
+        return PRESSURE_AUTO
+    raise UsageError(f"--pressure {text!r} is neither auto nor a number of requests",
+                     "pass --pressure auto (derived from the KV pool) or --pressure N")
+
+
 def make_options(preset: Preset, salt_prefix: str, seed: str, depths: tuple[int, ...] | None, prefix_tokens: int,
-                 corruption_tokens: int, pressure: int, pressure_tokens: int | None, oracle: str = "auto") -> PlanOptions:
+                 corruption_tokens: int, pressure: int | str, pressure_tokens: int | None, oracle: str = "auto") -> PlanOptions:
     """Fill in the default depths and sizes, then refuse anything that does not fit max-model-len."""
     initial_choice(oracle)  # refuses an unknown oracle
+    pressure = parse_pressure(pressure)
+    auto = pressure == PRESSURE_AUTO
+    if auto and pressure_tokens is not None:
+        raise UsageError("--pressure-tokens goes with --pressure N only", "drop it: --pressure auto derives the prompt length "
+                         "from the KV pool")
     limit = preset.max_model_len - ANSWER_TOKENS
     if depths is None:
         needle_tokens = int(preset.max_model_len * NEEDLE_FRACTION)
         depths = default_depths(needle_tokens)
     else:
         needle_tokens = min(depths[-1] + NEEDLE_TAIL, limit)
+    count = 0 if auto else int(pressure)
     options = PlanOptions(preset, salt_prefix, seed, prefix_tokens, corruption_tokens, tuple(depths), needle_tokens,
-                          pressure, pressure_tokens or needle_tokens, oracle)
-    sizes = {"--prefix-tokens": prefix_tokens, "--corruption-tokens": corruption_tokens,
-             "--pressure-tokens": options.pressure_tokens}
+                          count, pressure_tokens or needle_tokens, oracle, auto)
+    sizes = {"--prefix-tokens": prefix_tokens, "--corruption-tokens": corruption_tokens}
+    if not auto:
+        sizes["--pressure-tokens"] = options.pressure_tokens
     too_long = [f"{flag} {value}" for flag, value in sizes.items() if value > limit]
     too_long += [f"needle depth {depth}" for depth in depths if depth >= needle_tokens - 32]
     if too_long:
         raise PresetError(f"too long for preset {preset.name} (max-model-len {preset.max_model_len}): {', '.join(too_long)}",
                           f"keep prompts and depths below {limit} tokens (the answer needs {ANSWER_TOKENS})")
-    if pressure < 0:
-        raise UsageError(f"--pressure {pressure} is negative", "pass the number of concurrent long requests, e.g. 4")
+    if count < 0:
+        raise UsageError(f"--pressure {count} is negative", "pass the number of concurrent long requests, e.g. 4")
     return options
 
 
