@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-INDEX = "https://pypi.org/simple"
+INDEX_ENV = "PIP_INDEX_URL"
 HEADER = ("# kvbake's dependencies, pinned with hashes; written by scripts/lock_requirements.py, do not edit.\n"
           "# Operators install the part above the test marker: scripts/install_operator.sh.\n"
           "# The test set-up installs all of it: pip install --require-hashes -r requirements.lock && pip install --no-deps -e .\n")
@@ -43,16 +43,32 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def package_index() -> str:
+    """The simple index pip itself uses on this machine: $PIP_INDEX_URL, pip's configured index-url, else pip's own
+    default; the project names no index."""
+    import os
+
+    if os.environ.get(INDEX_ENV):
+        return os.environ[INDEX_ENV].rstrip("/")
+    configured = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
+    if configured.returncode == 0 and configured.stdout.strip():
+        return configured.stdout.strip().rstrip("/")
+    from pip._internal.models.index import PyPI
+
+    return PyPI.simple_url.rstrip("/")
+
+
 def file_hashes(name: str, version: str) -> list[str]:
     """sha256 of every file of `name==version` the index lists."""
-    with urllib.request.urlopen(f"{INDEX}/{normalized(name)}/", timeout=60) as reply:  # noqa: S310 - the public index
+    index = package_index()
+    with urllib.request.urlopen(f"{index}/{normalized(name)}/", timeout=60) as reply:  # noqa: S310 - the machine's own index
         page = reply.read().decode()
     stem = re.escape(re.sub(r"[-_.]+", "_", name).lower())
     pattern = re.compile(rf'href="[^"]*/({stem}|{re.escape(normalized(name))})-{re.escape(version)}(-|\.tar\.gz|\.zip)[^"#]*#sha256=([0-9a-f]{{64}})"',
                          re.IGNORECASE)
     hashes = sorted({match.group(3) for match in pattern.finditer(page)})
     if not hashes:
-        raise SystemExit(f"lock_requirements: no files of {name}=={version} on {INDEX}")
+        raise SystemExit(f"lock_requirements: no files of {name}=={version} on {index}")
     return hashes
 
 
