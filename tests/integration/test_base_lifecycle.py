@@ -88,6 +88,20 @@ def test_base_sync_pushes_once_pulls_by_digest_and_is_idempotent(capsys, rig, pr
     assert again["pushed"] is False and again["pinned"] == first["pinned"] and [n["action"] for n in again["nodes"]] == ["present", "present"]
 
 
+def test_base_sync_reads_no_docker_save_of_a_base_the_nodes_pulled(capsys, rig, project, tmp_path, monkeypatch, caplog):
+    """With no manifest cached on this host, a second sync still reads every node's base identity without a `docker
+    save` (on the containerd store the manifest comes from the registry by the node's image ID)."""
+    import logging
+
+    manifest, deploy_file, config = project
+    assert sync(capsys, manifest, deploy_file)[0] == 0
+    monkeypatch.setenv("KVBAKE_CACHE_DIR", str(tmp_path / "empty-cache"))
+    with caplog.at_level(logging.INFO, logger="kvbake"):
+        code, again = sync(capsys, manifest, deploy_file)
+    assert code == 0 and [n["action"] for n in again["nodes"]] == ["present", "present"], again
+    assert [r.getMessage() for r in caplog.records if "docker save" in r.getMessage()] == []
+
+
 def test_a_node_whose_tag_names_another_image_is_refused_and_moved_only_with_force(capsys, rig, project):
     manifest, deploy_file, config = project
     other = import_base(Engine(rig["b"].host), TINY_BASE, extra=ANOTHER)

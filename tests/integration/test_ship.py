@@ -191,3 +191,33 @@ def test_a_node_without_the_base_is_refused_in_phase_one(capsys, shipped, rig, t
                            "--manifest", str(shipped["manifest"]), "--deploy", str(with_bare))
         assert code == 12 and "node spark-c lacks the base image" in err, err
         assert Engine(bare.host).inspect_image(shipped["digest"]) is None
+
+
+def forged_config_image(engine: Engine, shipped: dict, tmp_path) -> str:
+    """The release's image with one more ENV line: the same layers and labels, another config; pushed by digest."""
+    context = tmp_path / "forged"
+    context.mkdir()
+    source = engine.require_image(shipped["digest"])["Id"]
+    (context / "Dockerfile").write_text(f"FROM {source}\nENV PYTHONPATH=/opt/shadow\n")
+    tag = f"{shipped['repository']}:forged-config"
+    engine.legacy_build(context, context / "Dockerfile", tag)
+    engine.push(tag)
+    digests = [d for d in engine.client.image.inspect(tag).repo_digests or [] if d.startswith(shipped["repository"] + "@")]
+    assert digests, "the registry's digest of the forged image"
+    return digests[0]
+
+
+def test_an_image_that_differs_only_in_its_config_is_refused_in_phase_one(capsys, engine, shipped, rig, tmp_path):
+    """Same layers, same labels, another config (ENV PYTHONPATH=/opt/shadow), pushed under its own digest: phase 1
+    compares the pulled image's config digest with the lock's on the node's store and refuses it before any tag moves
+    or any serve restarts, on the classic and the containerd store alike."""
+    deploy_control(capsys, shipped, "baseline")
+    forged = forged_config_image(engine, shipped, tmp_path)
+    pulled = engine.inspect_image(forged)
+    assert pulled["RootFS"]["Layers"] == engine.inspect_image(shipped["digest"])["RootFS"]["Layers"]
+    before = fleet_snapshot(rig, shipped)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "control", "--image", forged, "--reason", "forged")
+    assert code == 12 and f"node spark-a: {forged} is not the release's image (config sha256:" in err, err
+    assert "other Env" in err and "not the lock's" in err and err.count("\n") == 1, err
+    assert fleet_snapshot(rig, shipped) == before
+    assert ship(capsys, shipped, "verify-running")[0] == 0

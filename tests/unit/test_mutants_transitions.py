@@ -173,10 +173,11 @@ def test_records_round_trip_and_an_absent_record_is_none() -> None:
     current, previous = release("packing"), release("control", {})
     records = transitions.records_of(current, previous)
     assert records == {"current": json.loads(transitions.release_to_json(current)),
-                       "previous": json.loads(transitions.release_to_json(previous))}
+                       "previous": json.loads(transitions.release_to_json(previous)), "adopted": None}
     assert transitions.release_of(records, "current") == current
     assert transitions.release_of(records, "previous") == previous
-    assert transitions.records_of(None, None) == {"current": None, "previous": None}
+    assert transitions.records_of(None, None) == {"current": None, "previous": None, "adopted": None}
+    assert transitions.release_of(transitions.records_of(None, None, previous), "adopted") == previous
     assert transitions.release_of({"current": None}, "current") is None
     assert transitions.release_of({}, "previous") is None
 

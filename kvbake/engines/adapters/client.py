@@ -41,6 +41,12 @@ def _stderr(err: DockerException) -> str:
     return text[-1] if text else f"exit code {err.return_code}"
 
 
+def _working_dir(value: Any) -> str:
+    """The image's WorkingDir as the engine states it: python-on-whales turns an unset one ("") into Path(".")."""
+    text = "" if value is None else str(value)
+    return "" if text == "." else text
+
+
 class Engine(ContainerOps):
     """One engine (local socket, unix:// or ssh://), with just the calls kvbake uses."""
 
@@ -133,7 +139,8 @@ class Engine(ContainerOps):
             "Architecture": image.architecture, "Os": image.os, "Variant": getattr(image, "variant", None),
             "RootFS": {"Layers": list(image.root_fs.layers or [])},
             "Config": {"Labels": dict(config.labels or {}), "Env": list(config.env or []),
-                       "Entrypoint": config.entrypoint, "Cmd": config.cmd, "WorkingDir": config.working_dir, "User": config.user},
+                       "Entrypoint": config.entrypoint, "Cmd": config.cmd, "WorkingDir": _working_dir(config.working_dir),
+                       "User": config.user},
         }
 
     def identify(self, reference: str) -> dict[str, Any] | None:

@@ -9,6 +9,8 @@ from typing import Any
 from python_on_whales.exceptions import DockerException, NoSuchContainer
 from python_on_whales.utils import run as run_cli
 
+from kvbake.engines.adapters.recreate import create_arguments
+from kvbake.engines.core.procfs import ORIGINS, PROBE_MARK, PROCESSES, ImportOrigin, Process, origins_request, parse_origins, parse_processes
 from kvbake.errors import EngineError
 
 
@@ -112,11 +114,86 @@ class ContainerOps:
         except DockerException as err:
             raise self._fail(f"rename and start {name}", err) from None
 
+    def recreate(self, spec: dict[str, Any], name: str) -> str:
+        """Create (not start) the container a recorded create spec describes, under `name`; its ID."""
+        image, command, options = create_arguments(spec, name)
+        try:
+            return str(self.client.container.create(image, command, **options).id)
+        except DockerException as err:
+            raise self._fail(f"create {name} from its recorded spec", err) from None
+
+    def set_restart_policy(self, container: str, policy: str) -> None:
+        """`docker update --restart`: `no` keeps a container the engine would otherwise start at boot from starting."""
+        try:
+            self.client.container.update(container, restart=policy)
+        except DockerException as err:
+            raise self._fail(f"update the restart policy of {container}", err) from None
+
+    def start(self, container: str) -> None:
+        try:
+            self.client.container.start(container)
+        except DockerException as err:
+            raise self._fail(f"start {container}", err) from None
+
+    def stop(self, container: str, timeout_s: int = 30) -> None:
+        try:
+            self.client.container.stop(container, time=timeout_s)
+        except DockerException as err:
+            raise self._fail(f"stop {container}", err) from None
+
+    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None) -> None:
+        """`docker exec -d` of a command line with its environment additions, working directory and user."""
+        try:
+            self.client.container.execute(container, argv, detach=True, envs=env, workdir=workdir or None, user=user or None)
+        except DockerException as err:
+            raise self._fail(f"exec in {container}", err) from None
+
     def copy_in(self, source: Path, container: str, path: str) -> None:
         try:
             self.client.copy(str(source), (container, path))
         except DockerException as err:
             raise self._fail(f"copy into {container}", err) from None
+
+    def top(self, container: str) -> list[tuple[int, str]]:
+        """`docker top`: the container's processes as the engine's host sees them (host PIDs), each with its command."""
+        try:
+            text = run_cli(self.client.client_config.docker_cmd + ["container", "top", container, "-eo", "pid,args"])
+        except DockerException as err:
+            raise self._fail(f"top of {container}", err) from None
+        rows = []
+        for line in str(text).splitlines()[1:]:
+            pid, _, command = line.strip().partition(" ")
+            if pid.isdigit():
+                rows.append((int(pid), command.strip()))
+        return rows
+
+    def processes(self, container: str) -> tuple[Process, ...]:
+        """Every process of a running container from its procfs (argv, environment, working directory, executable), read
+        by the container's own python3 as root; the engine's `docker top` first proves the container runs something."""
+        if not self.top(container):
+            return ()
+        return parse_processes(self._probe(container, [PROCESSES, PROBE_MARK], "its processes"))
+
+    def import_origins(self, container: str, processes: list[Process], first_entries: list[str]) -> tuple[ImportOrigin, ...]:
+        """Where `import vllm` resolves for each process, under its own interpreter, environment and working directory."""
+        if not processes:
+            return ()
+        return parse_origins(self._probe(container, [ORIGINS, origins_request(processes, first_entries)], "where its processes import vllm from"),
+                             len(processes))
+
+    def _probe(self, container: str, args: list[str], what: str) -> str:
+        try:
+            return str(self.client.container.execute(container, ["python3", "-I", "-S", "-c", *args], user="0"))
+        except DockerException as err:
+            raise EngineError(f"{self.label}: reading {what} in {container} failed ({_last_line(err)})",
+                              "the serving container must be running and have python3 (every vLLM image has)") from None
+
+    def changes(self, container: str) -> dict[str, str]:
+        """`docker diff`: every path of the container's writable layer, A(dded), C(hanged) or D(eleted)."""
+        try:
+            return dict(self.client.container.diff(container))
+        except DockerException as err:
+            raise self._fail(f"diff of {container}", err) from None
 
     def exec_in(self, container: str, argv: list[str]) -> str:
         """Run argv inside a running container (docker exec) and return its stdout."""

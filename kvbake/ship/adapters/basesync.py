@@ -51,23 +51,19 @@ def expected_base(lock: Lock) -> Expected:
     return Expected(lock.base.config_digest, lock.base.diff_ids, dict(labels))
 
 
-def held_config(engine: Engine, reference: str, lock: Lock, repository: str) -> str | None:
-    """The config digest of the image `reference` names on this engine, or None when it names nothing. An image whose
-    layers are not the locked base's is another image whatever its config; otherwise the registry's copy of the base
-    (`repository`) gives the containerd store's manifest, so no `docker save` crosses the node's link."""
+def held_config(engine: Engine, reference: str, repository: str) -> str | None:
+    """The config digest of the image `reference` names on this engine, or None when it names nothing. On the
+    containerd store the manifest comes from the registry's copy of the base (`repository`) when the node pulled it from
+    there, so no `docker save` of the base crosses the node's link."""
     inspect = engine.inspect_image(reference)
-    if inspect is None:
-        return None
-    if tuple(inspect.get("RootFS", {}).get("Layers", [])) != lock.base.diff_ids:
-        return f"{inspect['Id']} (other layers)"
-    return config_digest_on(engine, inspect, repository)
+    return config_digest_on(engine, inspect, repository) if inspect else None
 
 
 def plan_nodes(engines: dict[str, Engine], name: str, lock: Lock, force: bool, repository: str) -> tuple[NodeBase, ...]:
     """Every node's action, decided before anything moves; a tag that names another image is refused without --force."""
     plans, refused = [], []
     for node, engine in engines.items():
-        held = held_config(engine, name, lock, repository)
+        held = held_config(engine, name, repository)
         if held == lock.base.config_digest:
             plans.append(NodeBase(node, "present", held))
         elif held is None or force:

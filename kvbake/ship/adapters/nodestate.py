@@ -43,7 +43,8 @@ class NodeState:
         a note of what was withheld, so that no write can stop a transition or its revert; what a deploy or an adoption
         adds was refused before it started."""
         records = replace(records, current=withhold_credentials(records.current), previous=withhold_credentials(records.previous),
-                          transition=withhold_credentials(records.transition), diverged=withhold_credentials(records.diverged))
+                          transition=withhold_credentials(records.transition), diverged=withhold_credentials(records.diverged),
+                          adopted=withhold_credentials(records.adopted))
         audit_line = withhold_credentials(audit_line)
         old = self._read_or_fresh()
         written = replace(records, audit=old.audit + _audit_line(audit_line), seq=old.seq + 1, slot=next_slot(old))

@@ -315,16 +315,18 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
 def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
     """`current` becomes the release; `previous` becomes the old current, unless the release is already current:
     then the real rollback target is kept."""
-    before = records_of(v.records.current, v.records.previous)
+    before = records_of(v.records.current, v.records.previous, v.records.adopted)
     if v.records.current is not None and v.records.current.id == release.id and v.current_id == staged_id:
-        return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before, records_of(release, v.records.previous))
-    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current))
+        return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before,
+                        records_of(release, v.records.previous, v.records.adopted))
+    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current, v.records.adopted))
 
 
 def rollback_plan(v: NodeView) -> NodePlan:
     """Swap: `current` and `previous` trade image and record."""
     return NodePlan(v.name, v.current_id, v.previous_id, v.previous_id, v.current_id,
-                    records_of(v.records.current, v.records.previous), records_of(v.records.previous, v.records.current))
+                    records_of(v.records.current, v.records.previous, v.records.adopted),
+                    records_of(v.records.previous, v.records.current, v.records.adopted))
 
 
 def who_deploys() -> str:

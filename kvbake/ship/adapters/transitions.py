@@ -28,9 +28,10 @@ from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
 log = logging.getLogger(__name__)
 
 
-def records_of(current: Release | None, previous: Release | None) -> dict:
-    return {"current": json.loads(release_to_json(current)) if current else None,
-            "previous": json.loads(release_to_json(previous)) if previous else None}
+def records_of(current: Release | None, previous: Release | None, adopted: Release | None = None) -> dict:
+    """A side of a node's plan: its current and previous release, and the adopted serve it keeps restorable."""
+    return {key: json.loads(release_to_json(release)) if release else None
+            for key, release in (("current", current), ("previous", previous), ("adopted", adopted))}
 
 
 def release_of(records: dict, key: str) -> Release | None:
@@ -228,7 +229,7 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: C
         retag(fleet, plan.node, current, previous)
         NodeState(plan.node, fleet.engines[plan.node]).update(
             marker_image(fleet, plan), f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}",
-            current=release_of(records, "current"), previous=release_of(records, "previous"))
+            **{key: release_of(records, key) for key in ("current", "previous", "adopted") if key in records})
     releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes if plan.node in scope.restarted}
     replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
     for group in fleet.deployment.start_groups():

@@ -26,12 +26,15 @@ class NodeRecords:
     diverged: Mapping[str, Any] | None = None
     seq: int = 0
     slot: str | None = None
+    # The serve `adopt` recorded: restorable (kept or recreated from its spec) until `adopt --release`, whether or not
+    # it is `current` or `previous` now.
+    adopted: Release | None = None
 
 
 def encode(records: NodeRecords, seq: int) -> bytes:
     """One slot's bytes: the fields, their sequence number and a checksum over both."""
     body = {"format": FORMAT, "seq": seq, "current": _release_dict(records.current), "previous": _release_dict(records.previous),
-            "transition": records.transition, "diverged": records.diverged}
+            "transition": records.transition, "diverged": records.diverged, "adopted": _release_dict(records.adopted)}
     return (json.dumps({**body, "sha256": sha256_hex(canonical_json(body))}, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -70,7 +73,7 @@ def _slot(name: str, data: bytes, audit: str) -> NodeRecords:
     if not isinstance(doc.get("seq"), int):
         raise ValueError("no sequence number")
     return NodeRecords(_release(doc.get("current")), _release(doc.get("previous")), audit, _mapping(doc.get("transition")),
-                       _mapping(doc.get("diverged")), doc["seq"], name)
+                       _mapping(doc.get("diverged")), doc["seq"], name, _release(doc.get("adopted")))
 
 
 def _legacy(node: str, files: Mapping[str, bytes], audit: str) -> NodeRecords:

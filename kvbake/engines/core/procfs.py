@@ -1,0 +1,136 @@
+"""The probes kvbake runs inside a serving container to read its processes from procfs, and their answers as values."""
+
+# Each probe is Python source for the container's own python3, run by `docker exec` as root with `-I -S` (no user site,
+# no environment variables, no site-packages: nothing of the serve can change what the probe reads). It needs only the
+# modules of a minimal Python (no json), and prints one Python literal, which kvbake reads with ast.literal_eval.
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+PROBE_MARK = "kvbake-procfs-probe"
+
+# Every process: pid, parent, argv, environment, working directory and executable.
+PROCESSES = f"""
+import os, sys
+MARK = {PROBE_MARK!r}
+def text(data):
+    return data.decode("utf-8", "backslashreplace")
+def fields(path):
+    with open(path, "rb") as handle:
+        return [text(item) for item in handle.read().split(b"\\0")[:-1]]
+found = []
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) == os.getpid():
+        continue
+    base = "/proc/" + name
+    try:
+        argv = fields(base + "/cmdline")
+        env = fields(base + "/environ")
+        cwd, exe = os.readlink(base + "/cwd"), os.readlink(base + "/exe")
+        with open(base + "/status") as status:
+            ppid = int(next(line for line in status if line.startswith("PPid:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        continue
+    if not argv or MARK in argv:
+        continue
+    found.append({{"pid": int(name), "ppid": ppid, "argv": argv, "env": env, "cwd": cwd, "exe": exe}})
+print(repr(sorted(found, key=lambda p: p["pid"])))
+"""
+
+# For each process given (executable, environment, working directory, first sys.path entry): where `import vllm`
+# resolves under exactly those, and the sys.path it searches. Run by the process's own interpreter in a child.
+ORIGINS = f"""
+import ast, subprocess, sys
+MARK = {PROBE_MARK!r}
+CHILD = "import importlib.util, sys\\n" \\
+        "first = sys.argv[1]\\n" \\
+        "if sys.path and sys.path[0] in ('', '.'):\\n" \\
+        "    sys.path[0:1] = [first] if first != '-' else []\\n" \\
+        "spec = importlib.util.find_spec('vllm')\\n" \\
+        "print(repr({{'origin': spec.origin if spec else None, 'path': sys.path}}))\\n"
+answers = []
+for item in ast.literal_eval(sys.argv[1]):
+    env = dict(entry.split("=", 1) for entry in item["env"] if "=" in entry)
+    try:
+        done = subprocess.run([item["exe"], "-c", CHILD, item["first"], MARK], env=env, cwd=item["cwd"], capture_output=True,
+                              text=True, timeout=60)
+        answer = ast.literal_eval(done.stdout.strip()) if done.returncode == 0 else {{"error": done.stderr.strip().splitlines()[-1:] or ["exit " + str(done.returncode)]}}
+    except (OSError, ValueError, SyntaxError, subprocess.TimeoutExpired) as err:
+        answer = {{"error": [type(err).__name__ + ": " + str(err)]}}
+    answers.append(answer)
+print(repr(answers))
+"""
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process of a container as procfs shows it from inside: ids in the container's own PID namespace."""
+
+    pid: int
+    ppid: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(hash=False)
+    cwd: str
+    exe: str
+
+
+@dataclass(frozen=True)
+class ImportOrigin:
+    """Where `import vllm` resolves for one process (None: nowhere), and the sys.path it searched; or why unknown."""
+
+    origin: str | None
+    path: tuple[str, ...]
+    error: str | None = None
+
+
+def environment(entries: Sequence[str]) -> dict[str, str]:
+    """NAME=VALUE entries as a mapping; a later entry of a name wins, as in a process's environment."""
+    result = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if sep:
+            result[name] = value
+    return result
+
+
+def parse_processes(text: str) -> tuple[Process, ...]:
+    """The PROCESSES probe's answer as values; ValueError for anything else."""
+    data = _literal(text)
+    if not isinstance(data, list):
+        raise ValueError("the process probe did not answer a list")
+    return tuple(Process(int(p["pid"]), int(p["ppid"]), tuple(str(a) for a in p["argv"]), environment(p["env"]), str(p["cwd"]),
+                         str(p["exe"])) for p in data)
+
+
+def origins_request(processes: Sequence[Process], first_entries: Sequence[str]) -> str:
+    """The ORIGINS probe's argument: each process's executable, environment, working directory and the first sys.path
+    entry its command line gives (`-` for none)."""
+    return repr([{"exe": p.exe, "env": [f"{k}={v}" for k, v in p.env.items()], "cwd": p.cwd, "first": first}
+                 for p, first in zip(processes, first_entries)])
+
+
+def parse_origins(text: str, count: int) -> tuple[ImportOrigin, ...]:
+    """The ORIGINS probe's answer, one per process asked; ValueError for anything else."""
+    data = _literal(text)
+    if not isinstance(data, list) or len(data) != count:
+        raise ValueError("the import probe did not answer one entry per process")
+    return tuple(_origin(item) for item in data)
+
+
+def _literal(text: str) -> Any:
+    """A probe's printed literal (lists, dicts, strings, numbers, None); never evaluated as code."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as err:
+        raise ValueError(f"a probe's answer is not a literal ({type(err).__name__})") from None
+
+
+def _origin(item: Any) -> ImportOrigin:
+    if not isinstance(item, dict):
+        raise ValueError("an import probe entry is not an object")
+    if "error" in item:
+        return ImportOrigin(None, (), " ".join(str(x) for x in item["error"]) or "unknown")
+    return ImportOrigin(item.get("origin"), tuple(str(p) for p in item.get("path") or ()))

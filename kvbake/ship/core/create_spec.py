@@ -1,0 +1,73 @@
+"""A container's create spec: what `docker create` needs to make the same container again, read from its inspect data."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+# Config fields that say what runs and how; Hostname only when it is not the engine's default.
+CONFIG_KEYS = ("Entrypoint", "Cmd", "Env", "Labels", "WorkingDir", "User", "Domainname", "Tty", "OpenStdin", "StopSignal",
+               "StopTimeout", "Healthcheck", "ExposedPorts")
+# HostConfig fields kvbake gives `docker create` again.
+HOST_KEYS = ("Binds", "Mounts", "NetworkMode", "IpcMode", "PidMode", "UTSMode", "UsernsMode", "CgroupnsMode", "ShmSize",
+             "Privileged", "CapAdd", "CapDrop", "Devices", "DeviceRequests", "Ulimits", "RestartPolicy", "AutoRemove", "Init",
+             "SecurityOpt", "GroupAdd", "Memory", "MemorySwap", "MemoryReservation", "PidsLimit", "CpusetCpus", "CpusetMems",
+             "NanoCpus", "CpuShares", "Runtime", "Sysctls", "ExtraHosts", "Dns", "DnsOptions", "DnsSearch", "Tmpfs", "LogConfig",
+             "OomScoreAdj", "OomKillDisable", "ReadonlyRootfs", "PortBindings", "PublishAllPorts", "CgroupParent")
+# HostConfig fields kvbake cannot give again: a serve that sets one is refused where it would have to be recreated.
+UNRESTORED_KEYS = ("Links", "VolumesFrom", "VolumeDriver", "Isolation", "BlkioWeight", "BlkioWeightDevice", "BlkioDeviceReadBps",
+                   "BlkioDeviceWriteBps", "BlkioDeviceReadIOps", "BlkioDeviceWriteIOps", "CpuPeriod", "CpuQuota", "CpuRealtimePeriod",
+                   "CpuRealtimeRuntime", "KernelMemory", "KernelMemoryTCP", "DeviceCgroupRules", "IOMaximumBandwidth",
+                   "IOMaximumIOps", "Annotations", "CpuCount", "CpuPercent")
+EMPTY = (None, "", 0, [], {}, False)
+
+
+def create_spec(inspect: Mapping[str, Any]) -> dict[str, Any]:
+    """The container's image (by ID), name and the Config and HostConfig fields kvbake restores, as plain data."""
+    config = inspect.get("Config") or {}
+    host = inspect.get("HostConfig") or {}
+    kept_config = {key: copy.deepcopy(config[key]) for key in CONFIG_KEYS if config.get(key) not in EMPTY}
+    hostname = str(config.get("Hostname") or "")
+    if hostname and not str(inspect.get("Id", "")).startswith(hostname) and host.get("NetworkMode") != "host":
+        kept_config["Hostname"] = hostname
+    return {"image": str(inspect.get("Image", "")), "name": str(inspect.get("Name", "")).lstrip("/"), "config": kept_config,
+            "host": {key: copy.deepcopy(host[key]) for key in HOST_KEYS if host.get(key) not in EMPTY}}
+
+
+def unrestorable(inspect: Mapping[str, Any]) -> list[str]:
+    """The settings of this container that kvbake could not give a container it recreates, by HostConfig name."""
+    host = inspect.get("HostConfig") or {}
+    return [key for key in UNRESTORED_KEYS if host.get(key) not in EMPTY]
+
+
+def command_line(spec: Mapping[str, Any]) -> list[str]:
+    """What the container runs: its entrypoint, then its command."""
+    config = spec.get("config") or {}
+    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
+
+def spec_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """How a container (its create spec now) differs from the recorded one, field by field; the name, an entrypoint split
+    differently over Entrypoint and Cmd, and a hostname the engine gave by itself do not count."""
+    differences = []
+    if recorded.get("image") != now.get("image"):
+        differences.append(f"image {str(now.get('image'))[:19]}, not {str(recorded.get('image'))[:19]}")
+    if command_line(recorded) != command_line(now):
+        differences.append(f"command {command_line(now)}, not {command_line(recorded)}")
+    for section in ("config", "host"):
+        old, new = recorded.get(section) or {}, now.get(section) or {}
+        for key in sorted(set(old) | set(new)):
+            if key in ("Entrypoint", "Cmd"):
+                continue
+            if _normal(old.get(key)) != _normal(new.get(key)):
+                differences.append(f"{key} {new.get(key)!r}, not {old.get(key)!r}")
+    return differences
+
+
+def _normal(value: Any) -> Any:
+    """Empty values are alike; lists of settings compare without their order."""
+    if value in EMPTY:
+        return None
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return sorted(value)
+    return value
