@@ -132,7 +132,15 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     base.add_argument("--force", action="store_true", help="move a node's base tag that names another image (the image stays, untagged)")
     adopt = sub.add_parser("adopt", parents=[common, ship, changes], help="record the serve every node runs now as the current release")
     adopt.add_argument("--reason", default="adopted the running serve", help="why (recorded in the release record and the audit logs)")
-    sub.add_parser("rollback", parents=[common, ship, changes], help="swap current and previous on every rank, restart, verify")
+    adopt.add_argument("--container", default=None, metavar="NAME", help="the serving container on every node (default: each node's "
+                       "container: in the deployment file, else launcher.container)")
+    adoption = adopt.add_mutually_exclusive_group()
+    adoption.add_argument("--resume", action="store_true", help="finish an interrupted adopt from its journal")
+    adoption.add_argument("--revert", action="store_true", help="undo an interrupted adopt from its journal")
+    adoption.add_argument("--release", action="store_true", help="forget the adopted serve on every node and remove its kept container")
+    rollback = sub.add_parser("rollback", parents=[common, ship, changes], help="swap current and previous on every rank, restart, verify")
+    rollback.add_argument("--to", choices=("adopted",), default=None,
+                          help="adopted: go back to the serve adopt recorded, whatever serves now (a rollback then returns)")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
     sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")

@@ -28,6 +28,7 @@ class Node:
     host: str
     role: str
     address: str = ""
+    container: str = ""  # the serve this node runs without kvbake, for adopt (default: the launcher's container)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def load_deployment(path: Path) -> Deployment:
                             "remove them; kvbake passes DOCKER_HOST and every KVBAKE_* variable to the launcher")
     return Deployment(
         path=path,
-        nodes=tuple(Node(n["name"], n["host"], n["role"], n.get("address", "")) for n in document["nodes"]),
+        nodes=tuple(Node(n["name"], n["host"], n["role"], n.get("address", ""), n.get("container", "")) for n in document["nodes"]),
         launcher=Launcher(tuple(launcher["command"]), launcher["container"], float(launcher.get("timeout_s", 300)), env),
         lock_stale_after_s=float(document.get("lock_stale_after_s", 900)),
         start=document.get("start", "in-order"),

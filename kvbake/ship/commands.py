@@ -100,22 +100,46 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
 
 
 def cmd_adopt(args: argparse.Namespace) -> Result:
-    from kvbake.ship.adapters.adoption import adopt
+    from kvbake.ship.adapters.adoption import adopt, release_adoption
+    from kvbake.ship.adapters.rollout import recover
 
     check_reason(args.reason)
-    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
-    releases = adopt(fleet, args.reason, args.break_lock)
-    lines = [f"{node}: adopted container {r.adopted['container_id'][:12]} ({r.image}, {dict(r.switches) or 'no switches'}) as release {r.id}"
-             for node, r in releases.items()]
-    lines.append("the first deploy keeps it as previous; python build.py rollback then restarts that very container")
-    return {"release": next(iter(releases.values())).id, "nodes": {node: r.adopted["container_id"] for node, r in releases.items()}}, "\n".join(lines)
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
+    if args.resume or args.revert:
+        journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, command="adopt")
+        verb = "dropped" if journal.phase == "never began" else ("resumed" if args.resume else "reverted")
+        return {"journal": journal.id, "action": verb}, f"{verb} adopt {journal.id} on {len(fleet.engines)} nodes"
+    if args.release:
+        nodes = release_adoption(fleet, args.break_lock)
+        return {"released": nodes}, f"forgot the adopted serve on {', '.join(nodes)} and removed its kept containers"
+    releases = adopt(fleet, args.reason, args.break_lock, args.container)
+    return adopt_report(releases)
+
+
+def adopt_report(releases: dict) -> Result:
+    lines = []
+    for node, r in releases.items():
+        a = r.adopted
+        lines.append(f"{node}: adopted {a['name']} ({a['container_id'][:12]}, {a['shape']} shape: "
+                     f"{'vLLM started by docker exec' if a['exec'] else 'vLLM runs as its main process'}) serving {r.image} "
+                     f"with {dict(r.switches) or 'no switches'}, max-model-len {r.max_model_len}, as release {r.id}")
+        if a.get("changes"):
+            lines.append(f"{node}: its writable layer changes {len(a['changes'])} file(s) under the source root ({', '.join(a['changes'][:3])}"
+                         f"{', …' if len(a['changes']) > 3 else ''}): the baked chain must include them"
+                         + ("; a --rm serve comes back without them" if a["spec"]["host"].get("AutoRemove") else ""))
+    lines.append("the first deploy keeps it as previous; rollback (or rollback --to adopted) brings it back exactly, until adopt --release")
+    data = {"release": next(iter(releases.values())).id,
+            "nodes": {node: {"container": r.adopted["container_id"], "name": r.adopted["name"], "shape": r.adopted["shape"],
+                             "changes": r.adopted["changes"]} for node, r in releases.items()}}
+    return data, "\n".join(lines)
 
 
 def cmd_rollback(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.adoption import rollback_to_adopted
     from kvbake.ship.adapters.rollout import rollback
 
     *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
-    journal = rollback(fleet, args.break_lock)
+    journal = rollback_to_adopted(fleet, args.break_lock) if args.to == "adopted" else rollback(fleet, args.break_lock)
     return {"journal": journal.id, "release": journal.release_id}, (
         f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed")
 

@@ -7,8 +7,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kvbake.engines.core.procfs import ImportOrigin, Process, environment
 from kvbake.errors import EngineError
 from kvbake.engines.core.detection import EngineProfile
+
+
+BAKED_ORIGIN = "/src/vllm/__init__.py"  # the fake fleets' source root is /src
+
+
+def serve_process(env: list[str], args: tuple[str, ...] = ("--max-model-len", "4096"), pid: int = 1, ppid: int = 0) -> Process:
+    """A vLLM serve as a container's process: the console script serving a model with `args`, in `env`."""
+    return Process(pid, ppid, ("python3", "/usr/local/bin/vllm", "serve", "/models/m", *args), environment(env), "/", "/usr/bin/python3")
 
 
 class FakeEngine:
@@ -132,17 +141,53 @@ class FakeEngine:
             self.containers.pop(found, None)
             self.files.pop(found, None)
 
-    def stop_and_rename(self, name: str, new_name: str) -> None:
-        self._up()
-        container = self.containers.pop(name)
-        container["State"] = {**container.get("State", {}), "Running": False}
-        self.containers[new_name] = {**container, "Name": new_name}
+    def _get(self, container: str) -> dict[str, Any]:
+        name = self._name_of(container)
+        if name is None:
+            raise EngineError(f"{self.label}: no container {container}", "create it")
+        return self.containers[name]
 
-    def rename_and_start(self, name: str, new_name: str) -> None:
+    def set_restart_policy(self, container: str, policy: str) -> None:
         self._up()
-        container = self.containers.pop(name)
-        container["State"] = {**container.get("State", {}), "Running": True}
-        self.containers[new_name] = {**container, "Name": new_name}
+        self._get(container).setdefault("HostConfig", {})["RestartPolicy"] = {"Name": policy, "MaximumRetryCount": 0}
+
+    def start(self, container: str) -> None:
+        """Its main process runs again; whatever a docker exec had started is gone."""
+        self._up()
+        found = self._get(container)
+        found["State"] = {**found.get("State", {}), "Running": True}
+        if "Main" in found:
+            found["Processes"] = (found["Main"],)
+
+    def stop(self, container: str, timeout_s: int = 30) -> None:
+        """Every process ends; a container created with --rm is gone once stopped."""
+        self._up()
+        found = self._get(container)
+        found["State"] = {**found.get("State", {}), "Running": False}
+        found["Main"] = found.get("Main") or next((p for p in found.get("Processes", ()) if p.pid == 1), None)
+        found["Processes"] = ()
+        if (found.get("HostConfig") or {}).get("AutoRemove"):
+            self.remove_container(str(self._name_of(container)))
+
+    def recreate(self, spec: dict[str, Any], name: str) -> str:
+        self._up()
+        if name in self.containers:
+            raise EngineError(f"{self.label}: the name {name} is taken", "remove it")
+        container_id = self._new_id()
+        config = dict(spec.get("config") or {})
+        main = Process(1, 0, (*config.get("Entrypoint", ()), *config.get("Cmd", ())), environment(config.get("Env") or []), "/", "/bin/main")
+        self.containers[name] = {"Id": container_id, "Name": name, "Image": spec["image"], "Config": config, "Main": main,
+                                 "HostConfig": dict(spec.get("host") or {}), "State": {"Running": False}, "Mounts": []}
+        return container_id
+
+    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None) -> None:
+        """A new process whose parent is outside the container, in the container's environment plus `env`."""
+        self._up()
+        found = self._get(container)
+        self.execs = [*getattr(self, "execs", []), (str(self._name_of(container)), list(argv), dict(env), workdir, user)]
+        pid = max((p.pid for p in found.get("Processes", ())), default=1) + 1
+        merged = {**environment((found.get("Config") or {}).get("Env") or []), **env}
+        found["Processes"] = (*found.get("Processes", ()), Process(pid, 0, tuple(argv), merged, workdir or "/", "/usr/bin/python3", int(user or 0)))
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
         """The files of folder `source` land in the container's folder named like it (one level, as kvbake writes)."""
@@ -170,11 +215,34 @@ class FakeEngine:
             (destination / item).write_bytes(data)
         return True
 
-    def run_serving(self, name: str, reference: str, env: list[str]) -> None:
-        """What a launcher does: (re)create the serving container from `reference` with `env`."""
+    def processes(self, container: str) -> tuple[Process, ...]:
         self._up()
-        self.containers[name] = {"Id": self._new_id(), "Name": name, "Image": self.image_id_of(reference),
-                                 "Config": {"Env": list(env), "Labels": {}}, "State": {"Running": True}, "Mounts": []}
+        return tuple(self._get(container).get("Processes", ()))
+
+    def import_origins(self, container: str, processes: list[Process], first_entries: list[str]) -> tuple[ImportOrigin, ...]:
+        """Every serve imports the baked vllm under the fleet's source root, unless the container says otherwise."""
+        self._up()
+        given = self._get(container).get("Origins", {})
+        return tuple(given.get(p.pid, ImportOrigin(BAKED_ORIGIN, ("/src",))) for p in processes)
+
+    def changes(self, container: str) -> dict[str, str]:
+        self._up()
+        return dict(self._get(container).get("Changes", {}))
+
+    def run_serving(self, name: str, reference: str, env: list[str], args: tuple[str, ...] = ("--max-model-len", "4096"),
+                    main: tuple[str, ...] | None = None, host: dict[str, Any] | None = None) -> None:
+        """What a launcher does: (re)create the serving container from `reference` with `env`, vLLM serving with `args`
+        as its main process, or (with `main`, say sleep infinity) started by a docker exec beside it."""
+        self._up()
+        if main is None:
+            processes: tuple[Process, ...] = (serve_process(env, args),)
+            command = serve_process(env, args).argv
+        else:
+            processes = (Process(1, 0, main, environment(env), "/", "/bin/main"), serve_process(env, args, pid=7, ppid=0))
+            command = main
+        self.containers[name] = {"Id": self._new_id(), "Name": name, "Processes": processes, "Main": processes[0],
+                                 "HostConfig": dict(host or {}), "Image": self.image_id_of(reference),
+                                 "Config": {"Env": list(env), "Labels": {}, "Cmd": list(command)}, "State": {"Running": True}, "Mounts": []}
 
 
 def copy_tree(src: Path, dst: Path) -> None:

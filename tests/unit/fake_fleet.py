@@ -80,7 +80,7 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str = "cl
         w.launches.append(f"{name}:{rel.preset}")
         if f"{name}:{rel.preset}" in w.failing_launch:
             raise RolloutError(f"launcher on {name} exited 1 (GPU busy)", "fix the launcher")
-        engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env())
+        engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env(), ("--max-model-len", str(rel.max_model_len), *rel.launcher_args))
 
     monkeypatch.setattr(transitions, "launch", fake_launch)
     return w

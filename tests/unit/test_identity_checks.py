@@ -14,6 +14,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, UsageError
 from kvbake.ship.core.push_record import check_digest_reference
 from kvbake.ship.core.release import Release, runtime_config
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.running import workdir_failures
 
 from fake_fleet import CONTROL, CONTAINER, PACKING, REPO, World, deploy, make_world
@@ -91,9 +92,11 @@ def test_verify_running_expect_applies_to_an_adopted_serve(tmp_path, monkeypatch
     adopted = Release(**{**CONTROL.__dict__, "switches": {"S": "3"}, "layers": ("sha256:base",),
                          "adopted": {"container_id": container["Id"], "kept_as": "serve-kept", "image_id": "sha256:base"}})
     image = world.engines["a"].images["sha256:base"]
-    assert world.fleet.rank_failures("a", container, image, adopted) == []
-    assert world.fleet.rank_failures("a", container, image, adopted, {}) == ["a: the switches are {'S': '3'}, expected none"]
-    assert world.fleet.rank_failures("a", container, image, adopted, {"S": "3"}) == []
+    world.engines["a"].tags[f"{REPO}:current"] = "sha256:base"
+    NodeState("a", world.engines["a"]).update("base:1", "seeded", current=adopted)
+    assert world.fleet.check_rank("a", adopted).failures == ()
+    assert world.fleet.check_rank("a", adopted, {}).failures == ("a: pid 1: switch S is 3, expected unset",)
+    assert world.fleet.check_rank("a", adopted, {"S": "3"}).failures == ()
 
 
 @pytest.mark.parametrize("destination, flagged", [("/srv/app", True), ("/srv", True), ("/", True), ("/srv/app/cache", False), ("/models", False)])

@@ -157,14 +157,13 @@ def release_image(layers=LAYERS, labels=LABELS) -> dict:
     return {"RootFS": {"Layers": list(layers)}, "Config": {"Labels": dict(labels), "Env": ["PYTHONPATH=/baked"]}}
 
 
-def failures_of(container, image, expected=None, image_id=(CONFIG, "config digest"), source_root=None) -> list[str]:
-    return rank_failures("n1", container, image, LAYERS, LABELS, expected or {}, NAMES, BAKED, image_id, source_root)
+def failures_of(container, image, image_id=(CONFIG, "config digest"), source_root=None) -> list[str]:
+    return rank_failures("n1", container, image, LAYERS, LABELS, BAKED, image_id, source_root)
 
 
 def test_a_rank_that_runs_the_release_exactly_has_no_failure() -> None:
-    assert failures_of(serving(env=["VLLM_A=1"]), release_image(), expected={"VLLM_A": "1"}) == []
-    assert failures_of(serving(env=["VLLM_A=1", "PYTHONPATH=/baked"]), release_image(), expected={"VLLM_A": "1"},
-                       source_root=ROOT) == []
+    assert failures_of(serving(env=["VLLM_A=1"]), release_image()) == []
+    assert failures_of(serving(env=["VLLM_A=1", "PYTHONPATH=/baked"]), release_image(), source_root=ROOT) == []
     assert failures_of(serving(image_id="anything"), release_image(), image_id=None) == []
 
 
@@ -217,25 +216,6 @@ def test_every_label_that_differs_is_named_in_order(config, failures) -> None:
     assert failures_of(serving(), image) == failures
 
 
-@pytest.mark.parametrize(("env", "expected", "failures"), [
-    (["VLLM_A=1"], {"VLLM_A": "1"}, []),
-    ([], {"VLLM_A": "1"}, ["n1: switch VLLM_A is unset, expected 1"]),
-    (["VLLM_A=1"], {}, ["n1: switch VLLM_A is 1, expected unset"]),
-    (["VLLM_A=2", "VLLM_FORBIDDEN=1"], {"VLLM_A": "1", "VLLM_B": "x"}, [
-        "n1: switch VLLM_A is 2, expected 1", "n1: switch VLLM_B is unset, expected x",
-        "n1: switch VLLM_FORBIDDEN is 1, expected unset"]),
-    (["UNRELATED=1"], {}, []),
-])
-def test_the_switch_set_must_be_exact(env, expected, failures) -> None:
-    assert failures_of(serving(env=env), release_image(), expected=expected) == failures
-
-
-def test_a_container_without_config_sets_no_switch() -> None:
-    container = serving()
-    container["Config"] = None
-    assert failures_of(container, release_image(), expected={"VLLM_B": "x"}) == ["n1: switch VLLM_B is unset, expected x"]
-
-
 def test_a_mount_over_a_parent_of_a_baked_file_is_flagged_once() -> None:
     over_parent = serving(mounts=[{"Type": "bind", "Destination": ROOT + "/vllm"}])
     expected = [f"n1: a bind mount at {ROOT}/vllm covers baked file {BAKED[0]}"]
@@ -262,17 +242,21 @@ def test_a_container_without_mounts_has_no_mount_failure() -> None:
 
 # --- agreement_failures -----------------------------------------------------------------------
 
-SAME = (LAYERS, (("VLLM_A", "1"),))
+SERVE = ((("VLLM_A", "1"),), "/models/m", (("--max-model-len", ("4096",)),))
+SAME = (LAYERS, (SERVE,))
 
 
 @pytest.mark.parametrize(("observed", "failures"), [
     ({}, []),
     ({"n1": SAME}, []),
     ({"n1": SAME, "n2": SAME, "n3": SAME}, []),
-    ({"n2": (LAYERS, ()), "n1": SAME}, [
-        "the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}; n2 runs 2 layers with no switches"]),
-    ({"n1": SAME, "n2": (LAYERS[:1], (("VLLM_A", "1"),))}, [
-        "the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}; n2 runs 1 layers with {'VLLM_A': '1'}"]),
+    ({"n2": (LAYERS, (((), "/models/m", SERVE[2]),)), "n1": SAME}, [
+        "the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}, 1 arguments; n2 runs 2 layers with no switches, 1 arguments"]),
+    ({"n1": SAME, "n2": (LAYERS[:1], (SERVE,))}, [
+        "the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}, 1 arguments; n2 runs 1 layers with {'VLLM_A': '1'}, 1 arguments"]),
+    ({"n1": SAME, "n2": (LAYERS, (SERVE[:2] + ((("--max-model-len", ("8192",)), ("--enforce-eager", ())),),))}, [
+        "the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}, 1 arguments; n2 runs 2 layers with {'VLLM_A': '1'}, 2 arguments"]),
+    ({"n1": SAME, "n2": (LAYERS, ())}, ["the ranks disagree: n1 runs 2 layers with {'VLLM_A': '1'}, 1 arguments; n2 runs 2 layers with no vLLM serve"]),
 ])
 def test_all_ranks_must_agree(observed, failures) -> None:
     assert agreement_failures(observed) == failures
@@ -289,27 +273,17 @@ def adopted_container(container_id: str = "c" * 64, env=("VLLM_A=1",), running: 
 
 
 def test_the_adopted_serve_running_as_it_was_passes_whatever_it_mounts() -> None:
-    assert adopted_rank_failures("n1", adopted_container(), release_image(), adopted_release(), NAMES) == []
+    assert adopted_rank_failures("n1", adopted_container(), release_image(), adopted_release()) == []
 
 
 @pytest.mark.parametrize(("container", "image", "failures"), [
     (None, release_image(), ["n1: the adopted serving container is not there"]),
     (adopted_container(container_id="d" * 64), release_image(), [f"n1: the serving container is {'d' * 12}, not the adopted {'c' * 12}"]),
-    ({"Id": "c" * 64}, {"RootFS": {"Layers": list(LAYERS)}}, ["n1: the adopted serving container is not running",
-                                                              "n1: the switches are none, the adopted serve ran {'VLLM_A': '1'}"]),
+    ({"Id": "c" * 64}, {"RootFS": {"Layers": list(LAYERS)}}, ["n1: the adopted serving container is not running"]),
     (adopted_container(running=False), release_image(), ["n1: the adopted serving container is not running"]),
     (adopted_container(), None, ["n1: the running image's layers differ from the adopted serve's"]),
     (adopted_container(), {}, ["n1: the running image's layers differ from the adopted serve's"]),
     (adopted_container(), {"RootFS": {}}, ["n1: the running image's layers differ from the adopted serve's"]),
-    (adopted_container(env=["VLLM_A=1", "VLLM_B=2"]), release_image(),
-     ["n1: the switches are {'VLLM_A': '1', 'VLLM_B': '2'}, the adopted serve ran {'VLLM_A': '1'}"]),
 ])
 def test_every_way_the_adopted_serve_changed_is_named(container, image, failures: list[str]) -> None:
-    assert adopted_rank_failures("n1", container, image, adopted_release(), NAMES) == failures
-
-
-def test_an_adopted_serve_without_switches_is_named_as_none() -> None:
-    bare = SimpleNamespace(adopted={"container_id": "c" * 64}, layers=LAYERS, switches={})
-    assert adopted_rank_failures("n1", adopted_container(env=["VLLM_B=2"]), release_image(), bare, NAMES) == [
-        "n1: the switches are {'VLLM_B': '2'}, the adopted serve ran none"]
-    assert adopted_rank_failures("n1", adopted_container(env=[]), release_image(), bare, NAMES) == []
+    assert adopted_rank_failures("n1", container, image, adopted_release()) == failures

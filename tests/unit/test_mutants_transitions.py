@@ -249,7 +249,7 @@ class Scene:
                 return
             if f"{name}:{rel.preset}" in self.failing:
                 raise RolloutError(f"launcher on {name} exited 1 (GPU busy)", "fix the launcher")
-            fleet.engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env())
+            fleet.engines[name].run_serving(CONTAINER, f"{REPO}:current", rel.env(), ("--max-model-len", str(rel.max_model_len), *rel.launcher_args))
 
         monkeypatch.setattr(transitions, "write_journal", recording_write)
         monkeypatch.setattr(transitions, "restart", launcher)
@@ -325,7 +325,7 @@ def test_a_revert_that_cannot_verify_marks_the_deployment_and_every_node_diverge
     with pytest.raises(DivergedError) as caught:
         transitions.revert(scene.fleet, scene.journal(CONTROL, PACKING), scene.folder)
     revert_error = ("after the revert: b: the running image's layers differ from the release; the ranks disagree: "
-                    f"a runs 2 layers with {{'S': '1'}}; b runs 1 layers with {{'S': '1'}}; fix: see below")
+                    f"a runs 2 layers with {{'S': '1'}}, 2 arguments; b runs 1 layers with {{'S': '1'}}, 2 arguments; fix: see below")
     details = {"journal": "deploy-1", "kind": "deploy", "cause": None, "revert_error": revert_error,
                "repair": "python build.py deploy --revert --deploy deploy.yaml", "by": "op@host:1"}
     assert caught.value.message == f"DIVERGED: deploy deploy-1 failed (interrupted) and the revert failed too ({revert_error})"
@@ -366,20 +366,24 @@ def test_publishing_gives_every_node_the_journal(scene: Scene) -> None:
         assert scene.audit(name) == ["deploy deploy-1 begins"]
 
 
+PACKING_ARGS = ("--max-model-len", "4096", "--served-model-name", "my model")
+
+
 def test_verify_ranks_skips_nodes_without_a_release_and_names_every_difference(scene: Scene) -> None:
     scene.fleet.engines["a"].tags[f"{REPO}:current"] = PACKING.config_digest
-    scene.fleet.engines["a"].run_serving(CONTAINER, f"{REPO}:current", ["S=3"])
+    scene.fleet.engines["a"].run_serving(CONTAINER, f"{REPO}:current", ["S=3"], PACKING_ARGS)
     assert transitions.verify_ranks(scene.fleet, {"a": PACKING, "b": None}) == []
     scene.fleet.engines["b"].tags[f"{REPO}:current"] = PACKING.config_digest
-    scene.fleet.engines["b"].run_serving(CONTAINER, f"{REPO}:current", ["S=1"])
+    scene.fleet.engines["b"].run_serving(CONTAINER, f"{REPO}:current", ["S=1"], PACKING_ARGS[:2])
     assert transitions.verify_ranks(scene.fleet, {"b": PACKING, "a": PACKING}) == [
-        "b: switch S is 1, expected 3",
-        f"the ranks disagree: a runs 2 layers with {{'S': '3'}}; b runs 2 layers with {{'S': '1'}}"]
+        "b: pid 1: switch S is 1, expected 3",
+        "b: pid 1: the preset's --served-model-name my model is not in its command line",
+        "the ranks disagree: a runs 2 layers with {'S': '3'}, 2 arguments; b runs 2 layers with {'S': '1'}, 1 arguments"]
     assert transitions.verify_ranks(scene.fleet, {}) == []
 
 
 def test_observing_a_node_without_a_serving_container(scene: Scene) -> None:
-    assert transitions.observe(scene.fleet, "a") == (None, None)
+    assert scene.fleet.observe("a") == (None, None)
     assert transitions.verify_ranks(scene.fleet, {"a": PACKING}) == ["a: the serving container is not there"]
 
 
@@ -434,7 +438,8 @@ def test_an_adopted_serve_whose_kept_container_is_gone_cannot_come_back(tmp_path
     with pytest.raises(RolloutError) as caught:
         transitions.restart(fleet, "b", adopted_release())
     assert type(caught.value) is RolloutError
-    assert caught.value.message == "node b: the adopted serving container serve-kept is gone, so the adopted serve cannot come back"
+    assert caught.value.message == ("node b: the adopted serving container serve-kept is gone and an earlier kvbake recorded no create spec to "
+                                    "recreate it")
     assert caught.value.fix == "deploy a kvbake release instead (python build.py deploy --preset NAME)"
     assert [c["Id"] for c in fleet.engines["b"].containers.values()] == ([serving] if serving else [])
 
@@ -678,13 +683,14 @@ def test_verify_ranks_goes_on_after_a_node_without_a_release(scene: Scene) -> No
 def test_the_fleet_checks_a_rank_against_its_release_its_node_and_the_bake(scene: Scene) -> None:
     engine = scene.fleet.engines["a"]
     engine.tags[f"{REPO}:current"] = PACKING.config_digest
-    engine.run_serving(CONTAINER, f"{REPO}:current", ["S=3", "PYTHONPATH=/x"])
+    engine.run_serving(CONTAINER, f"{REPO}:current", ["S=3", "PYTHONPATH=/x"], PACKING_ARGS)
     engine.containers[CONTAINER]["Mounts"] = [{"Type": "bind", "Destination": "/src/x.py"}]
-    container, image = transitions.observe(scene.fleet, "a")
+    container, image = scene.fleet.observe("a")
     assert scene.fleet.rank_failures("a", container, image, PACKING) == [
         "a: a bind mount at /src/x.py covers baked file /src/x.py",
         "a: PYTHONPATH is set to '/x' in the container, not as the image sets it ('unset')"]
-    assert scene.fleet.rank_failures("a", container, image, PACKING, {"S": "1"})[0] == "a: switch S is 3, expected 1"
+    assert scene.fleet.check_rank("a", PACKING, {"S": "1"}).failures[2:] == (
+        "a: pid 1: switch S is 3, expected 1", "a: pid 1: PYTHONPATH='/x' in its environment, not as the image sets it ('unset')")
     other = dataclasses.replace(PACKING, config_digest="sha256:" + "0" * 64)
     assert scene.fleet.rank_failures("a", container, image, other)[0] == (
         f"a: the container runs image {PACKING.config_digest[:19]}, not the release's config digest {'sha256:' + '0' * 12}")
@@ -712,34 +718,9 @@ def test_walking_a_node_without_images_uses_the_staged_tag_for_its_state(scene: 
     assert scene.launches == [("a", None, None)]
 
 
-# --- dropping an adopted container nobody can roll back to ------------------------------------
+# --- an adopted container stays restorable until adopt --release ------------------------------
 
-def adopted_as(kept_as: str) -> Release:
-    return dataclasses.replace(adopted_release(container_id=f"id-{kept_as}", kept_as=kept_as), preset=kept_as)
-
-
-ON_BOTH_SIDES = NodePlan("a", None, None, "sha256:x", None,
-                         transitions.records_of(adopted_as("before-current"), adopted_as("before-previous")),
-                         transitions.records_of(adopted_as("after-current"), adopted_as("after-previous")))
-
-
-@pytest.mark.parametrize(("current", "previous", "left"), [
-    (None, None, [CONTAINER]),
-    (adopted_as("after-current"), None, ["after-current", CONTAINER]),
-    (PACKING, adopted_as("before-previous"), ["before-previous", CONTAINER]),
-    (adopted_as("before-current"), adopted_as("after-previous"), ["after-previous", "before-current", CONTAINER]),
-])
-def test_an_adopted_container_is_dropped_once_no_record_names_it(tmp_path: Path, current, previous, left: list[str]) -> None:
-    fleet = fleet_with(tmp_path, ("launch",))
-    engine = fleet.engines["a"]
-    for name in (CONTAINER, "before-current", "before-previous", "after-current", "after-previous"):
-        serving_container(engine, f"id-{name}", name=name)
-    transitions.drop_released_adoption(fleet, ON_BOTH_SIDES, current, previous)
-    assert sorted(engine.containers) == left
-    assert fleet.engines["b"].containers == {}
-
-
-def test_settling_keeps_the_adopted_container_only_while_a_record_names_it(scene: Scene) -> None:
+def test_settling_never_removes_the_adopted_container(scene: Scene) -> None:
     adopted = adopted_release()
     engine = scene.fleet.engines["a"]
     serving_container(engine, "adopted-1", name="serve-kept", running=False)
@@ -750,7 +731,7 @@ def test_settling_keeps_the_adopted_container_only_while_a_record_names_it(scene
     assert "serve-kept" in engine.containers
     NodeState("a", engine).update(PACKING.config_digest, "seed", current=CONTROL, previous=PACKING)
     transitions.settle(scene.fleet, Journal("deploy-9", "deploy", "r", (keep,)), scene.folder, "done")
-    assert "serve-kept" not in engine.containers
+    assert "serve-kept" in engine.containers, "out of the rollback chain, still restorable until adopt --release"
 
 
 def test_settling_keeps_the_adopted_container_that_serves_now(scene: Scene) -> None:

@@ -15,6 +15,7 @@ from kvbake.ship.core.journal import read_diverged, read_journal, write_journal
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.fleet import Fleet
 
+from kvbake.engines.core.procfs import Process
 from fake_fleet import BASE, CONTAINER, CONTROL, OTHER, PACKING, REPO, World, deploy, make_world, release
 
 REAL_LAUNCH = transitions.launch  # before the world fixture puts a fake launcher in its place
@@ -380,7 +381,9 @@ def test_the_first_deploy_keeps_the_adopted_container_and_rollback_brings_it_bac
         assert f"{CONTAINER}-kvbake-adopted" not in engine.containers
     rollout.rollback(world.fleet, False)
     deploy(world, PACKING)
-    assert all(f"{CONTAINER}-kvbake-adopted" not in engine.containers for engine in world.engines.values()), "out of the chain: removed"
+    for name, engine in world.engines.items():
+        assert engine.containers[f"{CONTAINER}-kvbake-adopted"]["Id"] == ids[name], "out of the chain, still restorable"
+        assert NodeState(name, engine).read().adopted.adopted["container_id"] == ids[name]
 
 
 def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
@@ -397,8 +400,10 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ("no serve on b", r"^adopt: b runs no serve \(no running container serve\); fix: adopt records a running serve"),
-    ("no serve anywhere", r"^adopt: a, b run no serve \(no running container serve\); fix: adopt records a running serve"),
+    ("no serve on b", r"^adopt: b \(no running container serve\) runs no serve; fix: adopt records a running serve"),
+    ("no serve anywhere", r"^adopt: a \(no running container serve\); b \(no running container serve\) runs no serve; fix: adopt records"),
+    ("no vllm on b", r"^adopt: no vLLM serve runs in b \(serve: its main process is sleep infinity\); fix: start vLLM in it"),
+    ("another length on b", r"^adopt: the ranks run different serves \(a: .* max-model-len 4096; b: .* max-model-len 8192\)"),
     ("another switch on b", r"^adopt: the ranks run different serves"),
     ("a release on a", r"^adopt: a \([0-9a-f]{16}\) already runs a kvbake release; fix: adopt is for a serve kvbake did not deploy"),
     ("a release on both", r"^adopt: a \([0-9a-f]{16}\), b \([0-9a-f]{16}\) already run a kvbake release; fix: adopt is for a serve"),
@@ -413,6 +418,10 @@ def test_adopt_refuses_and_changes_nothing(world, change, message):
     elif change.startswith("a release"):
         for name in ("a",) if change.endswith("on a") else ("a", "b"):
             NodeState(name, world.engines[name]).update("base:1", "seeded", current=CONTROL)
+    elif change == "no vllm on b":
+        world.engines["b"].containers[CONTAINER]["Processes"] = (Process(1, 0, ("sleep", "infinity"), {}, "/", "/bin/sleep"),)
+    elif change == "another length on b":
+        world.engines["b"].run_serving(CONTAINER, "base:1", ["S=3"], ("--max-model-len", "8192"))
     else:
         world.engines["b"].run_serving(CONTAINER, "base:1", ["S=1"])
     before = world.snapshot()

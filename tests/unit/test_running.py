@@ -28,7 +28,7 @@ def test_the_expected_id_follows_the_nodes_store(store: str, expected: tuple[str
 @pytest.mark.parametrize("store", ["classic", "containerd"])
 def test_a_rank_running_the_release_passes_and_any_other_image_is_named(store: str) -> None:
     wanted = expected_image_id(store, CONFIG, PINNED)
-    args = (LAYERS, {"org.kvbake.format": "1"}, {}, ("VLLM_X",), ())
+    args = (LAYERS, {"org.kvbake.format": "1"}, ())
     assert rank_failures("spark-a", container(wanted[0]), image(), *args, image_id=wanted) == []
     other = "sha256:" + "0" * 64
     assert rank_failures("spark-a", container(other), image(), *args, image_id=wanted) == [
@@ -68,8 +68,8 @@ def test_a_rank_with_a_mount_inside_the_source_root_fails_even_away_from_baked_f
     baked = (ROOT + "/vllm/v1/kv_cache_interface.py",)
     wanted = expected_image_id("classic", CONFIG, PINNED)
     mounted = container(CONFIG, mounts=[{"Type": "bind", "Destination": ROOT + "/vllm/v1/attention"}])
-    failures = rank_failures("spark-a", mounted, image(), LAYERS, {"org.kvbake.format": "1"}, {}, ("VLLM_X",), baked, wanted, ROOT)
+    failures = rank_failures("spark-a", mounted, image(), LAYERS, {"org.kvbake.format": "1"}, baked, wanted, ROOT)
     assert failures == [f"spark-a: a bind mount at {ROOT}/vllm/v1/attention is inside the source root {ROOT}"]
     over = container(CONFIG, mounts=[{"Type": "bind", "Destination": ROOT}])
-    failures = rank_failures("spark-a", over, image(), LAYERS, {"org.kvbake.format": "1"}, {}, ("VLLM_X",), baked, wanted, ROOT)
+    failures = rank_failures("spark-a", over, image(), LAYERS, {"org.kvbake.format": "1"}, baked, wanted, ROOT)
     assert failures == [f"spark-a: a bind mount at {ROOT} covers baked file {baked[0]}"]

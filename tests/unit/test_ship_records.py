@@ -66,11 +66,14 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     monkeypatch.setattr(fleet, "make_fleet", lambda deployment, manifest, lock: SimpleNamespace(deployment=deployment, engines={"spark-a": None}))
     monkeypatch.setattr(rollout, "deploy", lambda fleet_, release, *a: seen.append(("deploy", release)) or JOURNAL)
     monkeypatch.setattr(rollout, "rollback", lambda fleet_, break_lock: seen.append(("rollback",)) or JOURNAL)
+    monkeypatch.setattr(adoption, "rollback_to_adopted", lambda fleet_, break_lock: seen.append(("rollback --to adopted",)) or JOURNAL)
     monkeypatch.setattr(status, "status", lambda fleet_: seen.append(("status",)) or {"nodes": [], "diverged": False,
                                                                                         "marked_diverged": None, "pending_journal": None})
     monkeypatch.setattr(status, "verify_running", lambda fleet_, expect: seen.append(("verify-running", expect)) or [])
-    adopted = SimpleNamespace(id="0123456789abcdef", adopted={"container_id": "c" * 64}, image="serve:old", switches={})
-    monkeypatch.setattr(adoption, "adopt", lambda fleet_, reason, break_lock: seen.append(("adopt",)) or {"spark-a": adopted})
+    adopted = SimpleNamespace(id="0123456789abcdef", image="serve:old", switches={}, max_model_len=4096,
+                              adopted={"container_id": "c" * 64, "name": "serve", "shape": "main", "exec": None, "changes": [],
+                                       "spec": {"host": {}}})
+    monkeypatch.setattr(adoption, "adopt", lambda fleet_, reason, break_lock, container: seen.append(("adopt",)) or {"spark-a": adopted})
     return SimpleNamespace(root=root, manifest=manifest, seen=seen,
                            argv=["--manifest", str(root / "manifest.yaml"), "--deploy", str(root / "deploy.yaml")])
 
@@ -101,6 +104,7 @@ def test_deploy_without_a_push_record_is_the_registry_error_it_was(project, caps
 
 @pytest.mark.parametrize(("command", "expected"), [
     (["rollback"], ("rollback",)), (["status"], ("status",)), (["verify-running"], ("verify-running", None)), (["adopt"], ("adopt",)),
+    (["rollback", "--to", "adopted"], ("rollback --to adopted",)),
 ])
 def test_the_other_ship_commands_read_only_records(project, capsys, command: list[str], expected: tuple) -> None:
     assert cli.main([*command, *project.argv]) == 0, capsys.readouterr().err

@@ -31,12 +31,13 @@ for name in os.listdir("/proc"):
         env = fields(base + "/environ")
         cwd, exe = os.readlink(base + "/cwd"), os.readlink(base + "/exe")
         with open(base + "/status") as status:
-            ppid = int(next(line for line in status if line.startswith("PPid:")).split()[1])
-    except (OSError, StopIteration, ValueError):
+            lines = dict(line.split(":", 1) for line in status if ":" in line)
+        ppid, uid = int(lines["PPid"].split()[0]), int(lines["Uid"].split()[0])
+    except (OSError, KeyError, IndexError, ValueError):
         continue
     if not argv or MARK in argv:
         continue
-    found.append({{"pid": int(name), "ppid": ppid, "argv": argv, "env": env, "cwd": cwd, "exe": exe}})
+    found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe}})
 print(repr(sorted(found, key=lambda p: p["pid"])))
 """
 
@@ -75,6 +76,7 @@ class Process:
     env: Mapping[str, str] = field(hash=False)
     cwd: str
     exe: str
+    uid: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def parse_processes(text: str) -> tuple[Process, ...]:
     if not isinstance(data, list):
         raise ValueError("the process probe did not answer a list")
     return tuple(Process(int(p["pid"]), int(p["ppid"]), tuple(str(a) for a in p["argv"]), environment(p["env"]), str(p["cwd"]),
-                         str(p["exe"])) for p in data)
+                         str(p["exe"]), int(p.get("uid", 0))) for p in data)
 
 
 def origins_request(processes: Sequence[Process], first_entries: Sequence[str]) -> str:

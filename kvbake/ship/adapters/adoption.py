@@ -1,64 +1,111 @@
-"""`build.py adopt`: the serve every node runs (kvbake did not deploy it) becomes its current release."""
+"""`build.py adopt`: the serve every node runs (kvbake did not deploy it) becomes its current release, through the journal."""
 
-# The first deploy keeps it as `previous`, and the first rollback brings that very container back.
+# The adopted serve is recorded as it runs, process by process: its image, the switch set and length its vLLM serve
+# runs with, its create spec, and in the exec shape the `docker exec` command line that started vLLM. It stays
+# restorable (kept stopped, or recreated from its spec) until `adopt --release`.
 
 from __future__ import annotations
 
 import json
-import logging
 import time
+from dataclasses import dataclass
 
-from kvbake.errors import KvbakeError, RolloutError
+from kvbake.errors import RolloutError
 from kvbake.operate.core.presets import check_reason
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.adapters.rollout import locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
-from kvbake.ship.core.release import Release, release_to_json
-from kvbake.ship.core.running import switch_env
+from kvbake.ship.adapters.rollout import NodeView, check_views, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
+from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.ship.adapters.transitions import records_of, run_transition
+from kvbake.ship.core.create_spec import create_spec, unrestorable
+from kvbake.ship.core.journal import Journal, NodePlan
+from kvbake.ship.core.process_checks import changed_files, switch_set
+from kvbake.ship.core.release import Release, release_to_json, runtime_config
+from kvbake.ship.core.serve_reading import exec_command
 
-log = logging.getLogger(__name__)
 ADOPTED_PRESET = "adopted"
+KEPT_SUFFIX = "-kvbake-adopted"
 
 
-def serving_containers(fleet: Fleet) -> dict[str, dict]:
-    """Each node's running serving container; a node without one stops `adopt` before any change."""
-    name = fleet.deployment.launcher.container
-    found = {node: engine.container_inspect(name) for node, engine in fleet.engines.items()}
-    missing = [node for node, container in found.items() if not (container and (container.get("State") or {}).get("Running"))]
+@dataclass(frozen=True)
+class FoundServe:
+    """A node's serve as adopt finds it: its container, what its processes run, and its writable layer's changes."""
+
+    node: str
+    container: dict
+    serve: RankServe
+
+
+def serve_name(fleet: Fleet, node: str, override: str | None) -> str:
+    """Which container serves on a node: --container, else the node's own `container`, else the launcher's."""
+    return override or fleet.node(node).container or fleet.deployment.launcher.container
+
+
+def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundServe]:
+    """Each node's running serving container and its vLLM serve; a node without either stops `adopt` before any change."""
+    found, missing = {}, []
+    for node, engine in fleet.engines.items():
+        name = serve_name(fleet, node, override)
+        container = engine.container_inspect(name)
+        if not (container and (container.get("State") or {}).get("Running")):
+            missing.append(f"{node} (no running container {name})")
+            continue
+        found[node] = FoundServe(node, container, read_rank(engine, container))
     if missing:
-        raise RolloutError(f"adopt: {', '.join(missing)} {'runs' if len(missing) == 1 else 'run'} no serve (no running container {name})",
-                           "adopt records a running serve; start it there first, or deploy a release instead; nothing was changed")
+        raise RolloutError(f"adopt: {'; '.join(missing)} runs no serve", "adopt records a running serve: start it there first, name its "
+                           "container with --container or the node's container: in the deployment file, or deploy a release instead; "
+                           "nothing was changed")
+    idle = [f"{s.node} ({str(s.container.get('Name', '')).lstrip('/')}: its main process is {' '.join(s.serve.reading.main.argv)[:60] if s.serve.reading.main else 'gone'})"
+            for s in found.values() if not s.serve.reading.serving]
+    if idle:
+        raise RolloutError(f"adopt: no vLLM serve runs in {'; '.join(idle)}",
+                           "start vLLM in it as you do (docker exec … vllm serve …), then adopt; nothing was changed")
     return found
 
 
-def adopted_release(fleet: Fleet, node: str, container: dict, reason: str) -> Release:
-    """The record of a serve kvbake did not deploy: its image, layers, switch set and max-model-len, and the container
-    itself, which rollback brings back."""
-    engine = fleet.engines[node]
+def adopted_release(fleet: Fleet, found: FoundServe, reason: str) -> Release:
+    """The record of a serve kvbake did not deploy, from what its vLLM serve runs; per node, how to bring it back."""
+    engine, container = fleet.engines[found.node], found.container
+    if (container.get("HostConfig") or {}).get("AutoRemove") and unrestorable(container):
+        raise RolloutError(f"adopt: {found.node}'s serve runs with --rm and sets {', '.join(unrestorable(container))}, which kvbake cannot "
+                           "give a container it recreates", "start the serve without --rm (its container is then kept), or without those "
+                           "settings; nothing was changed")
     image = engine.require_image(container["Image"])
-    argv = list((container.get("Config") or {}).get("Cmd") or [])
-    length = argv[argv.index("--max-model-len") + 1] if "--max-model-len" in argv[:-1] else "0"
-    name = str(container.get("Name", fleet.deployment.launcher.container)).lstrip("/")
+    serving = found.serve.reading.serving[0]
+    name = str(container.get("Name", "")).lstrip("/")
+    length = serving.serve.args.value("--max-model-len") or "0"
     return Release(
-        image=(container.get("Config") or {}).get("Image") or container["Image"], config_digest=engine.config_digest_of(image, container["Image"]),
+        image=(container.get("Config") or {}).get("Image") or container["Image"],
+        config_digest=engine.config_digest_of(image, container["Image"]),  # never a request to the image's own registry
         layers=tuple(image["RootFS"]["Layers"]), labels=dict(image["Config"]["Labels"] or {}), preset=ADOPTED_PRESET,
-        switches=switch_env((container.get("Config") or {}).get("Env"), fleet.switch_names),
-        max_model_len=int(length) if length.isdigit() else 0, launcher_args=(), deployed_by=who_deploys(),
-        deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason, override=None,
-        adopted={"container_id": container["Id"], "kept_as": f"{name}-kvbake-adopted", "image_id": container["Image"]})
+        switches=switch_set(serving.process.env, fleet.switch_names), max_model_len=int(length) if length.isdigit() else 0,
+        launcher_args=(), deployed_by=who_deploys(), deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason,
+        override=None, image_config=runtime_config(image["Config"]),
+        adopted={"container_id": container["Id"], "kept_as": f"{name}{KEPT_SUFFIX}", "image_id": container["Image"], "name": name,
+                 "shape": found.serve.reading.shape, "spec": create_spec(container),
+                 "restart": ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
+                 "exec": exec_command(serving, (container.get("Config") or {}).get("Env") or ()) if serving.execd else None,
+                 "serve_argv": list(serving.process.argv),
+                 "changes": [path for path, _ in changed_files(found.serve.changes, fleet.source_root)]})
 
 
-def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
-    """Record every node's running serve as its current release, so that the first deploy keeps it as `previous` and
-    the first rollback restores it exactly. Every rank must run the same image with the same switch set. Neither the
-    reason nor the adopted image's record (its labels, say) may hold anything that looks like a credential."""
+def adopt_plan(v: NodeView, release: Release) -> NodePlan:
+    """Tag the serving image as `current` and record the serve as current and adopted; nothing restarts."""
+    return NodePlan(v.name, v.current_id, v.previous_id, release.adopted["image_id"], v.previous_id,
+                    records_of(v.records.current, v.records.previous, v.records.adopted), records_of(release, None, release))
+
+
+def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = None) -> dict[str, Release]:
+    """Record every node's running serve as its current release, through the journal (a kill at any step is finished by
+    `adopt --resume` or undone by `adopt --revert`), so that the first deploy keeps it as `previous` and a rollback
+    restores it exactly. Every rank must run the same image with the same switch set."""
     check_reason(reason)
     refuse_pending(fleet.deployment)
-    containers = serving_containers(fleet)
+    found = find_serves(fleet, container)
     journal_id = new_journal_id("adopt")
-    markers = {node: container["Image"] for node, container in containers.items()}
-    held = locked(fleet, journal_id, break_lock, markers)
+    held = locked(fleet, journal_id, break_lock, {node: serve.container["Image"] for node, serve in found.items()})
     try:
         views = [view(fleet, name) for name in fleet.engines]
         refuse_marks(views)
@@ -66,33 +113,84 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool) -> dict[str, Release]:
         if known:
             raise RolloutError(f"adopt: {', '.join(known)} already {'runs' if len(known) == 1 else 'run'} a kvbake release",
                                "adopt is for a serve kvbake did not deploy; deploy or roll back instead; nothing was changed")
-        releases = {node: adopted_release(fleet, node, containers[node], reason) for node in fleet.engines}
-        for node, release in releases.items():
-            refuse_credentials(json.loads(release_to_json(release)), f"adopt: the release record of {node}")
-        if len({r.id for r in releases.values()}) > 1:
-            shown = "; ".join(f"{n}: {r.image} with {dict(r.switches) or 'no switches'}" for n, r in releases.items())
-            raise RolloutError(f"adopt: the ranks run different serves ({shown})", "adopt needs one image and one switch set on every "
-                               "rank; bring the ranks into line first; nothing was changed")
-        record_adopted(fleet, releases, journal_id)
+        releases = {node: adopted_release(fleet, serve, reason) for node, serve in found.items()}
+        refuse_disagreement(releases)
+        journal = Journal(journal_id, "adopt", next(iter(releases.values())).id, tuple(adopt_plan(v, releases[v.name]) for v in views))
+        run_transition(fleet, journal, fleet.deployment.state_dir, held.check)
     finally:
         held.release()
     return releases
 
 
-def record_adopted(fleet: Fleet, releases: dict[str, Release], journal_id: str) -> None:
-    """Tag each node's serving image as `current` and write its record; on a failure the nodes written are cleared."""
-    written: list[str] = []
+def refuse_disagreement(releases: dict[str, Release]) -> None:
+    """The ranks must run one serve: one image, one switch set, one length; no record may hold a credential."""
+    for node, release in releases.items():
+        refuse_credentials(json.loads(release_to_json(release)), f"adopt: the release record of {node}")
+    if len({r.id for r in releases.values()}) > 1:
+        shown = "; ".join(f"{n}: {r.image} with {dict(r.switches) or 'no switches'}, max-model-len {r.max_model_len}" for n, r in releases.items())
+        raise RolloutError(f"adopt: the ranks run different serves ({shown})", "adopt needs one image and one switch set on every "
+                           "rank; bring the ranks into line first; nothing was changed")
+
+
+def back_to_adopted_plan(v: NodeView) -> NodePlan:
+    """`current` becomes the adopted serve, `previous` what served until now; the adopted record stays."""
+    adopted = v.records.adopted
+    return NodePlan(v.name, v.current_id, v.previous_id, adopted.adopted["image_id"], v.current_id,
+                    records_of(v.records.current, v.records.previous, adopted), records_of(adopted, v.records.current, adopted))
+
+
+def rollback_to_adopted(fleet: Fleet, break_lock: bool) -> Journal:
+    """`rollback --to adopted`: from any release, back to the serve `adopt` recorded, on every rank; a rollback then
+    returns to the release that served before."""
+    refuse_pending(fleet.deployment)
+    journal_id = new_journal_id("rollback")
+    held = locked(fleet, journal_id, break_lock, fleet.tag("current"))
     try:
-        for node, release in releases.items():
-            engine, image = fleet.engines[node], release.adopted["image_id"]
-            engine.tag(image, fleet.tag("current"))
-            written.append(node)
-            NodeState(node, engine).update(image, f"adopt {journal_id}: current={release.id} ({release.image})", current=release)
-    except KvbakeError:
-        for node in written:
-            try:
-                fleet.engines[node].untag(fleet.tag("current"))
-                NodeState(node, fleet.engines[node]).update(releases[node].adopted["image_id"], f"adopt {journal_id} undone", current=None)
-            except KvbakeError as err:
-                log.warning("node %s: could not undo the adoption (%s)", node, err.one_line())
-        raise
+        views = [view(fleet, name) for name in fleet.engines]
+        check_views(views)
+        without = [v.name for v in views if v.records.adopted is None]
+        if without:
+            raise RolloutError(f"rollback --to adopted: {', '.join(without)} keeps no adopted serve (none was adopted, or adopt --release "
+                               "forgot it)", "roll back to the previous release instead (python build.py rollback); nothing was changed")
+        serving = [v.name for v in views if v.records.current and v.records.current.adopted]
+        if serving:
+            raise RolloutError(f"rollback --to adopted: {', '.join(serving)} already serves the adopted serve", "nothing to do; nothing was changed")
+        journal = Journal(journal_id, "rollback", views[0].records.adopted.id, tuple(back_to_adopted_plan(v) for v in views))
+        run_transition(fleet, journal, fleet.deployment.state_dir, held.check)
+    finally:
+        held.release()
+    return journal
+
+
+def release_adoption(fleet: Fleet, break_lock: bool) -> list[str]:
+    """`adopt --release`: forget the adopted serve on every node and remove its kept container. Refused while it serves;
+    when it is `previous`, that rollback target goes too. Each node's container goes before its record, so a kill in
+    between leaves a record that can still recreate the serve from its spec, and a second --release finishes."""
+    refuse_pending(fleet.deployment)
+    held = locked(fleet, new_journal_id("release"), break_lock, fleet.tag("current"))
+    try:
+        views = [view(fleet, name) for name in fleet.engines]
+        refuse_marks(views)
+        serving = [v.name for v in views if v.records.current and v.records.current.adopted]
+        if serving:
+            raise RolloutError(f"adopt --release: the adopted serve runs now on {', '.join(serving)}",
+                               "deploy a kvbake release first (python build.py deploy --preset NAME); nothing was changed")
+        kept = [v for v in views if v.records.adopted is not None]
+        if not kept:
+            raise RolloutError("adopt --release: no node keeps an adopted serve", "nothing to do")
+        for v in kept:
+            forget_adopted(fleet, v)
+    finally:
+        held.release()
+    return [v.name for v in kept]
+
+
+def forget_adopted(fleet: Fleet, v: NodeView) -> None:
+    engine, adopted = fleet.engines[v.name], v.records.adopted
+    adopted_serve.release_kept(engine, adopted, fleet.deployment.launcher.container)
+    drops_previous = v.records.previous is not None and v.records.previous.adopted is not None
+    if drops_previous:
+        engine.untag(fleet.tag("previous"))
+    NodeState(v.name, engine).update(adopted.adopted["image_id"], f"adopt --release: forgot the adopted serve {adopted.id}"
+                                     + (" (it was the rollback target)" if drops_previous else ""),
+                                     adopted=None, **({"previous": None} if drops_previous else {}))

@@ -11,9 +11,21 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, RolloutError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
+from kvbake.ship.adapters import adopted_serve
+from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.ship.core.process_checks import ProcessExpectation, change_failures, process_failures, process_signature, switch_set
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.core.running import adopted_rank_failures, expected_image_id, rank_failures
+
+
+@dataclass(frozen=True)
+class RankCheck:
+    """One rank checked: every failure, what it must share with the other ranks, and the switch set its serves run."""
+
+    failures: tuple[str, ...]
+    signature: tuple
+    switches: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -37,16 +49,46 @@ class Fleet:
         """The Id this node's store gives the release's image, and its meaning."""
         return expected_image_id(self.engines[name].profile().store, release.config_digest, release.image)
 
-    def rank_failures(self, name: str, container: dict | None, image: dict | None, release: Release,
-                      switches: dict[str, str] | None = None) -> list[str]:
-        """How one rank differs from its release (an adopted serve by its own rules); `switches` overrides the set."""
-        expected = dict(release.switches) if switches is None else switches
+    def observe(self, name: str, release: Release | None = None) -> tuple[dict | None, dict | None]:
+        """The container serving on a node (for an adopted release, the adopted serve's own) and its image."""
+        engine, launcher_name = self.engines[name], self.deployment.launcher.container
+        if release is not None and release.adopted:
+            container = adopted_serve.find(engine, release, launcher_name) or engine.container_inspect(adopted_serve.serve_name(release, launcher_name))
+        else:
+            container = engine.container_inspect(launcher_name)
+        image = engine.inspect_image(container["Image"]) if container else None
+        return container, image
+
+    def rank_failures(self, name: str, container: dict | None, image: dict | None, release: Release) -> list[str]:
+        """How one rank's container and image differ from its release (an adopted serve by its own rules)."""
         if release.adopted:
-            return adopted_rank_failures(name, container, image, release, self.switch_names, expected)
+            return adopted_rank_failures(name, container, image, release)
         running = config_digest_on(self.engines[name], image, repository_of(release.image)) if image else None
-        return rank_failures(name, container, image, release.layers, release.labels, expected, self.switch_names, self.baked_paths,
+        return rank_failures(name, container, image, release.layers, release.labels, self.baked_paths,
                              self.expected_id(name, release), self.source_root, config_digest=(running, release.config_digest),
                              image_config=release.image_config)
+
+    def check_rank(self, name: str, release: Release, switches: dict[str, str] | None = None) -> RankCheck:
+        """Everything verify-running checks on one rank: its container and image, then every vLLM serve process in it
+        (switch set, code overrides, length, the preset's arguments, where `vllm` is imported from) and the files its
+        writable layer changed under the source root. An adopted serve is held to what it ran when adopted."""
+        container, image = self.observe(name, release)
+        failures = self.rank_failures(name, container, image, release)
+        if not container or not (container.get("State") or {}).get("Running"):
+            return RankCheck(tuple(failures), (tuple((image or {}).get("RootFS", {}).get("Layers", [])), ()), {})
+        serve = read_rank(self.engines[name], container)
+        failures += self.process_failures(name, serve, release, dict(release.switches) if switches is None else switches, image)
+        layers = tuple((image or {}).get("RootFS", {}).get("Layers", []))
+        found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
+        return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
+
+    def process_failures(self, name: str, serve: RankServe, release: Release, switches: dict[str, str], image: dict | None) -> list[str]:
+        image_env = tuple(((image or {}).get("Config") or {}).get("Env") or ())
+        if release.adopted:
+            expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, (), self.source_root, baked=False)
+            return process_failures(name, serve.reading, serve.origins, expected)
+        expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, release.launcher_args, self.source_root)
+        return process_failures(name, serve.reading, serve.origins, expected) + change_failures(name, serve.changes, self.source_root)
 
 
 def connect(deployment: Deployment) -> dict[str, Engine]:

@@ -18,7 +18,7 @@ from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.adapters.transitions import records_of, revert, run_transition
+from kvbake.ship.adapters.transitions import marker_image, records_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords
@@ -53,6 +53,11 @@ def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeV
                     (container or {}).get("Id"))
 
 
+def recovery_command(kind: str) -> str:
+    """The command whose --resume and --revert finish or undo a transition of this kind."""
+    return "adopt" if kind == "adopt" else "deploy"
+
+
 def refuse_marks(views: list[NodeView]) -> None:
     """A node that keeps a diverged mark or an unfinished transition stops every operator host, not only the one that
     wrote it."""
@@ -63,8 +68,9 @@ def refuse_marks(views: list[NodeView]) -> None:
     for v in views:
         if v.records.transition:
             t = v.records.transition
+            command = recovery_command(str(t.get("kind")))
             raise RolloutError(f"node {v.name} holds the journal of an interrupted {t.get('kind')} {t.get('id')} (release {t.get('release_id')})",
-                               "run python build.py deploy --resume to finish it or deploy --revert to undo it, from any operator host")
+                               f"run python build.py {command} --resume to finish it or {command} --revert to undo it, from any operator host")
 
 
 def refuse_node_marks(fleet: Fleet) -> None:
@@ -208,8 +214,9 @@ def refuse_pending(deployment: Deployment) -> None:
     refuse_if_diverged(deployment)
     pending = read_journal(deployment.state_dir)
     if pending:
+        command = recovery_command(pending.kind)
         raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
-                           "run deploy --resume to finish it or deploy --revert to undo it")
+                           f"run {command} --resume to finish it or {command} --revert to undo it")
 
 
 def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
@@ -278,8 +285,9 @@ def kept_by_any_node(fleet: Fleet, journal_id: str) -> bool:
     return any((NodeState(name, engine).read().transition or {}).get("id") == journal_id for name, engine in fleet.engines.items())
 
 
-def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None) -> Journal:
-    """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy."""
+def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None, command: str = "deploy") -> Journal:
+    """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy.
+    `command` is the one the operator ran: `adopt` recovers adoptions only, `deploy` every other transition."""
     folder = fleet.deployment.state_dir
     local = read_journal(folder)
     journal = journal_on_nodes(fleet) if local is None else local
@@ -287,10 +295,16 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
         if read_diverged(folder):
             raise RolloutError("the deployment is marked diverged, but neither this host nor any node keeps its journal",
                                f"check python build.py status; once every rank is on one release, move {folder / 'DIVERGED.json'} aside")
-        raise RolloutError("there is no interrupted deploy to resume or revert", "nothing to do")
+        raise RolloutError(f"there is no interrupted {command} to resume or revert", "nothing to do")
+    owner = recovery_command(journal.kind)
+    if owner != command:
+        raise RolloutError(f"the interrupted transition is {journal.kind} {journal.id}, not an {command}" if command == "adopt" else
+                           f"the interrupted transition is {journal.kind} {journal.id}", f"finish or undo it with python build.py {owner} "
+                           f"--resume or {owner} --revert")
     if mode == "resume" and release_id is not None and journal.release_id != release_id:
         raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
-    marker = next((fleet.tag(kind) for kind in ("staged", "current", "previous") if all(e.image_id_of(fleet.tag(kind)) for e in fleet.engines.values())), fleet.tag("staged"))
+    plans = {plan.node: plan for plan in journal.nodes}
+    marker = {name: marker_image(fleet, plans[name]) if name in plans else fleet.tag("current") for name in fleet.engines}
     held = locked(fleet, new_journal_id(mode), break_lock, marker)
     try:
         if local is not None and not kept_by_any_node(fleet, journal.id):
@@ -299,7 +313,7 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
                 if mode == "revert":
                     return journal.with_phase("never began")
                 raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
-                                   "nothing to resume; this host's copy was removed", "deploy again (its plan is stale now)")
+                                   "nothing to resume; this host's copy was removed", f"{owner} again (its plan is stale now)")
             raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
                                "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
         if mode == "resume":

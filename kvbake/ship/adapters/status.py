@@ -8,7 +8,6 @@ from typing import Any
 from kvbake.errors import IntegrityError
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.adapters.transitions import observe
 from kvbake.ship.core.journal import read_diverged, read_journal
 from kvbake.ship.core.release import Release
 from kvbake.ship.core.running import agreement_failures, rank_failures, switch_env
@@ -26,14 +25,14 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
     reports, observed = [], {}
     for node in fleet.deployment.nodes:
         release = NodeState(node.name, fleet.engines[node.name]).read().current
-        container, image = observe(fleet, node.name)
         if release is not None:
-            failures = fleet.rank_failures(node.name, container, image, release, expect)
+            check = fleet.check_rank(node.name, release, expect)
+            failures, observed[node.name], env = list(check.failures), check.signature, check.switches
         else:
+            container, image = fleet.observe(node.name)
             failures = [f"{node.name}: no release recorded"] + rank_failures(
-                node.name, container, image, (), {}, expect or {}, fleet.switch_names, fleet.baked_paths, None, fleet.source_root)
-        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
-        observed[node.name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+                node.name, container, image, (), {}, fleet.baked_paths, None, fleet.source_root)
+            env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         reports.append(RankReport(node.name, tuple(failures), env))
     failures = [f for r in reports for f in r.failures] + agreement_failures(observed)
     if failures:
@@ -49,7 +48,7 @@ def status(fleet: Fleet) -> dict[str, Any]:
     for node in fleet.deployment.nodes:
         engine = fleet.engines[node.name]
         records = NodeState(node.name, engine).read()
-        container, image = observe(fleet, node.name)
+        container, image = fleet.observe(node.name, records.current)
         env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
         held = bool(records.current and engine.image_id_of(fleet.tag("current")))
         rows.append({

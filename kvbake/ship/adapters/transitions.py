@@ -15,6 +15,7 @@ from kvbake.atomicfile import write_atomic
 from kvbake.deployfile import Deployment
 from kvbake.errors import DivergedError, KvbakeError, LockLost, RolloutError
 from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
+from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import who
 from kvbake.ship.adapters.nodestate import NodeState
@@ -137,24 +138,13 @@ def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
 
 
 def set_adopted_aside(fleet: Fleet, name: str, adopted: Release) -> None:
-    """Stop the adopted container and keep it, whole, under its kept name (done already: nothing to do)."""
-    engine, container = fleet.engines[name], fleet.deployment.launcher.container
-    found = engine.container_inspect(container)
-    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
-        engine.stop_and_rename(container, adopted.kept_as)
+    """Stop the adopted serve and keep it under its kept name, never started at boot (nothing to do when it is gone)."""
+    adopted_serve.set_aside(fleet.engines[name], name, adopted, fleet.deployment.launcher.container)
 
 
 def bring_back_adopted(fleet: Fleet, name: str, adopted: Release) -> None:
-    """Replace the serving container by the adopted one, started again under its own name: the serve as it was."""
-    engine, container = fleet.engines[name], fleet.deployment.launcher.container
-    found = engine.container_inspect(container)
-    if found is not None and found.get("Id") == adopted.adopted["container_id"]:
-        return
-    if engine.container_inspect(adopted.kept_as) is None:
-        raise RolloutError(f"node {name}: the adopted serving container {adopted.kept_as} is gone, so the adopted serve cannot come back",
-                           "deploy a kvbake release instead (python build.py deploy --preset NAME)")
-    engine.remove_container(container)
-    engine.rename_and_start(adopted.kept_as, container)
+    """Replace the serving container by the adopted serve exactly as it ran (kept, or recreated from its spec)."""
+    adopted_serve.bring_back(fleet.engines[name], name, adopted, fleet.deployment.launcher.container, fleet.deployment.launcher.container)
 
 
 def write_rank_files(folder: Path, settings: RankSettings) -> dict[str, Path]:
@@ -189,13 +179,6 @@ def node_rank(deployment: Deployment, name: str) -> int:
     return next(i for i, n in enumerate(ordered) if n.name == name)
 
 
-def observe(fleet: Fleet, name: str) -> tuple[dict | None, dict | None]:
-    engine = fleet.engines[name]
-    container = engine.container_inspect(fleet.deployment.launcher.container)
-    image = engine.inspect_image(container["Image"]) if container else None
-    return container, image
-
-
 def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]:
     """Every rank runs its release exactly, and all ranks agree."""
     failures: list[str] = []
@@ -203,10 +186,9 @@ def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]
     for name, release in sorted(releases.items()):
         if release is None:
             continue
-        container, image = observe(fleet, name)
-        failures += fleet.rank_failures(name, container, image, release)
-        env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
-        observed[name] = (tuple((image or {}).get("RootFS", {}).get("Layers", [])), tuple(sorted(env.items())))
+        check = fleet.check_rank(name, release)
+        failures += check.failures
+        observed[name] = check.signature
     return failures + agreement_failures(observed)
 
 
@@ -232,6 +214,8 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: C
             **{key: release_of(records, key) for key in ("current", "previous", "adopted") if key in records})
     releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes if plan.node in scope.restarted}
     replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
+    if journal.kind == "adopt":  # an adoption records what serves; it starts nothing
+        return journal
     for group in fleet.deployment.start_groups():
         members = [name for name in group if name in releases]
         if not members:
@@ -284,21 +268,10 @@ def unpublish(fleet: Fleet, journal: Journal, plans: list[NodePlan]) -> list[str
 def settle(fleet: Fleet, journal: Journal, folder: Path, outcome: str) -> None:
     """The transition is over and every rank verified: drop the journal and any diverged mark, nodes first."""
     for plan in journal.nodes:
-        records = NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
-                                                                        transition=None, diverged=None)
-        drop_released_adoption(fleet, plan, records.current, records.previous)
+        NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
+                                                              transition=None, diverged=None)
     clear_journal(folder)
     clear_diverged(folder)
-
-
-def drop_released_adoption(fleet: Fleet, plan: NodePlan, current: Release | None, previous: Release | None) -> None:
-    """An adopted container kept aside is removed once neither `current` nor `previous` is that adopted serve."""
-    kept = {release.kept_as for release in (current, previous) if release is not None and release.adopted}
-    for side in ("before", "after"):
-        for key in ("current", "previous"):
-            release = release_of(_side(plan, side)[2], key)
-            if release is not None and release.adopted and release.kept_as not in kept:
-                fleet.engines[plan.node].remove_container(release.kept_as)
 
 
 def mark_nodes_diverged(fleet: Fleet, journal: Journal, details: dict) -> None:

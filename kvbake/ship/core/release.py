@@ -54,7 +54,7 @@ class Release:
     runtime_sha256: str | None = None  # the preset as the manifest stated it at deploy time; None in older records
     # A serve kvbake did not deploy, recorded by `adopt`: its container's ID and name. Rollback restarts that very
     # container (kept stopped under another name meanwhile), so its image, env, mounts and arguments come back exactly.
-    adopted: Mapping[str, str] | None = None
+    adopted: Mapping[str, Any] | None = None
     # runtime_config() of the image (Env, Entrypoint, Cmd, WorkingDir); None in records of an earlier kvbake
     image_config: Mapping[str, Any] | None = None
 

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from kvbake.engines.core.detection import store_named
 from kvbake.errors import PresetError
+from kvbake.ship.core.create_spec import create_spec, spec_differences
 from kvbake.ship.core.release import RUNTIME_KEYS, runtime_config
 
 
@@ -90,12 +91,12 @@ def expected_image_id(store: str, config_digest: str, pinned: str) -> tuple[str,
 
 
 def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, layers: Sequence[str],
-                  labels: Mapping[str, str], expected: Mapping[str, str], names: Sequence[str], baked: Sequence[str],
-                  image_id: tuple[str, str] | None = None, source_root: str | None = None, *,
+                  labels: Mapping[str, str], baked: Sequence[str], image_id: tuple[str, str] | None = None, source_root: str | None = None, *,
                   config_digest: tuple[str | None, str] | None = None, image_config: Mapping[str, Any] | None = None) -> list[str]:
-    """Every way one rank differs from the release it should run; `image_id` is (expected Id, its meaning) on this node,
-    `config_digest` (the running image's, the release's) kvbake's identity on either store, `image_config` the release
-    image's Env, Entrypoint, Cmd and WorkingDir."""
+    """Every way one rank's container and image differ from the release it should run; `image_id` is (expected Id, its
+    meaning) on this node, `config_digest` (the running image's, the release's) kvbake's identity on either store,
+    `image_config` the release image's Env, Entrypoint, Cmd and WorkingDir. The switch set is checked where it acts, in
+    each serving process's environment (process_checks): a `docker exec -e` never shows in the container's Env."""
     if container is None:
         return [f"{node}: the serving container is not there"]
     failures = []
@@ -113,10 +114,6 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
         found = runtime_config(image.get("Config"))
         failures += [f"{node}: the running image's {key} is {found[key]!r}, not the release's {image_config.get(key)!r}"
                      for key in RUNTIME_KEYS if found[key] != image_config.get(key)]
-    found = switch_env((container.get("Config") or {}).get("Env"), names)
-    for name in sorted(set(found) | set(expected)):
-        if found.get(name) != expected.get(name):
-            failures.append(f"{node}: switch {name} is {found.get(name, 'unset')!s}, expected {expected.get(name, 'unset')!s}")
     failures += [f"{node}: {m}" for m in mount_failures(container.get("Mounts"), baked)]
     failures += [f"{node}: {m}" for m in workdir_failures(container)]
     if source_root:
@@ -126,31 +123,35 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
     return failures
 
 
-def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any,
-                          names: Sequence[str], expected: Mapping[str, str] | None = None) -> list[str]:
-    """An adopted serve must be that very container again, running its image with its switch set (or `expected`, as
-    verify-running --expect gives it); its own mounts and overrides are what it always ran with, so they are not
-    flagged."""
+def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any) -> list[str]:
+    """An adopted serve must be that very container again (or one recreated from its recorded spec), running its image;
+    its own mounts and overrides are what it always ran with, so they are not flagged. Its switch set is checked in
+    its processes (process_checks)."""
     if container is None:
         return [f"{node}: the adopted serving container is not there"]
     failures = []
-    if container.get("Id") != release.adopted["container_id"]:
-        failures.append(f"{node}: the serving container is {str(container.get('Id'))[:12]}, not the adopted {release.adopted['container_id'][:12]}")
+    spec = release.adopted.get("spec")
+    if container.get("Id") != release.adopted["container_id"] and (not spec or spec_differences(spec, create_spec(container))):
+        failures.append(f"{node}: the serving container is {str(container.get('Id'))[:12]}, not the adopted {release.adopted['container_id'][:12]}"
+                        + (" nor one recreated from its spec" if spec else ""))
     if not (container.get("State") or {}).get("Running"):
         failures.append(f"{node}: the adopted serving container is not running")
     if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(release.layers):
         failures.append(f"{node}: the running image's layers differ from the adopted serve's")
-    found = switch_env((container.get("Config") or {}).get("Env"), names)
-    wanted = dict(release.switches) if expected is None else dict(expected)
-    if found != wanted:
-        what = "expected" if expected is not None else "the adopted serve ran"
-        failures.append(f"{node}: the switches are {found or 'none'}, {what} {wanted or 'none'}")
     return failures
 
 
-def agreement_failures(observed: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[str]:
-    """All ranks must run the same layers with the same switch set."""
+def agreement_failures(observed: Mapping[str, tuple]) -> list[str]:
+    """All ranks must run the same layers and, serve by serve, the same switch set and arguments (less those that differ
+    per rank): `observed` holds each rank's (layers, serves) signature."""
     distinct = set(observed.values())
     if len(distinct) <= 1:
         return []
-    return ["the ranks disagree: " + "; ".join(f"{node} runs {len(v[0])} layers with {dict(v[1]) or 'no switches'}" for node, v in sorted(observed.items()))]
+    return ["the ranks disagree: " + "; ".join(f"{node} runs {len(v[0])} layers with {describe_serves(v[1])}" for node, v in sorted(observed.items()))]
+
+
+def describe_serves(serves: tuple) -> str:
+    """(switch set, model, arguments) of each serve, for people."""
+    if not serves:
+        return "no vLLM serve"
+    return " and ".join(f"{dict(switches) or 'no switches'}, {len(arguments)} arguments" for switches, _, arguments in serves)

@@ -1,0 +1,104 @@
+"""Adapter: a node's adopted serve, set aside while kvbake serves and brought back exactly, in every serve shape."""
+
+# Set aside: its restart policy becomes `no` (a reboot cannot start it next to kvbake's serve), it is stopped (a --rm
+# container is then gone) and renamed to its kept name. Brought back: kvbake's serving container goes, the kept
+# container gets its name and restart policy back and starts, or, when it is gone, a container is recreated from the
+# recorded create spec; in the exec shape the recorded vLLM command line is exec'd into it again.
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import RolloutError
+from kvbake.ship.core.create_spec import create_spec, spec_differences
+from kvbake.ship.core.release import Release
+
+START_WAIT_S = 30.0
+
+
+def serve_name(adopted: Release, default: str) -> str:
+    """The adopted serve's own container name (records of an earlier kvbake name none: the launcher's)."""
+    return str(adopted.adopted.get("name") or default)
+
+
+def is_the_adopted(container: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
+    """That very container, or one recreated from its recorded spec (the same create spec, whatever its name)."""
+    if container is None:
+        return False
+    if container.get("Id") == info.get("container_id"):
+        return True
+    spec = info.get("spec")
+    return bool(spec) and not spec_differences(spec, create_spec(container))
+
+
+def find(engine: Engine, adopted: Release, default: str) -> dict[str, Any] | None:
+    """The adopted serve's container now, under its own name or its kept name, or None."""
+    info = adopted.adopted
+    for name in (serve_name(adopted, default), adopted.kept_as, info.get("container_id")):
+        found = engine.container_inspect(str(name)) if name else None
+        if is_the_adopted(found, info):
+            return found
+    return None
+
+
+def set_aside(engine: Engine, node: str, adopted: Release, default: str) -> None:
+    """Stop the adopted serve and keep it under its kept name, never restarted at boot; nothing to do when it is gone
+    or already set aside."""
+    found = find(engine, adopted, default)
+    if found is None:
+        return
+    container_id = str(found["Id"])
+    if not (found.get("HostConfig") or {}).get("AutoRemove"):
+        engine.set_restart_policy(container_id, "no")
+    if (found.get("State") or {}).get("Running"):
+        engine.stop(container_id)
+    if engine.container_inspect(container_id) is not None and str(found.get("Name", "")).lstrip("/") != adopted.kept_as:
+        if not engine.rename_container(container_id, str(adopted.kept_as)):
+            raise RolloutError(f"node {node}: the adopted serve could not be kept as {adopted.kept_as} (the name is taken)",
+                               f"remove or rename the container {adopted.kept_as} on that node, then retry")
+
+
+def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake_container: str) -> None:
+    """Replace kvbake's serving container by the adopted serve, exactly as it ran."""
+    info, name = adopted.adopted, serve_name(adopted, default)
+    found = find(engine, adopted, default)
+    if found is not None and (found.get("State") or {}).get("Running") and str(found.get("Name", "")).lstrip("/") == name:
+        return
+    if found is None and not info.get("spec"):
+        raise RolloutError(f"node {node}: the adopted serving container {adopted.kept_as} is gone and an earlier kvbake recorded no "
+                           "create spec to recreate it", "deploy a kvbake release instead (python build.py deploy --preset NAME)")
+    engine.remove_container(kvbake_container)
+    if found is None:
+        engine.recreate(dict(info["spec"]), name)
+    else:
+        if str(found.get("Name", "")).lstrip("/") != name and not engine.rename_container(str(found["Id"]), name):
+            raise RolloutError(f"node {node}: the adopted serve cannot take its name {name} back (another container holds it)",
+                               f"remove that container {name}, then roll back again")
+        if not (found.get("HostConfig") or {}).get("AutoRemove"):
+            engine.set_restart_policy(name, str(info.get("restart") or "no"))
+    engine.start(name)
+    if info.get("exec"):
+        exec_again(engine, node, name, info["exec"])
+
+
+def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any]) -> None:
+    """Start the adopted serve's vLLM again the way it was started: `docker exec -d` of its command line, with the
+    environment it was given on top of the container's, its working directory and its user."""
+    deadline = time.monotonic() + START_WAIT_S
+    while not ((engine.container_inspect(name) or {}).get("State") or {}).get("Running"):
+        if time.monotonic() > deadline:
+            raise RolloutError(f"node {node}: the adopted container {name} did not start within {START_WAIT_S:g} s",
+                               f"read its log (docker logs {name}) on that node")
+        time.sleep(0.2)
+    engine.exec_detached(name, list(command["argv"]), dict(command.get("env") or {}), command.get("cwd"), command.get("user"))
+
+
+def release_kept(engine: Engine, adopted: Release, default: str) -> bool:
+    """Remove the set-aside adopted container (`adopt --release`); False when there was none. A serving one stays."""
+    found = find(engine, adopted, default)
+    if found is None or (found.get("State") or {}).get("Running"):
+        return False
+    engine.remove_container(str(found["Id"]))
+    return True

@@ -1,0 +1,99 @@
+"""What a serving container runs, read from its processes: the vLLM serves, the serve's shape and how each was started."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from kvbake.engines.core.procfs import Process
+from kvbake.ship.core.python_argv import WITH_ARGUMENT, interpreter_target, is_interpreter
+from kvbake.ship.core.vllm_argv import ServeProcess, parse_serve_process
+
+MAIN = "main"  # vLLM is the container's main process (or a wrapper the container started runs it)
+EXEC = "exec"  # the container runs something else (a Ray node, sleep infinity); vLLM was started by docker exec
+SAFE_PATH_LETTERS = "IP"
+
+
+@dataclass(frozen=True)
+class ServingProcess:
+    """One vLLM serve process: its process, its parsed command line, and the process the container or a `docker exec`
+    started that leads to it (pid 1, or a process whose parent is outside the container)."""
+
+    process: Process
+    serve: ServeProcess
+    root: Process
+
+    @property
+    def execd(self) -> bool:
+        return self.root.pid != 1
+
+
+@dataclass(frozen=True)
+class ServeReading:
+    """Every vLLM serve of a container (children a serve forked are not counted again) and its main process."""
+
+    serving: tuple[ServingProcess, ...]
+    main: Process | None
+
+    @property
+    def shape(self) -> str:
+        return EXEC if any(s.execd for s in self.serving) else MAIN
+
+
+def read_serve(processes: Sequence[Process]) -> ServeReading:
+    """The vLLM serves among a container's processes (IntegrityError for one whose command line cannot be read)."""
+    by_pid = {p.pid: p for p in processes}
+    parsed = {p.pid: serve for p in processes if (serve := parse_serve_process(p.argv)) is not None}
+    serving = tuple(ServingProcess(p, parsed[p.pid], root_of(p, by_pid)) for p in processes
+                    if p.pid in parsed and p.ppid not in parsed)
+    return ServeReading(serving, by_pid.get(1))
+
+
+def root_of(process: Process, by_pid: Mapping[int, Process]) -> Process:
+    """The ancestor the container (pid 1) or a `docker exec` (its parent is outside the container: 0) started."""
+    seen = set()
+    while process.ppid in by_pid and process.pid != 1 and process.pid not in seen:
+        seen.add(process.pid)
+        process = by_pid[process.ppid]
+    return process
+
+
+def first_path_entry(process: Process) -> str:
+    """What Python puts first on sys.path for this command line: the working directory for `-m`, the script's folder
+    for a script; nothing (`-`) with -I, -P or PYTHONSAFEPATH, or for a program that is no interpreter (a console
+    script's shebang runs the interpreter with the script's path)."""
+    argv = list(process.argv)
+    if process.env.get("PYTHONSAFEPATH"):
+        return "-"
+    if not argv or not is_interpreter(posixpath.basename(argv[0])):
+        return posixpath.dirname(argv[0]) if argv and argv[0].startswith("/") else "-"
+    target = interpreter_target(argv)
+    if target is None or safe_path(argv[1:target[0]]):
+        return "-"
+    at, module = target
+    if module is not None:
+        return process.cwd
+    script = argv[at] if at < len(argv) else ""
+    return posixpath.dirname(posixpath.join(process.cwd, script)) or "-"
+
+
+def safe_path(options: Sequence[str]) -> bool:
+    """Whether the interpreter's own options include -I or -P (alone or combined, as in -IS), which add no first entry."""
+    for token in options:
+        if token.startswith("-") and not token.startswith("--"):
+            for letter in token[1:]:
+                if letter in SAFE_PATH_LETTERS:
+                    return True
+                if letter in WITH_ARGUMENT:
+                    break
+    return False
+
+
+def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
+    """How to start this serve again in its container: the `docker exec` command line of its root, with the environment
+    the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user."""
+    own = dict(item.partition("=")[::2] for item in container_env)
+    added = {name: value for name, value in serving.process.env.items() if own.get(name) != value}
+    root = serving.root
+    return {"argv": list(root.argv), "env": added, "cwd": root.cwd, "user": str(root.uid)}
