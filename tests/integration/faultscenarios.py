@@ -77,7 +77,8 @@ def failed_second_deploy(capsys, shipped: dict, rig: dict, tmp_path: Path, faili
 
 
 def node_down_after_phase_one(capsys, shipped: dict, rig: dict, monkeypatch: pytest.MonkeyPatch, down: str) -> None:
-    """A node that dies between phase 1 and the locks: nothing changes on any node."""
+    """A node that dies between phase 1 and the locks: nothing changes on any node. Its engine comes back without the
+    serve (tensor-parallel ranks restart only as a gang: restart policy no); redeploying the release restarts the gang."""
     import kvbake.ship.adapters.rollout as rollout
 
     deploy_control(capsys, shipped, "baseline")
@@ -97,6 +98,8 @@ def node_down_after_phase_one(capsys, shipped: dict, rig: dict, monkeypatch: pyt
         rig[down].start()
     monkeypatch.undo()
     assert without_running_flags(fleet_snapshot(rig, shipped)) == without_running_flags(before)
+    assert not fleet_snapshot(rig, shipped)[down]["serving"][2], "the rebooted rank does not start on its own"
+    deploy_control(capsys, shipped, "restart the gang")
     assert_invariant(capsys, shipped, rig, set())
 
 

@@ -13,10 +13,9 @@ from kvbake.ship.adapters.nodestate import STATE_NAME
 
 from conftest import run
 from faultscenarios import failing_launcher, operator_host
-from shiprig import BAKED, BASE, CONTAINER, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship, ship_with
+from shiprig import BAKED, BASE, CONTAINER, STANDIN_VLLM, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship, ship_with, standin_serve
 
 pytestmark = pytest.mark.docker
-SERVE = ["-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: exit(0))\nwhile True: time.sleep(3600)\n"]
 
 
 def start_bind_mount_serve(rig: dict, overlay_file) -> dict[str, str]:
@@ -25,8 +24,10 @@ def start_bind_mount_serve(rig: dict, overlay_file) -> dict[str, str]:
     ids = {}
     for key in ("a", "b"):
         client = rig[key].client()
-        container = client.run(BASE, SERVE, entrypoint="python3", name=CONTAINER, detach=True, networks=["none"],
-                               envs={"VLLM_DSV41_KV_PAIR": "3"}, volumes=[(str(overlay_file), BAKED, "ro")], restart="unless-stopped")
+        command = standin_serve()
+        container = client.run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["none"],
+                               envs={"VLLM_DSV41_KV_PAIR": "3"}, volumes=[(str(overlay_file), BAKED, "ro")], restart="unless-stopped",
+                               mounts=[STANDIN_VLLM])
         ids[key] = container.id
     return ids
 
@@ -63,7 +64,7 @@ def test_adopt_then_deploy_then_rollback_restores_the_bind_mount_serve_exactly(c
     for key in ("a", "b"):
         serving = Engine(rig[key].host).container_inspect(CONTAINER)
         assert serving["Id"] == ids[key] and serving["State"]["Running"]
-        assert [m["Destination"] for m in serving["Mounts"]] == [BAKED]
+        assert sorted(m["Destination"] for m in serving["Mounts"]) == ["/opt/kvbake-standin", BAKED]
         assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
         assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None
     assert ship(capsys, shipped, "verify-running")[0] == 0
@@ -74,7 +75,11 @@ def test_adopt_then_deploy_then_rollback_restores_the_bind_mount_serve_exactly(c
     code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "next")
     assert code == 0, err
     for key in ("a", "b"):
-        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None, "out of the rollback chain: removed"
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted")["Id"] == ids[key], "restorable until released"
+    code, _, err = ship(capsys, shipped, "adopt", "--release")
+    assert code == 0, err
+    for key in ("a", "b"):
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None, "released: removed"
 
 
 def test_a_failed_first_deploy_after_adopt_restores_the_bind_mount_serve(capsys, shipped, rig, bind_mount_serve, tmp_path):
@@ -92,7 +97,7 @@ def test_a_failed_first_deploy_after_adopt_restores_the_bind_mount_serve(capsys,
         engine = Engine(rig[key].host)
         serving = engine.container_inspect(CONTAINER)
         assert serving["Id"] == ids[key] and serving["State"]["Running"], f"spark-{key} runs another container"
-        assert [(m["Type"], m["Destination"]) for m in serving["Mounts"]] == [("bind", BAKED)]
+        assert sorted((m["Type"], m["Destination"]) for m in serving["Mounts"]) == [("bind", "/opt/kvbake-standin"), ("bind", BAKED)]
         assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
         left = sorted(c.name for c in engine.client.container.list(all=True))
         assert left == sorted([CONTAINER, STATE_NAME]), f"spark-{key} keeps {left}"
@@ -112,7 +117,9 @@ def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bin
 def test_adopt_refuses_ranks_that_run_different_serves(capsys, shipped, rig, bind_mount_serve):
     client = rig["b"].client()
     client.container.remove(CONTAINER, force=True)
-    client.run(BASE, SERVE, entrypoint="python3", name=CONTAINER, detach=True, networks=["none"], envs={"VLLM_DSV41_KV_PAIR": "1"})
+    command = standin_serve()
+    client.run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["none"], envs={"VLLM_DSV41_KV_PAIR": "1"},
+               mounts=[STANDIN_VLLM])
     before = fleet_snapshot(rig, shipped)
     code, _, err = ship(capsys, shipped, "adopt")
     assert code == 12 and "adopt: the ranks run different serves" in err and "nothing was changed" in err, err

@@ -27,7 +27,7 @@ from kvbake.engines.adapters.client import Engine
 from tests.doubles.openai_double import OpenAIDouble
 
 from conftest import run
-from shiprig import BAKED, BASE, CONTAINER, PACKING_ENV, STANDIN_LAUNCHER, fleet_snapshot, reset_nodes, serving_env, write_deploy
+from shiprig import BAKED, BASE, CONTAINER, PACKING_ENV, STANDIN_LAUNCHER, STANDIN_VLLM, fleet_snapshot, reset_nodes, serving_env, standin_serve, write_deploy
 
 pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # engine-independent: the default engine is enough
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,12 +113,13 @@ def donor_clone(folder: Path, manifest: Path) -> Path:
 def start_bind_mount_serve(rig: dict, env: dict[str, str], patched: Path) -> dict[str, str]:
     """The serve the seed runs on each node: the base image, a patched file bind-mounted over the source, started by
     hand; here the serve stand-in, so that it answers the readiness probe too. Returns each node's container ID."""
-    source = (ROOT / "scripts" / "standin_serve.py").read_text()
     ids = {}
     for key, role in (("a", "head"), ("b", "worker")):
-        argv = [role, env["STANDIN_API_PORT"], env["STANDIN_RENDEZVOUS_PORT"], "1", "0", "127.0.0.1", f"spark-{key}"]
-        ids[key] = rig[key].client().run(BASE, ["-c", source, *argv], entrypoint="python3", name=CONTAINER, detach=True, networks=["host"],
-                                         volumes=[(str(patched), BAKED, "ro")], restart="unless-stopped").id
+        serve = {"STANDIN_ROLE": role, "STANDIN_API_PORT": env["STANDIN_API_PORT"], "STANDIN_RENDEZVOUS_PORT": env["STANDIN_RENDEZVOUS_PORT"],
+                 "STANDIN_WORKERS": "1", "STANDIN_HEAD": "127.0.0.1", "STANDIN_NODE": f"spark-{key}"}
+        command = standin_serve()
+        ids[key] = rig[key].client().run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["host"],
+                                         envs=serve, volumes=[(str(patched), BAKED, "ro")], mounts=[STANDIN_VLLM], restart="unless-stopped").id
     return ids
 
 
@@ -254,7 +255,7 @@ def after_rollback_to_adopted(w: Walk, out: str) -> None:
     for key in ("a", "b"):
         serving = w.serving(key)
         assert serving["Id"] == w.adopted[key] and serving["State"]["Running"], "the adopted serve is back"
-        assert [m["Destination"] for m in serving["Mounts"]] == [BAKED] and w.kept(key) is None
+        assert sorted(m["Destination"] for m in serving["Mounts"]) == ["/opt/kvbake-standin", BAKED] and w.kept(key) is None
 
 
 def after_packing(w: Walk, out: str) -> None:

@@ -15,7 +15,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import LockClaim, broken_name, claim_from_labels, is_stale, node_epoch, renewal_bytes, renewed_at
 
-from fake_fleet import CONTROL, OTHER, PACKING, World, deploy, make_world
+from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, make_world
 
 STALE = 60.0
 
@@ -297,3 +297,26 @@ def test_a_revert_walks_back_only_the_nodes_the_journal_says_were_touched(world)
             deploy(world, OTHER)
     assert world.launches == [], "no node had been restarted, so none is restarted to walk back"
     assert world.snapshot()["nodes"]["a"]["records"] == (CONTROL.id, None)
+
+
+def test_a_revert_restarts_the_whole_gang_when_one_rank_is_down(world):
+    """b's serve died (its node rebooted; ranks restart only as a gang) while a deploy failed before any restart: the
+    revert restarts every rank, not only b, so that b can join its peer."""
+    deploy(world, CONTROL)
+    world.launches.clear()
+    original = transitions.retag
+    failed = []
+
+    def b_dies_then_retag_fails(fleet, name, current, previous):
+        if name == "b" and not failed:
+            failed.append(name)
+            world.engines["b"].stop(CONTAINER)
+            raise RolloutError("node b: retag failed", "retry")
+        original(fleet, name, current, previous)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transitions, "retag", b_dies_then_retag_fails)
+        with pytest.raises(RolloutError, match="retag failed"):
+            deploy(world, OTHER)
+    assert world.launches == ["a:control", "b:control"]
+    assert all(engine.containers[CONTAINER]["State"]["Running"] for engine in world.engines.values())

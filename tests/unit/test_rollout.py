@@ -400,8 +400,8 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ("no serve on b", r"^adopt: b \(no running container serve\) runs no serve; fix: adopt records a running serve"),
-    ("no serve anywhere", r"^adopt: a \(no running container serve\); b \(no running container serve\) runs no serve; fix: adopt records"),
+    ("no serve on b", r"^adopt: b runs no serve \(no running container serve\); fix: adopt records a running serve"),
+    ("no serve anywhere", r"^adopt: a, b run no serve \(no running container serve\); fix: adopt records a running serve"),
     ("no vllm on b", r"^adopt: no vLLM serve runs in b \(serve: its main process is sleep infinity\); fix: start vLLM in it"),
     ("another length on b", r"^adopt: the ranks run different serves \(a: .* max-model-len 4096; b: .* max-model-len 8192\)"),
     ("another switch on b", r"^adopt: the ranks run different serves"),

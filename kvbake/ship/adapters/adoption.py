@@ -50,11 +50,13 @@ def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundSer
         name = serve_name(fleet, node, override)
         container = engine.container_inspect(name)
         if not (container and (container.get("State") or {}).get("Running")):
-            missing.append(f"{node} (no running container {name})")
+            missing.append((node, name))
             continue
         found[node] = FoundServe(node, container, read_rank(engine, container))
     if missing:
-        raise RolloutError(f"adopt: {'; '.join(missing)} runs no serve", "adopt records a running serve: start it there first, name its "
+        nodes, names = ", ".join(node for node, _ in missing), ", ".join(sorted({name for _, name in missing}))
+        raise RolloutError(f"adopt: {nodes} {'runs' if len(missing) == 1 else 'run'} no serve (no running container {names})",
+                           "adopt records a running serve: start it there first, name its "
                            "container with --container or the node's container: in the deployment file, or deploy a release instead; "
                            "nothing was changed")
     idle = [f"{s.node} ({str(s.container.get('Name', '')).lstrip('/')}: its main process is {' '.join(s.serve.reading.main.argv)[:60] if s.serve.reading.main else 'gone'})"

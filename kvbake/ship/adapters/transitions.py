@@ -320,11 +320,32 @@ def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable
     settle(fleet, journal, folder, "done")
 
 
+def serve_down(fleet: Fleet, name: str, release: Release | None) -> bool:
+    """Whether a node that should serve `release` has no running serving container for it."""
+    if release is None:
+        return False
+    container, _ = fleet.observe(name, release)
+    return not (container and (container.get("State") or {}).get("Running"))
+
+
+def gang_scope(fleet: Fleet, journal: Journal, scope: Scope) -> Scope:
+    """The scope with every rank restarting when one must: a rank restarted alone can never rejoin its peers."""
+    if journal.kind == "adopt":
+        return scope
+    down = {plan.node for plan in journal.nodes if serve_down(fleet, plan.node, release_of(plan.before_records, "current"))}
+    if scope.restarted or down:
+        return Scope(scope.retagged, frozenset(plan.node for plan in journal.nodes))
+    return scope
+
+
 def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | None = None, guard: Callable[[], None] = no_guard) -> None:
     """Walk back what the journal says may have run (every node, for the copy the nodes keep), verify those ranks, then
-    settle; if that fails, mark the deployment diverged here and on every node it can reach."""
+    settle; if that fails, mark the deployment diverged here and on every node it can reach. Tensor-parallel ranks
+    restart as a gang: when any rank must restart (its restart was journalled, or its serve is down, say after its node
+    rebooted), every rank restarts."""
     scope = undo_scope(journal)
     try:
+        scope = gang_scope(fleet, journal, scope)
         journal = apply_side(fleet, journal.with_phase("reverting"), folder, "before", guard, scope)
         touched = scope.retagged | scope.restarted
         failures = verify_ranks(fleet, {p.node: release_of(p.before_records, "current") for p in journal.nodes if p.node in touched})

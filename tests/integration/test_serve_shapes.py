@@ -1,0 +1,120 @@
+"""Every serve shape the field runs, on two real node engines: adopt it, deploy control, roll back to it, deploy control
+and packing, roll back to control, `rollback --to adopted`; and a first deploy that fails brings it back. Every step is
+asserted on the whole node state: each container by name, what its vLLM serve runs process by process, tags, records."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvbake.engines.adapters.client import Engine
+
+from faultscenarios import failing_launcher, operator_host
+from serveshapes import NODES, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
+from shiprig import CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, ship_with
+
+pytestmark = pytest.mark.docker
+
+
+def wait_for_serves(rig: dict, names: dict[str, str]) -> None:
+    """An exec'd vLLM takes a moment to appear; a serve that never does fails the test."""
+    deadline = time.monotonic() + 20
+    while not all(serves(Engine(rig[key].host), names[key]) for key in NODES):
+        assert time.monotonic() < deadline, {key: serves(Engine(rig[key].host), names[key]) for key in NODES}
+        time.sleep(0.2)
+
+
+@pytest.fixture()
+def shape_rig(rig, shipped):
+    reset_nodes(rig, shipped["repository"])
+    yield
+    clear_nodes(rig, tuple({name for _, names in SHAPES.values() for name in names.values()}))
+    reset_nodes(rig, shipped["repository"])
+
+
+class Walk:
+    """One shape on the rig: the commands an operator runs and the whole state of both nodes after each."""
+
+    def __init__(self, capsys, shipped: dict, rig: dict, tmp_path, shape: str, launcher=None) -> None:
+        self.capsys, self.shipped, self.rig = capsys, shipped, rig
+        self.names = SHAPES[shape][1]
+        host = operator_host(tmp_path, rig, "ops", launcher) if launcher else operator_host(tmp_path, rig, "ops")
+        self.deploy_file = with_node_containers(host, self.names)
+        self.ids = start_shape(rig, shape)
+        wait_for_serves(rig, self.names)
+        self.original = self.state()
+
+    def run(self, *argv: str) -> str:
+        code, out, err = ship_with(self.capsys, self.shipped, self.deploy_file, *argv)
+        assert code == 0, f"{argv}: {err}"
+        return out
+
+    def deploy(self, preset: str) -> str:
+        return self.run("deploy", "--preset", preset, "--image", self.shipped["digest"], "--reason", preset)
+
+    def state(self) -> dict:
+        names = tuple(sorted({*self.names.values(), CONTAINER}))
+        return {key: whole_node(self.rig, key, self.shipped["repository"], names) for key in NODES}
+
+    def adopted_serves(self, state: dict) -> dict:
+        return {key: state[key]["serves"][self.names[key]] for key in NODES}
+
+    def kvbake_serves(self, state: dict) -> set:
+        return {tuple(sorted({e for p in state[key]["serves"][CONTAINER] for e in p[1]})) for key in NODES}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, shipped, rig, tmp_path, shape_rig, shape):
+    walk = Walk(capsys, shipped, rig, tmp_path, shape)
+    original = walk.original
+    assert all(walk.adopted_serves(original).values()), "each node serves in this shape"
+    walk.run("adopt", "--reason", shape)
+    adopted = walk.state()
+    adopted_id = adopted["a"]["records"][0]
+    for key in NODES:
+        assert adopted[key]["records"] == (adopted_id, None, adopted_id) and adopted[key]["containers"] == original[key]["containers"]
+        assert adopted[key]["serves"] == original[key]["serves"]
+    walk.run("verify-running")
+    walk.deploy("control")
+    control = walk.state()
+    removed = shape == "--rm wrapper"
+    for key in NODES:
+        name = walk.names[key]
+        assert control[key]["serves"][name] is None and control[key]["serves"][CONTAINER]
+        kept = control[key]["containers"].get(f"{name}-kvbake-adopted")
+        assert kept is None if removed else kept == (False, "no"), "set aside, never started at boot"
+        assert f"--max-model-len {CONTROL_LENGTH}" in " ".join(control[key]["serves"][CONTAINER][0][0])
+    assert walk.kvbake_serves(control) == {()}
+    walk.run("rollback")
+    back = walk.state()
+    assert walk.adopted_serves(back) == walk.adopted_serves(original)
+    for key in NODES:
+        assert CONTAINER not in back[key]["containers"] and back[key]["records"] == (adopted_id, control[key]["records"][0], adopted_id)
+        assert back[key]["containers"][walk.names[key]] == original[key]["containers"][walk.names[key]], "its restart policy is back"
+    walk.deploy("control")
+    walk.deploy("packing-327680")
+    assert walk.kvbake_serves(walk.state()) == {tuple(sorted(tuple(e.split("=", 1)) for e in PACKING_ENV))}
+    walk.run("rollback")
+    assert walk.kvbake_serves(walk.state()) == {()}
+    walk.run("rollback", "--to", "adopted")
+    final = walk.state()
+    assert walk.adopted_serves(final) == walk.adopted_serves(original)
+    assert all(CONTAINER not in final[key]["containers"] and final[key]["records"][0] == adopted_id for key in NODES)
+    walk.run("verify-running")
+
+
+@pytest.mark.parametrize("shape", ["eugr cluster", "--rm wrapper"])
+def test_a_failed_first_deploy_brings_back_the_adopted_serve_in_its_shape(capsys, shipped, rig, tmp_path, shape_rig, shape):
+    walk = Walk(capsys, shipped, rig, tmp_path, shape, failing_launcher(tmp_path, "spark-b", when_switches=False))
+    walk.run("adopt", "--reason", shape)
+    adopted = walk.state()
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "deploy", "--preset", "control", "--image", shipped["digest"],
+                             "--reason", "fails on spark-b")
+    assert code == 12 and "launcher on spark-b exited 1 (launcher: GPU busy)" in err, err
+    after = walk.state()
+    assert walk.adopted_serves(after) == walk.adopted_serves(walk.original)
+    for key in NODES:
+        assert after[key]["records"] == adopted[key]["records"] and CONTAINER not in after[key]["containers"]
+        assert after[key]["containers"][walk.names[key]] == walk.original[key]["containers"][walk.names[key]]
+    walk.run("verify-running")
