@@ -261,12 +261,20 @@ def after_rollback_to_adopted(w: Walk, out: str) -> None:
 def after_packing(w: Walk, out: str) -> None:
     assert w.releases() == (["packing-327680"] * 2, ["control"] * 2)
     assert serving_env(w.rig["a"]) == serving_env(w.rig["b"]) == PACKING_ENV
-    assert w.kept("a") is None and w.kept("b") is None, "the adopted serve left the rollback chain"
+    for key in ("a", "b"):
+        kept = w.kept(key)
+        assert kept["Id"] == w.adopted[key] and not kept["State"]["Running"], "the adopted serve stays restorable"
 
 
 def after_rollback_to_control(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
     assert serving_env(w.rig["a"]) == serving_env(w.rig["b"]) == set()
+
+
+def after_release(w: Walk, out: str) -> None:
+    assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
+    assert w.kept("a") is None and w.kept("b") is None, "adopt --release removed the kept serve"
+    assert all(w.serving(key)["State"]["Running"] for key in ("a", "b")), "the serve is untouched"
 
 
 STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
@@ -284,6 +292,7 @@ STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
     ("deploy packing-327680", after_packing),
     ("validate packing-327680", validated("packing-327680")),
     ("rollback", after_rollback_to_control),
+    ("adopt", after_release),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,10 +137,23 @@ class ContainerOps:
             raise self._fail(f"start {container}", err) from None
 
     def stop(self, container: str, timeout_s: int = 30) -> None:
+        """Stop a container; one started with --rm is then removed by the engine in the background, so wait until it
+        is gone: a caller that inspects or renames it next would otherwise race that removal."""
+        auto_remove = bool(((self.container_inspect(container) or {}).get("HostConfig") or {}).get("AutoRemove"))
         try:
             self.client.container.stop(container, time=timeout_s)
         except DockerException as err:
             raise self._fail(f"stop {container}", err) from None
+        if auto_remove:
+            self._wait_removed(container, timeout_s)
+
+    def _wait_removed(self, container: str, timeout_s: int) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.container_inspect(container) is not None:
+            if time.monotonic() > deadline:
+                raise EngineError(f"{self.label}: {container} was stopped but the engine did not remove it (--rm) within "
+                                  f"{timeout_s}s", "check the node's engine (docker events), then retry")
+            time.sleep(0.1)
 
     def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None) -> None:
         """`docker exec -d` of a command line with its environment additions, working directory and user."""

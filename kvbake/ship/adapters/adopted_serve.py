@@ -55,7 +55,7 @@ def set_aside(engine: Engine, node: str, adopted: Release, default: str) -> None
     if (found.get("State") or {}).get("Running"):
         engine.stop(container_id)
     if engine.container_inspect(container_id) is not None and str(found.get("Name", "")).lstrip("/") != adopted.kept_as:
-        if not engine.rename_container(container_id, str(adopted.kept_as)):
+        if not engine.rename_container(container_id, str(adopted.kept_as)) and engine.container_inspect(container_id) is not None:
             raise RolloutError(f"node {node}: the adopted serve could not be kept as {adopted.kept_as} (the name is taken)",
                                f"remove or rename the container {adopted.kept_as} on that node, then retry")
 
