@@ -34,6 +34,7 @@ COMMANDS_HELP = """commands:
   verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
   dockerfile        render Dockerfile.overlay next to the manifest
   push              push the built image to the registry and read it back
+  init              read the serve every node runs and write manifest.yaml and deploy.yaml describing it (no node changes)
   base sync         put the locked base in the registry once and on every node of --deploy (by digest)
   adopt             record the serve every node of --deploy runs now (kvbake did not deploy it) as the current release
   deploy            roll the release out to every node of --deploy (two phases; reverted on failure)
@@ -48,7 +49,7 @@ COMMANDS_HELP = """commands:
 
 # Which stage's commands module runs each command (its function is `cmd_<command>`, dashes as underscores).
 COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "bake", "dockerfile": "bake",
-                  "push": "ship", "base": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
+                  "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
                   "verify-running": "ship", "status": "ship",
                   "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate"}
 BEFORE = "before_command_"
@@ -126,6 +127,18 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     recovery.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
+    init = sub.add_parser("init", parents=[common], help="write manifest.yaml and deploy.yaml from the serve the nodes run; change nothing there")
+    init.add_argument("--node", action="append", default=[], required=True, metavar="NAME=HOST",
+                      help="a serving node and its docker host (ssh://ops@spark-a, unix://…); repeat for every node")
+    init.add_argument("--container", action="append", default=[], metavar="[NODE=]NAME",
+                      help="the serving container (on NODE only, or on every node); default: found by the vLLM process it runs")
+    init.add_argument("--out", type=Path, default=Path("."), metavar="DIR", help="the project folder to write (default: .)")
+    init.add_argument("--template", type=Path, default=None, metavar="PATH",
+                      help="the manifest whose chain, switches and presets to start from (default: the packaged production manifest)")
+    init.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (output.repository's host)")
+    init.add_argument("--donor-url", default=None, metavar="URL", help="the donor repository of the patch chain")
+    init.add_argument("--donor-revision", default=None, metavar="REV", help="the reviewed donor commit (40 hex digits)")
+    init.add_argument("--force", action="store_true", help="overwrite manifest.yaml and deploy.yaml in --out")
     base = sub.add_parser("base", parents=[common, ship], help="put the locked base in the private registry and on every node")
     base.add_argument("action", choices=("sync",), help="sync: push the base if the registry lacks it, then pull it by digest on every node")
     base.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")

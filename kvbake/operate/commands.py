@@ -57,7 +57,7 @@ def cmd_config(args: argparse.Namespace) -> Result:
             lines.append(f"{shown}: {', '.join(names)} match the manifest and lock")
         if args.deploy is not None:
             checked["nodes"] = _check_what_runs(manifest, args.deploy)
-            lines.append(f"what runs on {', '.join(checked['nodes'])} matches the manifest's runtime settings")
+            lines.append("what runs matches the manifest: " + ", ".join(f"{node} serves preset {preset}" for node, preset in checked["nodes"].items()))
         return checked, "\n".join(lines)
     if args.all == bool(args.preset):
         raise UsageError("config needs exactly one of PRESET, --all or --check", f"see {args.prog} config --help")
@@ -74,25 +74,58 @@ def cmd_config(args: argparse.Namespace) -> Result:
     return {"out": shown, "presets": [c.preset for c in configs], "lock_sha256": provenance.lock_sha256}, "\n".join(lines)
 
 
-def _check_what_runs(manifest: Manifest, deploy_file: Path) -> list[str]:
-    """Every node's recorded release and serving switch set against the manifest's presets now."""
-    from kvbake.bake.core.provenance import switch_names
+def _check_what_runs(manifest: Manifest, deploy_file: Path) -> dict[str, str]:
+    """Every node's serve, process by process, against the manifest's presets: a kvbake release must still be its preset
+    as the manifest states it, and what runs must equal that preset; a serve kvbake did not deploy (before or after
+    adopt) must equal one of the presets, which proves that preset (control, after init) is today's serve."""
     from kvbake.deployfile import load_deployment
     from kvbake.operate.core import runtime_config as rc
     from kvbake.ship.adapters.fleet import connect
     from kvbake.ship.adapters.nodestate import NodeState
-    from kvbake.ship.core.running import switch_env
 
     deployment = load_deployment(deploy_file)
-    problems = []
-    for name, engine in connect(deployment).items():
-        release = NodeState(name, engine).read().current
-        container = engine.container_inspect(deployment.launcher.container)
-        running = switch_env(container["Config"]["Env"], switch_names(manifest)) if container else None
-        problems += rc.runtime_drift(manifest, name, release, running)
+    engines = connect(deployment)
+    problems, served = [], {}
+    for node in deployment.nodes:
+        engine = engines[node.name]
+        release = NodeState(node.name, engine).read().current
+        deployed = release if release is not None and release.adopted is None else None
+        if deployed is not None:
+            problems += rc.runtime_drift(manifest, node.name, deployed, None)
+        name = deployment.launcher.container if deployed is not None else (node.container or deployment.launcher.container)
+        preset, found = _serve_against_presets(manifest, engine, node.name, name, deployed.preset if deployed else None)
+        problems += found
+        if preset:
+            served[node.name] = preset
     if problems:
         raise rc.running_drift_error(problems)
-    return [n.name for n in deployment.nodes]
+    return served
+
+
+def _serve_against_presets(manifest: Manifest, engine, node: str, name: str, wanted: str | None) -> tuple[str | None, list[str]]:
+    """(the preset every vLLM serve of the container equals, the differences): `wanted` when kvbake deployed it,
+    else any preset (control first)."""
+    from kvbake.bake.core.provenance import switch_names
+    from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
+    from kvbake.ship.adapters.serve_reader import read_rank
+    from kvbake.ship.core.process_checks import switch_set
+
+    container = engine.container_inspect(name)
+    if not (container and (container.get("State") or {}).get("Running")):
+        return None, [f"{node} runs no container {name}"]
+    preset, problems = None, []
+    for serving in read_rank(engine, container).reading.serving:
+        args, switches = serving.serve.args, switch_set(serving.process.env, switch_names(manifest))
+        matches = presets_served(args, switches, manifest.presets)
+        if (wanted in matches) if wanted else matches:
+            preset = wanted or matches[0]
+            continue
+        if wanted and wanted in manifest.presets:
+            shown, differences = wanted, preset_differences(args, switches, manifest.presets[wanted])
+        else:
+            shown, differences = nearest(args, switches, manifest.presets)
+        problems.append(f"{node} pid {serving.process.pid} is not preset {shown}: {'; '.join(differences)}")
+    return (preset if not problems else None), problems
 
 
 def _shown(manifest: Manifest, folder: Path) -> str:

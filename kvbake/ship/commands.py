@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.command_output import Result
@@ -97,6 +98,61 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
     return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
             "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+
+
+def pairs(values: list[str], what: str, bare: bool = False) -> dict[str, str]:
+    """NAME=VALUE options as a mapping; with `bare`, a value without NAME= applies to every node (key "")."""
+    found: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep and bare:
+            name, rest = "", value
+        if (not sep and not bare) or not rest or name in found:
+            raise UsageError(f"init: {what} {value!r} is not NAME=VALUE (or names {name or 'every node'} twice)",
+                             f"give {what} NAME=VALUE once per node, e.g. {what} spark-a=ssh://ops@spark-a")
+        found[name] = rest
+    return found
+
+
+def cmd_init(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.project_init import init_project
+    from kvbake.ship.core.init_documents import InitOptions
+
+    nodes = pairs(args.node, "--node")
+    containers = pairs(args.container, "--container", bare=True)
+    unknown = sorted(set(containers) - set(nodes) - {""})
+    if unknown:
+        raise UsageError(f"init: --container names {', '.join(unknown)}, which no --node gives", "name each container's node as --node gives it")
+    if args.donor_revision and not re.fullmatch(r"[0-9a-f]{40}", args.donor_revision):
+        raise UsageError(f"init: --donor-revision {args.donor_revision!r} is not a full commit id", "give the 40-hex-digit commit")
+    result = init_project(list(nodes.items()), containers, args.out, args.template,
+                          InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or ""), args.force)
+    return init_report(result)
+
+
+def init_report(result) -> Result:
+    d = result.described
+    lines = [f"{n.node}: {n.name} ({'vLLM started by docker exec' if n.serving and n.serving.execd else 'vLLM as its main process' if n.serving else 'a Ray node, no vLLM'}), "
+             f"image {n.image_id[:19]}" for n in result.nodes]
+    lines.append(f"base: {d.base.image} ({'registry digest' if d.base.by_digest else 'no registry digest: lock pins its config digest'})")
+    lines.append(f"control: max-model-len {d.max_model_len}, arguments: {' '.join(d.launcher_args) or '(none)'}")
+    if d.switches:
+        shown = ",".join(f"{k}={v}" for k, v in sorted(d.switches.items()))
+        lines.append(f"switches set in the serve: {shown}: " + (f"preset {result.implied}" if result.implied else "no preset has this switch set"))
+    for node, changed in d.changes.items():
+        lines.append(f"{node}: its writable layer changes {len(changed)} file(s) under the source root ({', '.join(changed[:3])}): the baked chain must include them")
+    if d.overrides:
+        lines.append(f"code overrides in the serve's environment (not carried): {', '.join(sorted(d.overrides))}")
+    if d.mounts.overlay:
+        lines.append(f"files mounted over the source root (the baked chain replaces them): {', '.join(d.mounts.overlay)}")
+    lines.append(f"wrote {', '.join(str(p) for p in result.written)}")
+    lines += [f"to fill: {p.where}: {p.fix}" for p in result.left]
+    lines.append("next: python build.py config --check --deploy deploy.yaml (proves control is the serve that runs)")
+    data = {"written": [str(p) for p in result.written], "base": d.base.image, "control": {"max_model_len": d.max_model_len,
+            "launcher_args": list(d.launcher_args)}, "switches": dict(d.switches), "implied_preset": result.implied,
+            "containers": {n.node: n.name for n in result.nodes}, "placeholders": [p.where for p in result.left],
+            "changes": {k: list(v) for k, v in d.changes.items()}}
+    return data, "\n".join(lines)
 
 
 def cmd_adopt(args: argparse.Namespace) -> Result:

@@ -4,15 +4,17 @@ asserted on the whole node state: each container by name, what its vLLM serve ru
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+import yaml
 
 from kvbake.engines.adapters.client import Engine
 
 from faultscenarios import failing_launcher, operator_host
-from serveshapes import NODES, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
-from shiprig import CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, ship_with
+from serveshapes import NODES, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
+from shiprig import CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = pytest.mark.docker
 
@@ -50,6 +52,19 @@ class Walk:
         assert code == 0, f"{argv}: {err}"
         return out
 
+    def init(self, folder) -> dict:
+        """`init` against both nodes, the containers found by their processes; then `config --check` against what runs."""
+        nodes = [f"--node={NODES[key]}={self.rig[key].host}" for key in NODES]
+        code, out, err = run(self.capsys, "init", *nodes, "--template", str(self.shipped["manifest"]), "--out", str(folder),
+                             "--registry", "127.0.0.1:5000", "--json")
+        assert code == 0, err
+        written = json.loads(out)
+        code, out, err = run(self.capsys, "config", "--check", "--manifest", str(folder / "manifest.yaml"),
+                             "--deploy", str(folder / "deploy.yaml"), "--json")
+        assert code == 0, err
+        return {"init": written, "check": json.loads(out), "manifest": yaml.safe_load((folder / "manifest.yaml").read_text()),
+                "deploy": yaml.safe_load((folder / "deploy.yaml").read_text())}
+
     def deploy(self, preset: str) -> str:
         return self.run("deploy", "--preset", preset, "--image", self.shipped["digest"], "--reason", preset)
 
@@ -69,6 +84,14 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     walk = Walk(capsys, shipped, rig, tmp_path, shape)
     original = walk.original
     assert all(walk.adopted_serves(original).values()), "each node serves in this shape"
+    described = walk.init(tmp_path / "project")
+    assert walk.state() == original, "init changes nothing on the nodes"
+    assert described["check"]["nodes"] == {"spark-a": "control", "spark-b": "control"}
+    control = described["manifest"]["presets"]["control"]
+    assert (control["max_model_len"], control["launcher_args"]) == (CONTROL_LENGTH, list(SERVED))
+    assert {n["name"]: n["container"] for n in described["deploy"]["nodes"]} == {NODES[k]: walk.names[k] for k in NODES}
+    assert [n["role"] for n in described["deploy"]["nodes"]] == ["head", "worker"]
+    assert described["init"]["switches"] == {} and described["init"]["changes"] == {}
     walk.run("adopt", "--reason", shape)
     adopted = walk.state()
     adopted_id = adopted["a"]["records"][0]

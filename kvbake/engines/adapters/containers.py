@@ -68,6 +68,13 @@ class ContainerOps:
 
         return json.loads(raw)[0]
 
+    def running_containers(self) -> list[str]:
+        """The names of the engine's running containers."""
+        try:
+            return sorted(str(container.name) for container in self.client.container.list())
+        except DockerException as err:
+            raise self._fail("list containers", err) from None
+
     def container_log_tail(self, name: str, lines: int = 3) -> str:
         """The last lines a container wrote (stdout and stderr), or "" when there are none."""
         try:

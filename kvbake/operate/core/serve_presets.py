@@ -1,0 +1,37 @@
+"""Pure: which of the manifest's presets a running vLLM serve equals (switch set, length and the preset's arguments)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from kvbake.manifest import Preset
+from kvbake.ship.core.serve_description import LENGTH_OPTION, shared_args
+from kvbake.ship.core.vllm_argv import ServeArgs, parse_serve_args
+
+
+def preset_differences(args: ServeArgs, switches: Mapping[str, str], preset: Preset) -> list[str]:
+    """How a serve differs from a preset as kvbake would start it; empty when it is that preset."""
+    differences = []
+    if dict(switches) != dict(preset.switches):
+        differences.append(f"switches {dict(switches) or '{}'} (the preset: {dict(preset.switches) or '{}'})")
+    if args.value(LENGTH_OPTION) != str(preset.max_model_len):
+        differences.append(f"--max-model-len {args.value(LENGTH_OPTION)} (the preset: {preset.max_model_len})")
+    served = sorted(shared_args(args).entries)
+    stated = sorted(shared_args(parse_serve_args(["model", *preset.launcher_args])).entries)
+    for name, values in sorted(set(served) ^ set(stated)):
+        where = "the serve" if (name, values) in served else "the preset"
+        differences.append(f"{name} {' '.join(values)} only in {where}".rstrip())
+    return differences
+
+
+def presets_served(args: ServeArgs, switches: Mapping[str, str], presets: Mapping[str, Preset]) -> list[str]:
+    """The presets the serve equals, in the manifest's order."""
+    return [name for name, preset in presets.items() if not preset_differences(args, switches, preset)]
+
+
+def nearest(args: ServeArgs, switches: Mapping[str, str], presets: Mapping[str, Preset], first: Sequence[str] = ("control",)) -> tuple[str, list[str]]:
+    """The preset with the fewest differences (control first among equals) and those differences."""
+    order = [name for name in first if name in presets] + [name for name in presets if name not in first]
+    scored = [(len(preset_differences(args, switches, presets[name])), name) for name in order]
+    best = min(scored, key=lambda pair: pair[0])[1]
+    return best, preset_differences(args, switches, presets[best])

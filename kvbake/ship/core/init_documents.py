@@ -1,0 +1,133 @@
+"""The manifest and deployment file `init` writes from a serve's description, and the placeholders left to fill."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from kvbake.ship.core.serve_description import NodeServe, ServeDescription
+from kvbake.ship.core.vllm_argv import parse_serve_args
+
+PLACEHOLDER_REGISTRY = "registry.example.internal:5000"
+PLACEHOLDER_REVISION = "0" * 40
+LAUNCHER_COMMAND = ["kvbake-launch-vllm"]
+LAUNCHER_CONTAINER = "vllm-serve"
+DEFAULT_PORT = "8000"
+CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    """What the operator gave init beside the nodes: the registry, the donor's URL and revision."""
+
+    registry: str = ""
+    donor_url: str = ""
+    donor_revision: str = ""
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """A value init could not read from the serve: where it is and the command (or edit) that fills it."""
+
+    where: str
+    fix: str
+
+
+def manifest_document(template: Mapping[str, Any], described: ServeDescription, options: InitOptions) -> dict[str, Any]:
+    """The template (chain, switches, presets) with the serve's base, control's length and every preset's arguments."""
+    document = copy.deepcopy(dict(template))
+    document["base"] = {**document["base"], "image": described.base.image}
+    donor = dict(document.get("donor") or {})
+    donor.update({key: value for key, value in (("url", options.donor_url), ("revision", options.donor_revision)) if value})
+    document["donor"] = donor
+    for name, preset in document["presets"].items():
+        preset["launcher_args"] = list(described.launcher_args)
+        if name == CONTROL:
+            preset["max_model_len"] = described.max_model_len
+            preset["note"] = "the serve the nodes ran when init read them: its arguments, no switch set"
+    if described.drafter is not None:
+        document["drafter"] = {"max_positions": described.drafter.max_positions or described.max_model_len,
+                               "note": "as the serve gave it" if described.drafter.max_positions else
+                               "the length the serve ran with this drafter; raise only after the drafter serves more"}
+    if options.registry:
+        repository = str(document["output"]["repository"]).split("/", 1)
+        document["output"] = {**document["output"], "repository": f"{options.registry}/{repository[-1]}"}
+    return document
+
+
+def serve_port(described: ServeDescription) -> str:
+    """The API port the serve's arguments give, else vLLM's default."""
+    return parse_serve_args(["model", *described.launcher_args]).value("--port") or DEFAULT_PORT
+
+
+def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str]:
+    """The reference launcher's variables that start the same serve: model folder, ports, shape, env, mounts, drafter."""
+    env = {"MODEL_DIR": described.mounts.model_dir or "", "VLLM_PORT": serve_port(described), "SOURCE_ROOT": source_root,
+           "GPUS": "all" if described.gpus else "none", "SHAPE": described.shape}
+    if not parse_serve_args(["model", *described.launcher_args]).given("--served-model-name"):
+        env["SERVED_MODEL_NAME"] = described.model  # vLLM names the model by the path it was given; clients use that name
+    if described.master_port:
+        env["MASTER_PORT"] = described.master_port
+    if described.shm_size:
+        env["SHM_SIZE"] = described.shm_size
+    container_env = dict(described.env)
+    if all("VLLM_HOST_IP" in env for env in described.node_env.values()) and described.node_env:
+        container_env["VLLM_HOST_IP"] = "{node_address}"
+    if container_env:
+        env["CONTAINER_ENV"] = json.dumps(container_env, sort_keys=True)
+    if described.mounts.read_only:
+        env["EXTRA_MOUNTS"] = json.dumps(list(described.mounts.read_only))
+    if described.drafter is not None:
+        env["DRAFTER_ARGS"] = json.dumps([described.drafter.option, "{url}"])
+    return env
+
+
+def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, source_root: str) -> dict[str, Any]:
+    """The deployment file: every node (head first) with its serving container, the reference launcher, readiness."""
+    ordered = sorted(nodes, key=lambda n: n.node != described.head)
+    entries = []
+    for node in ordered:
+        entry: dict[str, Any] = {"name": node.node, "host": node.host, "role": "head" if node.node == described.head else "worker"}
+        if described.addresses.get(node.node):
+            entry["address"] = described.addresses[node.node]
+        entry["container"] = node.name
+        entries.append(entry)
+    head_address = described.addresses.get(described.head) or "127.0.0.1"
+    document: dict[str, Any] = {
+        "format": 1, "nodes": entries,
+        "launcher": {"command": list(LAUNCHER_COMMAND), "container": LAUNCHER_CONTAINER, "timeout_s": 600,
+                     "env": {k: v for k, v in launcher_env(described, source_root).items() if v}},
+        "start": "workers-first" if len(entries) > 1 else "in-order",
+        "readiness": {"url": f"http://{head_address}:{serve_port(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 5},
+    }
+    if described.drafter is not None:
+        document["drafter"] = {"url": described.drafter.url, "max_positions": described.drafter.max_positions or described.max_model_len}
+    return document
+
+
+def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], described: ServeDescription) -> list[Placeholder]:
+    """Every value still to fill, each with the command or edit that fills it."""
+    found = []
+    if str(manifest["output"]["repository"]).startswith(PLACEHOLDER_REGISTRY):
+        found.append(Placeholder("manifest.yaml output.repository", "run init again with --registry HOST:PORT (your private registry)"))
+    if str((manifest.get("donor") or {}).get("revision")) == PLACEHOLDER_REVISION:
+        found.append(Placeholder("manifest.yaml donor.revision",
+                                 "run init again with --donor-revision REV (the reviewed donor commit), then lock --donor CHECKOUT"))
+    if not described.mounts.model_dir:
+        found.append(Placeholder("deploy.yaml launcher.env.MODEL_DIR",
+                                 "the serve's model is not in a bind-mounted folder: set MODEL_DIR to the model folder on the nodes"))
+    per_node = sorted({name for node, env in described.node_env.items() for name in env} - {"VLLM_HOST_IP"})
+    if per_node:
+        found.append(Placeholder(f"the per-node environment ({', '.join(per_node)})",
+                                 "the ranks set these to different values: give each node its own values in deploy.yaml"))
+    missing = [node["name"] for node in deploy["nodes"] if "address" not in node]
+    if missing and len(deploy["nodes"]) > 1:
+        found.append(Placeholder(f"deploy.yaml nodes[].address of {', '.join(missing)}",
+                                 "set each node's address (how the other ranks reach it; the serve named none)"))
+    if not described.base.by_digest:
+        found.append(Placeholder("manifest.yaml base.image (no registry digest)",
+                                 "the nodes' image came from no registry: lock pins its config digest; `base sync` puts it into "
+                                 "the private registry"))
+    return found

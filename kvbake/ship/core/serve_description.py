@@ -1,0 +1,275 @@
+"""What `init` reads from the serve the nodes run, as plain data: its base, control's arguments, switches, env and mounts."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kvbake.errors import IntegrityError, RolloutError
+from kvbake.ship.core.running import CODE_OVERRIDES
+from kvbake.ship.core.serve_reading import ServingProcess
+from kvbake.ship.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
+
+LENGTH_OPTION = "--max-model-len"
+# Set by the engine or a shell in every process; never part of how the operator configured the serve.
+RUNTIME_SET_ENV = ("HOSTNAME", "HOME", "TERM", "SHLVL", "PWD", "OLDPWD", "_", "container")
+URL = re.compile(r"https?://[^\s\"',}]+")
+POSITIONS_KEYS = ("max_positions", "max_model_len", "max_position_embeddings")
+
+
+@dataclass(frozen=True)
+class NodeServe:
+    """One node as init finds it: the serving container's inspect data, its vLLM serve (None on a Ray worker that runs
+    none), its image's inspect data, and the files its writable layer changed under the source root."""
+
+    node: str
+    host: str
+    container: Mapping[str, Any]
+    serving: ServingProcess | None
+    image: Mapping[str, Any]
+    changes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return str(self.container.get("Name", "")).lstrip("/")
+
+    @property
+    def image_id(self) -> str:
+        return str(self.container.get("Image", ""))
+
+    @property
+    def headless(self) -> bool:
+        return self.serving is not None and self.serving.serve.args.given("--headless")
+
+
+@dataclass(frozen=True)
+class BasePin:
+    """The base the nodes run: the reference the manifest pins, the image ID, and whether a registry digest pins it."""
+
+    image: str
+    image_id: str
+    by_digest: bool
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """The serve's mounts by what kvbake does with them: the model folder, read-only extras, writable caches, and the
+    files mounted over the source root (the bind-mount overlay the baked chain replaces)."""
+
+    model_dir: str = ""
+    model_target: str = ""
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    overlay: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """The remote drafter a serve names: the option that carries its URL, the URL, and the positions it is given."""
+
+    option: str
+    url: str
+    max_positions: int | None
+
+
+@dataclass(frozen=True)
+class ServeDescription:
+    """Everything init writes: the base, control's length and arguments, the switch set found, the serve's own
+    environment, mounts, ports, node addresses, the drafter, and what kvbake cannot carry (reported)."""
+
+    base: BasePin
+    head: str
+    max_model_len: int
+    launcher_args: tuple[str, ...]
+    switches: Mapping[str, str]
+    env: Mapping[str, str]
+    mounts: Mounts
+    addresses: Mapping[str, str]
+    master_port: str
+    shape: str
+    model: str = ""
+    drafter: Drafter | None = None
+    gpus: bool = True
+    shm_size: str = ""
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    changes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    node_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+def choose_container(node: str, serving: Sequence[str], cluster: Sequence[str]) -> str:
+    """The one container of a node that runs a vLLM serve, else the one Ray node container (a Ray worker runs no vLLM)."""
+    candidates = list(serving) or list(cluster)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise RolloutError(f"init: no serving container found on {node} (no running container runs a vLLM serve or a Ray node)",
+                           "start the serve there first, or name its container with --container")
+    raise RolloutError(f"init: {node} has {len(candidates)} candidate serving containers ({', '.join(sorted(candidates))})",
+                       f"name the serving one with --container {node}=NAME")
+
+
+def base_pin(nodes: Sequence[NodeServe]) -> BasePin:
+    """The nodes' common image, pinned by a registry digest when the image has one; nodes on different images refuse."""
+    ids = {n.image_id for n in nodes}
+    if len(ids) > 1:
+        shown = "; ".join(f"{n.node} runs {reference_of(n)} ({n.image_id[:19]})" for n in nodes)
+        raise RolloutError(f"init: the nodes run different images: {shown}",
+                           "serve one image on every node (the release of a tensor-parallel pair is one image), then run init again")
+    first = nodes[0]
+    digests = sorted(str(d) for d in first.image.get("RepoDigests") or ())
+    if digests:
+        return BasePin(digests[0], first.image_id, True)
+    return BasePin(reference_of(first), first.image_id, False)
+
+
+def reference_of(node: NodeServe) -> str:
+    """The image reference the container was created from (`Config.Image`), with `:latest` when it names no tag."""
+    reference = str((node.container.get("Config") or {}).get("Image") or node.image_id)
+    if reference.startswith("sha256:") or "@" in reference or ":" in reference.rsplit("/", 1)[-1]:
+        return reference
+    return f"{reference}:latest"
+
+
+def head_of(nodes: Sequence[NodeServe]) -> NodeServe:
+    """The node whose vLLM serve opens the API: the one serve that is not --headless."""
+    heads = [n for n in nodes if n.serving is not None and not n.headless]
+    if len(heads) != 1:
+        named = ", ".join(n.node for n in heads) or "none"
+        raise RolloutError(f"init: exactly one node must run the API serve (a vLLM serve without --headless); found {named}",
+                           "run init while the pair serves: the head's vLLM serve and each worker's headless serve or Ray node")
+    return heads[0]
+
+
+def shared_args(args: ServeArgs) -> ServeArgs:
+    """The arguments every rank shares, less those kvbake's presets and launcher own: per-node options, the model, the length."""
+    return args.split()[1].without((MODEL_OPTION, LENGTH_OPTION))
+
+
+def control_args(head: NodeServe, nodes: Sequence[NodeServe]) -> tuple[int, tuple[str, ...]]:
+    """control's length and launcher arguments: the head's serve, less what the launcher owns; every rank must agree."""
+    args = head.serving.serve.args
+    length = args.value(LENGTH_OPTION)
+    if length is None or not length.isdigit():
+        raise RolloutError(f"init: the serve on {head.node} gives no --max-model-len (vLLM then takes the model's own limit)",
+                           "start the serve with --max-model-len N: every kvbake preset pins its length; then run init again")
+    shared = shared_args(args)
+    for other in nodes:
+        if other.serving is not None and other is not head:
+            theirs = shared_args(other.serving.serve.args)
+            if sorted(theirs.entries) != sorted(shared.entries) or theirs.unknown != shared.unknown:
+                differing = sorted(set(theirs.entries) ^ set(shared.entries))
+                raise RolloutError(f"init: the ranks' serves disagree ({other.node} vs {head.node}: {differing[0][0] if differing else 'an unknown option'})",
+                                   "give every rank the same vLLM arguments (only the per-node ones differ), then run init again")
+            if other.serving.serve.args.value(LENGTH_OPTION) != length:
+                raise RolloutError(f"init: --max-model-len differs between {head.node} and {other.node}",
+                                   "give every rank the same --max-model-len, then run init again")
+    return int(length), tuple(shared.argv())
+
+
+def serve_env(process_env: Mapping[str, str], image_env: Sequence[str], switch_names: Sequence[str]) -> tuple[dict, dict, dict]:
+    """(switches, the serve's own environment, code overrides): what the serving process sees beyond its image's Env."""
+    own = dict(item.partition("=")[::2] for item in image_env)
+    added = {name: value for name, value in process_env.items() if own.get(name) != value and name not in RUNTIME_SET_ENV}
+    switches = {name: value for name, value in added.items() if name in switch_names}
+    overrides = {name: value for name, value in added.items() if name in CODE_OVERRIDES}
+    env = {name: value for name, value in added.items() if name not in switches and name not in overrides}
+    return switches, env, overrides
+
+
+def classify_mounts(container: Mapping[str, Any], model: str, source_root: str) -> Mounts:
+    """Sort the container's bind mounts: the one holding the model, files over the source root, read-only and writable."""
+    model_dir = model_target = ""
+    read_only, writable, overlay = [], [], []
+    for mount in container.get("Mounts") or ():
+        source, target = str(mount.get("Source", "")), str(mount.get("Destination", ""))
+        if mount.get("Type") not in ("bind", None):
+            continue
+        if target == source_root or target.startswith(source_root + "/") or source_root.startswith(target + "/"):
+            overlay.append(target)
+        elif model.startswith(target + "/") or model == target:
+            model_dir, model_target = source, target
+        elif mount.get("RW", True):
+            writable.append(f"{source}:{target}")
+        else:
+            read_only.append(f"{source}:{target}")
+    return Mounts(model_dir, model_target, tuple(read_only), tuple(writable), tuple(sorted(overlay)))
+
+
+def find_drafter(args: ServeArgs) -> Drafter | None:
+    """The option whose value names an http(s) URL (a remote drafter), its URL and the positions it gives, if any."""
+    for option, values in args.entries:
+        for value in values:
+            url = URL.search(value)
+            if url:
+                positions = re.search(rf"\"?(?:{'|'.join(POSITIONS_KEYS)})\"?\s*[:=]\s*([0-9]+)", value)
+                return Drafter(option, url.group(0), int(positions.group(1)) if positions else None)
+    return None
+
+
+def addresses_of(nodes: Sequence[NodeServe], head: NodeServe) -> dict[str, str]:
+    """How the ranks reach each other: the head's from any --master-addr, each node's from its VLLM_HOST_IP."""
+    found = {}
+    for node in nodes:
+        if node.serving is None:
+            continue
+        master = node.serving.serve.args.value("--master-addr")
+        if master:
+            found.setdefault(head.node, master)
+        own = node.serving.process.env.get("VLLM_HOST_IP")
+        if own:
+            found[node.node] = own
+    return found
+
+
+def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_root: str) -> ServeDescription:
+    """The whole description of a running pair (RolloutError when it is not one serve kvbake can describe)."""
+    base = base_pin(nodes)
+    head = head_of(nodes)
+    length, launcher_args = control_args(head, nodes)
+    image_env = (head.image.get("Config") or {}).get("Env") or ()
+    switches, _, overrides = serve_env(head.serving.process.env, image_env, switch_names)
+    env, node_env = split_env({n.node: serve_env(n.serving.process.env, image_env, switch_names)[1] for n in nodes if n.serving})
+    mounts = classify_mounts(head.container, head.serving.serve.model, source_root)
+    host_config = head.container.get("HostConfig") or {}
+    return ServeDescription(
+        base=base, head=head.node, max_model_len=length, launcher_args=launcher_args, switches=switches, env=env,
+        mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
+        shape=("exec" if head.serving.execd else "main"), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
+        gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
+        changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env)
+
+
+def split_env(by_node: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(what every serving rank's environment shares, what each rank sets otherwise): VLLM_HOST_IP and the NCCL/GLOO
+    interface names usually differ per node."""
+    values = list(by_node.values())
+    shared = {name: value for name, value in values[0].items() if all(other.get(name) == value for other in values[1:])} if values else {}
+    per_node = {node: {k: v for k, v in env.items() if k not in shared} for node, env in by_node.items()}
+    return shared, {node: env for node, env in per_node.items() if env}
+
+
+def shm_text(size: Any) -> str:
+    """A ShmSize in bytes as docker's `--shm-size` reads it (`16g`), or "" for the engine's default."""
+    if not isinstance(size, int) or size <= 0 or size == 64 * 1024 ** 2:
+        return ""
+    for unit, factor in (("g", 1024 ** 3), ("m", 1024 ** 2), ("k", 1024)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def implied_preset(switches: Mapping[str, str], presets: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The preset whose switch set is exactly the one found, if any."""
+    return next((name for name, preset in presets.items() if dict(preset.get("switches") or {}) == dict(switches)), None)
+
+
+def require_serving(node: str, serving: Sequence[ServingProcess], cluster: bool) -> ServingProcess | None:
+    """The node's one vLLM serve; a Ray worker container runs none; anything else without one is refused."""
+    if serving:
+        return serving[0]
+    if cluster:
+        return None
+    raise IntegrityError(f"init: the serving container on {node} runs no vLLM serve (an exec-shape serve whose vLLM process is gone?)",
+                         "start vLLM in it again as you do (docker exec … vllm serve …), then run init")

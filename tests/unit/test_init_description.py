@@ -1,0 +1,237 @@
+"""init's pure core: the serve a pair runs described (base, control's arguments, switches, env, mounts, drafter), the two
+documents written from it, and the check that a running serve equals a preset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvbake.engines.core.procfs import Process
+from kvbake.errors import IntegrityError, RolloutError
+from kvbake.cli import main
+from kvbake.manifest import Preset
+from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
+from kvbake.ship.core.init_documents import InitOptions, deploy_document, manifest_document, placeholders
+from kvbake.ship.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
+                                                implied_preset, require_serving, serve_env)
+from kvbake.ship.core.serve_reading import read_serve
+from kvbake.ship.core.vllm_argv import parse_serve_args
+
+ROOT = "/usr/local/lib/python3.12/dist-packages"
+SWITCHES = ("VLLM_A", "VLLM_B")
+SHARED = ("--served-model-name", "dsv41", "--gpu-memory-utilization", "0.85", "--kv-cache-dtype", "fp8", "--port", "8000")
+HEAD = ("--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.11", "--master-port", "29501")
+WORKER = ("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.11", "--master-port", "29501", "--headless")
+IMAGE_ENV = ("PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all")
+TEMPLATE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifest.yaml").read_text())
+
+
+def serve_argv(*extra: str, length: str = "163840") -> tuple[str, ...]:
+    return ("python3", "/usr/local/bin/vllm", "serve", "/models/dsv41", "--max-model-len", length, *SHARED, *extra)
+
+
+def node(name: str, argv: tuple[str, ...] | None, env: dict | None = None, image_id: str = "sha256:" + "a" * 64,
+         digests: tuple[str, ...] = ("ghcr.io/x/spark@sha256:" + "d" * 64,), mounts: tuple[dict, ...] = (), execd: bool = False,
+         host_config: dict | None = None) -> NodeServe:
+    env = {**dict(e.split("=", 1) for e in IMAGE_ENV), **(env or {})}
+    processes = [Process(1, 0, ("sleep", "infinity") if execd or argv is None else argv, env, "/", "/bin/x", 0)]
+    if execd and argv is not None:
+        processes.append(Process(30, 0, argv, env, "/", "/usr/bin/python3", 0))
+    reading = read_serve(processes)
+    container = {"Id": name * 8, "Name": f"/{name}-serve", "Image": image_id, "Config": {"Image": "spark:v5", "Env": list(IMAGE_ENV)},
+                 "Mounts": list(mounts or ({"Type": "bind", "Source": "/srv/models/dsv41", "Destination": "/models/dsv41", "RW": False},)),
+                 "HostConfig": host_config or {"DeviceRequests": [{"Count": -1}], "ShmSize": 16 * 1024 ** 3}}
+    serving = reading.serving[0] if reading.serving else None
+    return NodeServe(name, f"ssh://ops@{name}", container, serving, {"RepoDigests": list(digests), "Config": {"Env": list(IMAGE_ENV)}})
+
+
+def pair(**head_options) -> list[NodeServe]:
+    return [node("spark-a", serve_argv(*HEAD), **head_options), node("spark-b", serve_argv(*WORKER))]
+
+
+# ---- finding the serve ----
+
+def test_the_one_container_running_vllm_is_chosen_and_a_ray_node_only_where_none_runs():
+    assert choose_container("spark-a", ["vllm_node"], ["ray"]) == "vllm_node"
+    assert choose_container("spark-b", [], ["node"]) == "node"
+
+
+@pytest.mark.parametrize(("serving", "cluster", "named"), [pytest.param([], [], "no serving container", id="none"),
+                                                           pytest.param(["a", "b"], [], "2 candidate", id="two"),
+                                                           pytest.param([], ["n1", "n2"], "2 candidate", id="two-ray-nodes")])
+def test_no_candidate_or_two_candidates_is_refused_and_names_the_option(serving, cluster, named):
+    with pytest.raises(RolloutError) as caught:
+        choose_container("spark-a", serving, cluster)
+    assert named in caught.value.message and "--container" in caught.value.fix
+
+
+def test_an_exec_shape_container_whose_vllm_is_gone_is_refused_unless_it_is_a_ray_worker():
+    assert require_serving("spark-b", (), cluster=True) is None
+    with pytest.raises(IntegrityError):
+        require_serving("spark-a", (), cluster=False)
+
+
+# ---- the base ----
+
+def test_the_base_is_pinned_by_its_registry_digest_else_by_its_reference():
+    assert base_pin(pair()).image == "ghcr.io/x/spark@sha256:" + "d" * 64 and base_pin(pair()).by_digest
+    local = base_pin([node("spark-a", serve_argv(*HEAD), digests=()), node("spark-b", serve_argv(*WORKER), digests=())])
+    assert (local.image, local.by_digest) == ("spark:v5", False)
+
+
+def test_nodes_on_different_images_are_refused_naming_both():
+    with pytest.raises(RolloutError) as caught:
+        base_pin([node("spark-a", serve_argv(*HEAD)), node("spark-b", serve_argv(*WORKER), image_id="sha256:" + "b" * 64)])
+    assert "spark-a" in caught.value.message and "spark-b" in caught.value.message
+
+
+# ---- control ----
+
+def test_control_is_the_heads_serve_less_the_per_node_options_the_model_and_the_length():
+    described = describe(pair(), SWITCHES, ROOT)
+    assert described.head == "spark-a" and described.max_model_len == 163840
+    assert described.launcher_args == SHARED
+    assert described.addresses == {"spark-a": "10.0.0.11"} and described.master_port == "29501"
+
+
+def test_ranks_that_disagree_beyond_the_per_node_options_are_refused():
+    nodes = [node("spark-a", serve_argv(*HEAD)), node("spark-b", serve_argv(*WORKER, "--enforce-eager"))]
+    with pytest.raises(RolloutError) as caught:
+        describe(nodes, SWITCHES, ROOT)
+    assert "--enforce-eager" in caught.value.message
+
+
+def test_a_serve_without_max_model_len_or_without_one_head_is_refused():
+    with pytest.raises(RolloutError):
+        describe([node("spark-a", ("vllm", "serve", "/models/dsv41", *HEAD))], SWITCHES, ROOT)
+    with pytest.raises(RolloutError):
+        describe([node("spark-a", serve_argv(*WORKER)), node("spark-b", serve_argv(*WORKER))], SWITCHES, ROOT)
+
+
+def test_a_ray_worker_without_vllm_still_describes_the_pair():
+    described = describe([node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True),
+                          node("spark-b", None, execd=True)], SWITCHES, ROOT)
+    assert described.shape == "exec" and described.launcher_args == (*SHARED, "--distributed-executor-backend", "ray")
+
+
+def test_an_unreadable_command_line_is_refused():
+    with pytest.raises(IntegrityError):
+        node("spark-a", serve_argv("--config", "serve.yaml"))
+
+
+# ---- environment, mounts, drafter ----
+
+def test_switches_env_and_code_overrides_are_told_apart_from_the_images_own_env():
+    switches, env, overrides = serve_env({"PATH": "/usr/bin", "HOSTNAME": "x", "VLLM_A": "1", "NCCL_SOCKET_IFNAME": "enp1",
+                                          "PYTHONPATH": "/opt/shadow"}, IMAGE_ENV, SWITCHES)
+    assert (switches, env, overrides) == ({"VLLM_A": "1"}, {"NCCL_SOCKET_IFNAME": "enp1"}, {"PYTHONPATH": "/opt/shadow"})
+
+
+def test_mounts_are_sorted_into_model_read_only_writable_and_the_overlay_over_the_source_root():
+    mounts = classify_mounts({"Mounts": [
+        {"Type": "bind", "Source": "/srv/m", "Destination": "/models/dsv41", "RW": False},
+        {"Type": "bind", "Source": "/srv/hf", "Destination": "/root/.cache/huggingface", "RW": True},
+        {"Type": "bind", "Source": "/srv/tok", "Destination": "/etc/tok", "RW": False},
+        {"Type": "bind", "Source": "/srv/p/x.py", "Destination": ROOT + "/vllm/x.py", "RW": False},
+        {"Type": "volume", "Source": "", "Destination": "/data"}]}, "/models/dsv41", ROOT)
+    assert (mounts.model_dir, mounts.read_only, mounts.writable, mounts.overlay) == (
+        "/srv/m", ("/srv/tok:/etc/tok",), ("/srv/hf:/root/.cache/huggingface",), (ROOT + "/vllm/x.py",))
+
+
+def test_a_drafter_url_and_its_positions_are_found_in_the_arguments():
+    args = parse_serve_args(["/m", "--speculative-config", '{"method": "remote", "url": "http://10.0.0.20:8100", "max_model_len": 327680}'])
+    assert find_drafter(args) == find_drafter(args) and find_drafter(args).url == "http://10.0.0.20:8100"
+    assert (find_drafter(args).option, find_drafter(args).max_positions) == ("--speculative-config", 327680)
+    assert find_drafter(parse_serve_args(["/m", *SHARED])) is None
+
+
+# ---- the documents ----
+
+def test_the_manifest_keeps_the_chain_and_gives_every_preset_controls_arguments():
+    described = describe(pair(), SWITCHES, ROOT)
+    manifest = manifest_document(TEMPLATE, described, InitOptions("10.0.0.5:5000", "", "f" * 40))
+    assert manifest["chain"] == TEMPLATE["chain"] and manifest["base"]["image"] == described.base.image
+    assert manifest["presets"]["control"]["max_model_len"] == 163840
+    assert {tuple(p["launcher_args"]) for p in manifest["presets"].values()} == {SHARED}
+    assert manifest["presets"]["packing-327680"]["max_model_len"] == 327680
+    assert manifest["output"]["repository"] == "10.0.0.5:5000/dsv41-kvpack" and manifest["donor"]["revision"] == "f" * 40
+    assert TEMPLATE["presets"]["control"].get("launcher_args") is None, "the template is not changed"
+
+
+def test_the_deployment_file_names_each_nodes_container_and_the_launchers_settings():
+    nodes = [node("spark-b", serve_argv(*WORKER), env={"HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "enp2", "VLLM_HOST_IP": "10.0.0.12"}),
+             node("spark-a", serve_argv(*HEAD), env={"HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "enp1", "VLLM_HOST_IP": "10.0.0.11"})]
+    described = describe(nodes, SWITCHES, ROOT)
+    deploy = deploy_document(nodes, described, ROOT)
+    assert [(n["name"], n["role"], n["container"]) for n in deploy["nodes"]] == [("spark-a", "head", "spark-a-serve"),
+                                                                                ("spark-b", "worker", "spark-b-serve")]
+    env = deploy["launcher"]["env"]
+    assert (env["MODEL_DIR"], env["VLLM_PORT"], env["MASTER_PORT"], env["GPUS"], env["SHM_SIZE"]) == ("/srv/models/dsv41", "8000", "29501", "all", "16g")
+    assert json.loads(env["CONTAINER_ENV"]) == {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "{node_address}"}
+    assert described.node_env == {"spark-a": {"NCCL_SOCKET_IFNAME": "enp1", "VLLM_HOST_IP": "10.0.0.11"},
+                                  "spark-b": {"NCCL_SOCKET_IFNAME": "enp2", "VLLM_HOST_IP": "10.0.0.12"}}
+    assert described.addresses == {"spark-a": "10.0.0.11", "spark-b": "10.0.0.12"}
+    assert "the per-node environment (NCCL_SOCKET_IFNAME)" in [p.where for p in placeholders(
+        manifest_document(TEMPLATE, described, InitOptions()), deploy, described)]
+    assert "SERVED_MODEL_NAME" not in env, "--served-model-name is among the preset's arguments"
+    assert deploy["readiness"]["url"] == "http://10.0.0.11:8000/health" and deploy["start"] == "workers-first"
+
+
+def test_each_placeholder_left_is_named_with_its_fix():
+    described = describe(pair(digests=()), SWITCHES, ROOT)
+    manifest = manifest_document(TEMPLATE, described, InitOptions())
+    deploy = deploy_document(pair(digests=()), described, ROOT)
+    where = [p.where for p in placeholders(manifest, deploy, described)]
+    assert where == ["manifest.yaml output.repository", "manifest.yaml donor.revision", "deploy.yaml nodes[].address of spark-b",
+                     "manifest.yaml base.image (no registry digest)"]
+    filled = manifest_document(TEMPLATE, describe(pair(), SWITCHES, ROOT), InitOptions("r:5000", "", "f" * 40))
+    assert [p.where for p in placeholders(filled, deploy, describe(pair(), SWITCHES, ROOT))] == ["deploy.yaml nodes[].address of spark-b"]
+
+
+def test_the_switch_set_found_names_the_preset_it_implies():
+    presets = {"control": {"switches": {}}, "packing": {"switches": {"VLLM_A": "1"}}}
+    assert implied_preset({"VLLM_A": "1"}, presets) == "packing" and implied_preset({"VLLM_B": "1"}, presets) is None
+
+
+# ---- a running serve against the presets ----
+
+def preset(name: str, length: int = 163840, switches=None, args=SHARED) -> Preset:
+    return Preset(name, "validated", length, switches or {}, "n", 16, tuple(args))
+
+
+def test_a_serve_equals_the_preset_whatever_the_order_and_spelling_of_its_arguments():
+    args = parse_serve_args(["/m", "--port=8000", "--max_model_len", "163840", *SHARED[:6], *HEAD])
+    assert preset_differences(args, {}, preset("control")) == []
+    presets = {"control": preset("control"), "packing": preset("packing", 327680, {"VLLM_A": "1"})}
+    assert presets_served(args, {}, presets) == ["control"]
+
+
+@pytest.mark.parametrize(("argv", "switches", "named"), [
+    (["/m", "--max-model-len", "163840", *SHARED, "--enforce-eager"], {}, "--enforce-eager"),
+    (["/m", "--max-model-len", "163840", *SHARED[:-1], "9000"], {}, "--port"),
+    (["/m", "--max-model-len", "131072", *SHARED], {}, "--max-model-len 131072"),
+    (["/m", "--max-model-len", "163840", *SHARED], {"VLLM_A": "1"}, "switches"),
+])
+def test_every_difference_from_the_preset_is_named(argv, switches, named):
+    differences = preset_differences(parse_serve_args(argv), switches, preset("control"))
+    assert differences and any(named in d for d in differences)
+    assert nearest(parse_serve_args(argv), switches, {"control": preset("control")})[0] == "control"
+
+
+# ---- the command line ----
+
+def test_init_over_an_existing_manifest_is_refused_before_any_node_is_read(tmp_path, capsys):
+    (tmp_path / "manifest.yaml").write_text("kept")
+    code = main(["init", "--node", "spark-a=unix:///nonexistent/docker.sock", "--out", str(tmp_path)])
+    assert code == 2 and "--force" in capsys.readouterr().err
+    assert (tmp_path / "manifest.yaml").read_text() == "kept" and not (tmp_path / "deploy.yaml").exists()
+
+
+@pytest.mark.parametrize("argv", [("--node", "spark-a"), ("--node", "a=unix:///x", "--node", "a=unix:///y"),
+                                  ("--node", "a=unix:///x", "--container", "b=serve"), ("--node", "a=unix:///x", "--donor-revision", "abc")])
+def test_malformed_init_options_are_usage_errors(argv, tmp_path, capsys):
+    assert main(["init", *argv, "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.iterdir())
