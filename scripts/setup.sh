@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(docker.io runc docker-registry debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates debian-archive-keyring)
+PACKAGES=(docker.io runc docker-registry docker-compose debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates debian-archive-keyring)
 
 need_install=()
 for pkg in "${PACKAGES[@]}"; do

@@ -4,6 +4,9 @@ snapshot that sees every container by name and what its vLLM serve runs, process
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,7 +15,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.serve_reading import read_serve
 
-from shiprig import BASE, CONTROL_LENGTH, STANDIN_VLLM, standin_serve
+from shiprig import BASE, CONTROL_LENGTH, STANDIN_VLLM, STANDIN_VLLM_DIR, standin_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
 HEAD_ARGS = ("--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1")
@@ -56,11 +59,28 @@ def rm_wrapper(client, key: str) -> str:
     return run(client, f"serve-{key}", ["sh", "/opt/kvbake-standin/serve.sh", *args], remove=True)
 
 
+def compose_managed(client, key: str) -> str:
+    """(c) a compose-managed serve: `docker-compose up -d` of one service (host-less: network_mode none, so compose
+    creates no network), vLLM as its main process, its container name set by the compose file."""
+    command = standin_serve(CONTROL_LENGTH, *SERVED, *(HEAD_ARGS if key == "a" else WORKER_ARGS))
+    service = {"image": BASE, "container_name": "vllm-compose", "network_mode": "none", "restart": "unless-stopped",
+               "entrypoint": command[:2], "command": command[2:], "volumes": [f"{STANDIN_VLLM_DIR}:/opt/kvbake-standin:ro"]}
+    with tempfile.TemporaryDirectory() as folder:
+        compose_file = Path(folder) / "docker-compose.yml"
+        compose_file.write_text(json.dumps({"version": "2.4", "services": {"vllm": service}}))
+        env = {**os.environ, "DOCKER_HOST": str(client.client_config.host)}
+        done = subprocess.run(["docker-compose", "-p", f"spark{key}", "-f", str(compose_file), "up", "-d", "--no-build"],
+                              env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return str(client.container.inspect("vllm-compose").id)
+
+
 SHAPES: dict[str, tuple[Callable[[Any, str], str], dict[str, str]]] = {
     "main process": (main_process, {"a": "vllm-serve", "b": "vllm-serve"}),
     "ray cluster": (ray_cluster, {"a": "node", "b": "node"}),
     "eugr cluster": (eugr_cluster, {"a": "vllm_node", "b": "vllm_node"}),
     "--rm wrapper": (rm_wrapper, {"a": "serve-a", "b": "serve-b"}),
+    "compose": (compose_managed, {"a": "vllm-compose", "b": "vllm-compose"}),
 }
 
 

@@ -23,7 +23,8 @@ BAKED = "/usr/local/lib/python3.11/dist-packages/vllm/v1/kv_cache_interface.py"
 PACKING_ENV = {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
                "VLLM_EXL3_TF_PROMPT_TRANSIENT=1", "VLLM_INDEXER_PREFILL_BUFFER_FACTOR=4"}
 STANDIN_LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
-STANDIN_VLLM = ["type=bind", f"source={REPO_ROOT / 'scripts' / 'standin_vllm'}", "target=/opt/kvbake-standin", "readonly"]
+STANDIN_VLLM_DIR = REPO_ROOT / "scripts" / "standin_vllm"
+STANDIN_VLLM = ["type=bind", f"source={STANDIN_VLLM_DIR}", "target=/opt/kvbake-standin", "readonly"]
 CONTROL_LENGTH = 163840  # the stand-in's control preset
 
 
