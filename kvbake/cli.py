@@ -126,6 +126,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     recovery.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="print, for every node, the launcher's variables and the engine calls it would make (it runs with "
+                             "--print); change nothing")
     base = sub.add_parser("base", parents=[common, ship], help="put the locked base in the private registry and on every node")
     base.add_argument("action", choices=("sync",), help="sync: push the base if the registry lacks it, then pull it by digest on every node")
     base.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")
