@@ -85,9 +85,9 @@ def interface_names(value: str) -> tuple[str, ...]:
     return tuple(item.lstrip("=") for item in value.split(",") if item)
 
 
-def interface_matches(wanted: str, value: str, present: Iterable[str]) -> bool:
-    """NCCL reads its list as name prefixes unless the list starts with `=`; gloo takes exact names."""
-    exact = value.startswith("=") or value.startswith("^=")
+def interface_matches(variable: str, wanted: str, value: str, present: Iterable[str]) -> bool:
+    """NCCL reads NCCL_SOCKET_IFNAME as name prefixes unless the list starts with `=`; gloo takes exact names."""
+    exact = variable == "GLOO_SOCKET_IFNAME" or value.startswith("=")
     return any(name == wanted or (not exact and name.startswith(wanted)) for name in present)
 
 
