@@ -11,8 +11,8 @@ from pathlib import Path
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from kvbake.launcher.core import STOP_TIMEOUT_S, DockerRun, StopServe, engine_host, plan, refuse_switch_names, shell_line
-from kvbake.launcher.node_launch import PROGRAM, LaunchInputError
+from kvbake.launcher.core.launch_plan import STOP_TIMEOUT_S, DockerRun, StopServe, engine_host, plan, refuse_switch_names, shell_line
+from kvbake.launcher.core.node_launch import PROGRAM, LaunchInputError
 
 PRINT_FLAGS = ("--print", "--dry-run")
 USAGE = f"usage: {PROGRAM} [--print | --dry-run]   (configured by environment variables: docs/launcher.md)"

@@ -16,7 +16,7 @@ sys.path.append(str(ROOT / "scripts"))
 
 import record_vllm_cli as recorder  # noqa: E402
 from kvbake.launcher import cli as launcher  # noqa: E402
-from kvbake.launcher import core  # noqa: E402
+from kvbake.launcher.core import launch_plan as core  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
 from kvbake.operate.core.presets import choose_preset  # noqa: E402
 from kvbake.operate.core.runtime_config import settings_of_preset  # noqa: E402

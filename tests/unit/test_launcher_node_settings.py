@@ -14,8 +14,8 @@ sys.path.append(str(ROOT / "scripts"))
 
 import record_vllm_cli as recorder  # noqa: E402
 from kvbake.launcher import cli as launcher  # noqa: E402
-from kvbake.launcher import core  # noqa: E402
-from kvbake.launcher.node_launch import LaunchInputError, Mount, NodeLaunch, read_node_launch, refuse_switches  # noqa: E402
+from kvbake.launcher.core import launch_plan as core  # noqa: E402
+from kvbake.launcher.core.node_launch import LaunchInputError, Mount, NodeLaunch, read_node_launch, refuse_switches  # noqa: E402
 
 SPARK = {"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_HCA": "rocep1s0f0"},
          "devices": ["/dev/infiniband"], "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1, "stack": 67108864},

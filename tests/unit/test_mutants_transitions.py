@@ -14,7 +14,7 @@ import pytest
 import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Deployment, Drafter, Launcher, Node, Readiness
 from kvbake.errors import DivergedError, RolloutError
-from kvbake.launcher.node_launch import NodeLaunch
+from kvbake.launcher.core.node_launch import NodeLaunch
 from kvbake.ship.core.journal import Journal, NodePlan, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.release import Release

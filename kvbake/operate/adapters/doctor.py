@@ -13,7 +13,7 @@ from pathlib import Path
 from kvbake.deployfile import Deployment, Node
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, EngineError, KvbakeError, ManifestError, ResourceError, RolloutError
-from kvbake.launcher.node_launch import interface_matches
+from kvbake.launcher.core.node_launch import interface_matches
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.operate.adapters.memwatch import GIB, gib, parse_mem_available

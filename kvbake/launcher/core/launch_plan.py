@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvbake.launcher.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, LaunchInputError, Mount, NodeLaunch, absolute_path,
+from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, LaunchInputError, Mount, NodeLaunch, absolute_path,
                                          read_node_launch, refuse_over_source_root, refuse_protected_target)
 
 # The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
