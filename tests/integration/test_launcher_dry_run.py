@@ -22,9 +22,10 @@ pytestmark = pytest.mark.docker
 
 LAUNCH_VLLM = str(Path(sys.executable).parent / "kvbake-launch-vllm")
 SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"
-# Settings a CPU-only engine accepts: no GPU, no InfiniBand; the loopback interface.
+# Settings a CPU-only engine accepts: no GPU, no InfiniBand; the loopback interface; limits no higher than the host's
+# hard limits (an engine that may not raise memlock refuses memlock=-1 when it starts the container).
 NODE_LAUNCH = {"env": {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"},
-               "devices": ["/dev/null:/dev/kvbake-null"], "cap_add": ["SYS_NICE"], "ulimits": {"memlock": -1, "nofile": "1024:2048"},
+               "devices": ["/dev/null:/dev/kvbake-null"], "cap_add": ["SYS_NICE"], "ulimits": {"memlock": 65536, "nofile": "1024:2048"},
                "shm_size": "256m"}
 SIZES = {"b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
 
@@ -67,7 +68,7 @@ def tag_current(engine: Engine, digest: str, repository: str) -> None:
     engine.tag(engine.image_id_of(digest), f"{repository}:current")
 
 
-def launch_as_printed(node: dict) -> None:
+def launch_as_printed(node: dict) -> str:
     """Run kvbake-launch-vllm with the variables the dry run printed, its switches file where they point (the dry run
     wrote it to a temporary folder it removed; its lines are in the report)."""
     env_file = Path(node["variables"]["KVBAKE_ENV_FILE"])
@@ -75,6 +76,7 @@ def launch_as_printed(node: dict) -> None:
     env_file.write_text("# the dry run's switches\n" + "".join(f"{line}\n" for line in node["ranks_env"]))
     done = subprocess.run([LAUNCH_VLLM], env={**os.environ, **node["variables"]}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def assert_container_is_the_printed_call(engine: Engine, call: list[str], node: dict) -> dict:
@@ -123,7 +125,7 @@ def test_the_dry_run_changes_nothing_and_the_launcher_then_creates_what_it_print
             calls = [shlex.split(line) for line in node["calls"]]
             assert [c[:2] for c in calls] == ([["docker", "run"]] if shape == "main" else [["docker", "run"], ["docker", "exec"]])
             assert node["variables"]["DOCKER_HOST"] == (rig["a"].host if key == "a" else rig["b_host"])
-            launch_as_printed(node)
+            started = launch_as_printed(node)
             found = assert_container_is_the_printed_call(Engine(rig[key].host), calls[0], node)
             switches = {line for line in node["ranks_env"]}
             if shape == "main":
@@ -132,7 +134,9 @@ def test_the_dry_run_changes_nothing_and_the_launcher_then_creates_what_it_print
             else:
                 assert "--env-file" not in calls[0] and not switches & set(found["Config"]["Env"])
                 assert found["Config"]["Entrypoint"] == ["sleep"] and found["Config"]["Cmd"] == ["infinity"]
-                assert found["State"]["Running"] and found["ExecIDs"], "vLLM was started in the container by docker exec"
+                # The engine forgets a finished exec (the stand-in image has no vLLM entry module, so it ends at once);
+                # the launcher's line says its docker exec was accepted after the container started.
+                assert found["State"]["Running"] and started.rstrip().endswith(f"exec shape) on {node['variables']['DOCKER_HOST']}")
                 assert calls[1][calls[1].index("--env-file") + 1] == node["variables"]["KVBAKE_ENV_FILE"]
     finally:
         shutil.rmtree(Path(nodes[0]["variables"]["KVBAKE_ENV_FILE"]).parents[1], ignore_errors=True)
