@@ -127,6 +127,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     recovery.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="print, for every node, the launcher's variables and the engine calls it would make (it runs with "
+                             "--print); change nothing")
     init = sub.add_parser("init", parents=[common], help="write manifest.yaml and deploy.yaml from the serve the nodes run; change nothing there")
     init.add_argument("--node", action="append", default=[], required=True, metavar="NAME=HOST",
                       help="a serving node and its docker host (ssh://ops@spark-a, unix://…); repeat for every node")

@@ -1,4 +1,4 @@
-"""Load deploy.yaml: the nodes (any docker host string), their roles, the launcher, the start order and readiness probe."""
+"""Load deploy.yaml: the nodes (any docker host string), their roles and launch settings, the launcher, the start order and readiness probe."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Mapping
 import jsonschema
 
 from kvbake.errors import ManifestError
+from kvbake.launcher.core.node_launch import LaunchInputError, NodeLaunch, read_node_launch, refuse_over_source_root, refuse_switches
 from kvbake.yaml_documents import check_strings, describe_schema_error, parse_yaml
 
 HOST_CREDENTIAL_FIX = ("remove it from the file; an ssh host may name a user (ssh://user@node), "
@@ -29,6 +30,7 @@ class Node:
     role: str
     address: str = ""
     container: str = ""  # the serve this node runs without kvbake, for adopt (default: the launcher's container)
+    launch: NodeLaunch = field(default_factory=NodeLaunch)  # its own container settings (nodes[].launch)
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,35 @@ def load_deployment(path: Path) -> Deployment:
                             "remove them; kvbake passes DOCKER_HOST and every KVBAKE_* variable to the launcher")
     return Deployment(
         path=path,
-        nodes=tuple(Node(n["name"], n["host"], n["role"], n.get("address", ""), n.get("container", "")) for n in document["nodes"]),
+        nodes=tuple(Node(n["name"], n["host"], n["role"], n.get("address", ""), n.get("container", ""), node_launch(path, n))
+                    for n in document["nodes"]),
         launcher=Launcher(tuple(launcher["command"]), launcher["container"], float(launcher.get("timeout_s", 300)), env),
         lock_stale_after_s=float(document.get("lock_stale_after_s", 900)),
         start=document.get("start", "in-order"),
         readiness=Readiness(**document["readiness"]) if "readiness" in document else None,
         drafter=Drafter(**document["drafter"]) if "drafter" in document else None,
     )
+
+
+def launch_where(node_name: str) -> str:
+    return f"nodes[{node_name}].launch"
+
+
+def node_launch(path: Path, node: Mapping) -> NodeLaunch:
+    """A node's `launch:` settings, every value checked as the launcher checks it."""
+    try:
+        return read_node_launch(node.get("launch"), launch_where(node["name"]))
+    except LaunchInputError as err:
+        raise ManifestError(f"{path.name}: {err.cause}", err.fix) from None
+
+
+def check_node_launches(deployment: Deployment, switch_names: tuple[str, ...], source_root: str) -> None:
+    """What only the manifest and its lock know: no node sets a switch, no node's cache mount covers the Python sources.
+    Checked before any engine call by every command that runs the launcher or inspects the nodes."""
+    for node in deployment.nodes:
+        try:
+            refuse_switches(node.launch, switch_names, launch_where(node.name))
+            if source_root:
+                refuse_over_source_root(node.launch, source_root.rstrip("/"), launch_where(node.name))
+        except LaunchInputError as err:
+            raise ManifestError(f"{deployment.path.name}: {err.cause}", err.fix) from None

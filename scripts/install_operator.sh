@@ -10,5 +10,5 @@ trap 'rm -f "$RUNTIME"' EXIT
 sed '/^# --- test extra/,$d' requirements.lock > "$RUNTIME"  # operators need no test dependencies
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$RUNTIME"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps .
-echo "installed kvbake $("$VENV/bin/kvbake" --version | cut -d' ' -f2) in $VENV"
+echo "installed kvbake $("$VENV/bin/kvbake" --version | cut -d' ' -f2) and the reference launcher $VENV/bin/kvbake-launch-vllm in $VENV"
 echo "next: $VENV/bin/kvbake doctor --manifest manifest.yaml --deploy deploy.yaml"

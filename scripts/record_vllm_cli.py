@@ -261,7 +261,7 @@ def manifest_presets(manifest_path: Path) -> dict[str, list[str]]:
 
 def launcher_cases(presets: dict[str, list[str]], expect_ok: bool = True) -> list[dict]:
     """The launcher's vLLM arguments for every preset, on the head and the worker of two nodes and on one node."""
-    from launch_vllm_core import plan
+    from kvbake.launcher.core.launch_plan import plan
 
     cases = []
     for name, args in presets.items():

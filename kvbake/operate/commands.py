@@ -14,13 +14,16 @@ from kvbake.operate.core.presets import check_reason
 
 
 def cmd_doctor(args: argparse.Namespace) -> Result:
-    from kvbake.deployfile import load_deployment
+    from kvbake.bake.core.provenance import switch_names
+    from kvbake.deployfile import check_node_launches, load_deployment
     from kvbake.operate.adapters.doctor import diagnose, first_failure
     from kvbake.operate.adapters.memwatch import GIB
 
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest) if manifest.lock_path.exists() else None
     deployment = load_deployment(args.deploy) if args.deploy else None
+    if deployment is not None and lock is not None:
+        check_node_launches(deployment, switch_names(manifest), lock.source_root)
     checks = diagnose(Engine(args.host), manifest, lock, deployment, args.registry, int(args.mem_floor * GIB), int(args.disk_floor * GIB))
     data = {"checks": [{"check": c.name, "verdict": c.verdict, "seen": c.seen} for c in checks]}
     failure = first_failure(checks)

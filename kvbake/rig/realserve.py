@@ -66,16 +66,21 @@ def lock_matches_local_base(manifest_path: Path, engine: Engine) -> bool:
     return manifest.lock_path.exists() and found is not None and read_lock(manifest).base.config_digest == found["ConfigDigest"]
 
 
+def launch_vllm_command() -> str:
+    """The reference launcher's console script, installed beside this Python (kvbake's environment)."""
+    return str(Path(sys.executable).parent / "kvbake-launch-vllm")
+
+
 def deployment(folder: Path, model: TinyModel, port: int, node_host: str, *, name: str = "deploy.yaml",
                model_dir: str | None = None, readiness_port: int | None = None, readiness_timeout_s: float = 300.0) -> Path:
-    """A one-node deployment: the node's engine serves the model with scripts/launch_vllm.py on the host network."""
+    """A one-node deployment: the node's engine serves the model with kvbake-launch-vllm on the host network."""
     env = {"MODEL_DIR": model_dir or str(model.folder), "SERVED_MODEL_NAME": SERVED_NAME, "VLLM_HOST": "127.0.0.1",
            "VLLM_PORT": str(port), "MASTER_PORT": str(port + 1), "GPUS": "none", "SHM_SIZE": "1g",
            "SOURCE_ROOT": SOURCE_ROOT, "CONTAINER_ENV": json.dumps({"HF_HUB_OFFLINE": "1"})}
     document = {
         "format": 1,
         "nodes": [{"name": "node-a", "host": node_host, "role": "head", "address": "127.0.0.1"}],
-        "launcher": {"command": [sys.executable, str(ROOT / "scripts" / "launch_vllm.py")], "container": CONTAINER,
+        "launcher": {"command": [launch_vllm_command()], "container": CONTAINER,
                      "timeout_s": 120, "env": env},
         "readiness": {"url": f"http://127.0.0.1:{readiness_port or port}/health", "status": 200,
                       "timeout_s": readiness_timeout_s, "interval_s": 1},

@@ -36,16 +36,26 @@ def cmd_push(args: argparse.Namespace) -> Result:
 
 def _ship_context(args: argparse.Namespace, refuse_diverged: bool = False):
     """The manifest, its lock, the deployment and its fleet; no plan: nothing is rebuilt after push."""
-    from kvbake.deployfile import load_deployment
     from kvbake.ship.adapters.fleet import make_fleet
     from kvbake.ship.adapters.rollout import refuse_if_diverged
+
+    manifest, lock, deployment = _deployment_context(args)
+    if refuse_diverged:
+        refuse_if_diverged(deployment)
+    return manifest, lock, deployment, make_fleet(deployment, manifest, lock)
+
+
+def _deployment_context(args: argparse.Namespace):
+    """The manifest, its lock and the deployment, each node's launch settings checked against the manifest's switches
+    and the image's source root; no engine is touched."""
+    from kvbake.bake.core.provenance import switch_names
+    from kvbake.deployfile import check_node_launches, load_deployment
 
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest)
     deployment = load_deployment(args.deploy)
-    if refuse_diverged:
-        refuse_if_diverged(deployment)
-    return manifest, lock, deployment, make_fleet(deployment, manifest, lock)
+    check_node_launches(deployment, switch_names(manifest), lock.source_root)
+    return manifest, lock, deployment
 
 
 def cmd_base(args: argparse.Namespace) -> Result:
@@ -76,6 +86,8 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     if args.image:
         check_digest_reference(args.image)
     check_reason(args.reason)
+    if args.dry_run:
+        return deploy_dry_run(args)
     manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
         release_id = None
@@ -153,6 +165,25 @@ def init_report(result) -> Result:
             "containers": {n.node: n.name for n in result.nodes}, "placeholders": [p.where for p in result.left],
             "changes": {k: list(v) for k, v in d.changes.items()}}
     return data, "\n".join(lines)
+
+
+def deploy_dry_run(args: argparse.Namespace) -> Result:
+    """deploy --dry-run: what every node's launcher would run for the preset; no engine is touched, nothing changes."""
+    from kvbake.operate.core.presets import choose_preset
+    from kvbake.ship.adapters.dry_run import dry_run, report_data, report_text
+    from kvbake.ship.adapters.rollout import who_deploys
+    from kvbake.ship.core.push_record import pushed_image
+    from kvbake.ship.core.release import make_release
+
+    given = [flag for flag, on in (("--resume", args.resume), ("--revert", args.revert), ("--reseat", args.reseat),
+                                   ("--break-lock", args.break_lock)) if on]
+    if given or not args.preset:
+        raise_usage(f"deploy --dry-run takes --preset NAME and no {', '.join(given) or '--resume or --revert'}", args.prog)
+    manifest, lock, deployment = _deployment_context(args)
+    chosen = choose_preset(manifest, args.preset, args.allow_held, args.allow_untested, args.reason)
+    release = make_release(pushed_image(manifest, lock, args.image), chosen, manifest, args.reason or "", who_deploys())
+    reports = dry_run(deployment, manifest.output.repository, release)
+    return report_data(release, reports), report_text(release, reports)
 
 
 def cmd_adopt(args: argparse.Namespace) -> Result:

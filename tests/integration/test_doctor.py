@@ -55,6 +55,32 @@ def test_an_unreachable_node_is_named(capsys, shipped, rig, tmp_path):
     assert Engine(rig["a"].host).ping()
 
 
+def with_interfaces(shipped, tmp_path, env_b: dict[str, str]):
+    document = json.loads(shipped["deploy"].read_text())
+    document["nodes"][1]["launch"] = {"env": env_b}
+    deploy_file = tmp_path / "deploy.yaml"
+    deploy_file.write_text(json.dumps(document))
+    return deploy_file
+
+
+def test_an_interface_the_node_has_passes(capsys, shipped, rig, tmp_path):
+    deploy_file = with_interfaces(shipped, tmp_path, {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"})
+    code, out, err = doctor(capsys, shipped, rig, deploy_file, "--json")
+    assert code == 0, out + err
+    checks = {c["check"]: c for c in json.loads(out)["checks"]}
+    assert checks["interfaces spark-b"]["verdict"] == "ok" and "interfaces spark-a" not in checks
+
+
+def test_an_interface_the_node_lacks_is_named_with_the_ones_it_has(capsys, shipped, rig, tmp_path):
+    deploy_file = with_interfaces(shipped, tmp_path, {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "kvbake-none0"})
+    code, out, err = doctor(capsys, shipped, rig, deploy_file, "--json")
+    assert code == 3, out + err
+    fail = {c["check"]: c for c in json.loads(out)["checks"]}["interfaces spark-b"]
+    assert fail["verdict"] == "FAIL"
+    assert "GLOO_SOCKET_IFNAME=kvbake-none0 names no interface of the node" in fail["seen"] and "lo" in fail["seen"].split("(it has ")[1]
+    assert err.startswith("error (manifest): doctor: 1 of 10 checks failed (the FAIL lines above); the first, interfaces spark-b")
+
+
 def store_with_wrong_password(folder, address: str, username: str):
     import base64
 

@@ -43,6 +43,8 @@ def test_the_operator_install_pins_everything_touches_no_engine_and_its_doctor_r
                             check=True).stdout
     installed = {line.replace("_", "-").lower() for line in frozen.split() if "==" in line}
     assert installed == lock_pins(), installed ^ lock_pins()
+    launcher = subprocess.run([str(venv / "bin" / "kvbake-launch-vllm"), "--print"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert launcher.returncode == 2 and launcher.stderr.startswith("kvbake-launch-vllm: KVBAKE_IMAGE is not set"), "the reference launcher is installed"
     doctor = subprocess.run([str(venv / "bin" / "kvbake"), "doctor", "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]),
                              "--registry", rig["registry"].address, "--disk-floor", "0.1", "--mem-floor", "0.1"],
                             capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"})

@@ -652,6 +652,43 @@ def _(p: Project) -> Run:
     return deploy_file(p, DEPLOY, "rollback")
 
 
+def node_launch(p: Project, launch: str, *command: str) -> Run:
+    """The deployment file with spark-a's own launch settings (flow YAML), then `status` or the given command."""
+    p.standin().write("deploy.yaml", DEPLOY.replace("role: head}", f"role: head, launch: {launch}}}"))
+    return build(*(command or ("status",)), "--deploy", "deploy.yaml")
+
+
+@scenario("deploy-launch-code-override")
+def _(p: Project) -> Run:
+    return node_launch(p, "{env: {PYTHONPATH: /srv/patches}}")
+
+
+@scenario("deploy-launch-unknown-ulimit")
+def _(p: Project) -> Run:
+    return node_launch(p, "{ulimits: {openfiles: 1024}}")
+
+
+@scenario("deploy-launch-cache-in-packages")
+def _(p: Project) -> Run:
+    return node_launch(p, '{cache_mounts: ["/srv/c:/opt/venv/lib/python3.12/site-packages/c"]}')
+
+
+@scenario("deploy-launch-bad-interface")
+def _(p: Project) -> Run:
+    return node_launch(p, '{env: {NCCL_SOCKET_IFNAME: "enp1s0 f0"}}')
+
+
+@scenario("deploy-launch-switch")
+def _(p: Project) -> Run:
+    image = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32
+    return node_launch(p, "{env: {VLLM_DSV41_KV_PAIR: '3'}}", "deploy", "--dry-run", "--preset", "control", "--image", image)
+
+
+@scenario("deploy-launch-cache-over-sources")
+def _(p: Project) -> Run:
+    return node_launch(p, '{cache_mounts: ["/srv/c:/usr/local/lib"]}')
+
+
 # -- presets --------------------------------------------------------------------------------------------------
 
 

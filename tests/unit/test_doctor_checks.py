@@ -53,8 +53,12 @@ class FakeEngine:
     def config_digest_of(self, inspect: dict[str, Any], reference: str) -> str:
         return str(inspect["Id"])
 
-    def run_probe(self, image: str, argv: list[str], mounts: dict[str, str]) -> str:
-        self.probes.append((image, argv, mounts))
+    interfaces = ("enp1s0f0np0", "enP2p1s0f1np1", "lo", "wlP9s9")
+
+    def run_probe(self, image: str, argv: list[str], mounts: dict[str, str], network: str = "none") -> str:
+        self.probes.append((image, argv, mounts, network))
+        if argv[-1] == "/sys/class/net":
+            return "".join(f"{name}\n" for name in self.interfaces)
         return f"MemAvailable:   {self.mem_available // 1024} kB\n{self.free}\n"
 
 
@@ -147,3 +151,47 @@ def test_a_node_whose_base_is_another_image_fails_its_base_line_and_skips_its_me
     assert lines[-1] == f"FAIL  base on spark-b        {line}"
     assert err == summary("base image", 8, "base on spark-b")
     assert project.nodes["unix:///run/spark-b.sock"].probes == [], "no memory probe on a node without the base"
+
+
+def with_launch(project: SimpleNamespace, env_b: dict[str, str]) -> None:
+    import json
+
+    launch = "{env: " + json.dumps(env_b) + "}"
+    text = DEPLOY.replace("role: worker}", "role: worker, launch: " + launch + "}")
+    (project.root / "deploy.yaml").write_text(text)
+
+
+@pytest.mark.parametrize("env", [{"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0"},
+                                 {"NCCL_SOCKET_IFNAME": "enp1"}, {"NCCL_SOCKET_IFNAME": "=enp1s0f0np0,lo"},
+                                 {"NCCL_SOCKET_IFNAME": "^docker0"}])
+def test_interfaces_the_node_has_pass_read_on_its_host_network(project, capsys, env):
+    with_launch(project, env)
+    code, lines, err = run_doctor(project, capsys)
+    assert (code, err) == (0, "")
+    probe = project.nodes["unix:///run/spark-b.sock"].probes[-1]
+    assert probe[1] == ["ls", "-1", "/sys/class/net"] and probe[3] == "host"
+    assert lines[-1].startswith("ok    interfaces spark-b")
+    assert all(p[3] == "none" for p in project.nodes["unix:///run/spark-a.sock"].probes), "spark-a names no interface"
+
+
+@pytest.mark.parametrize(("env", "variable", "missing"), [
+    ({"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "eth0"}, "GLOO_SOCKET_IFNAME", "eth0"),
+    ({"NCCL_SOCKET_IFNAME": "ib0,enp1s0f0np0"}, "NCCL_SOCKET_IFNAME", "ib0"),
+    ({"NCCL_SOCKET_IFNAME": "=enp1"}, "NCCL_SOCKET_IFNAME", "enp1"),
+    ({"GLOO_SOCKET_IFNAME": "enp1"}, "GLOO_SOCKET_IFNAME", "enp1"),
+])
+def test_a_missing_interface_fails_naming_node_variable_interface_and_what_the_node_has(project, capsys, env, variable, missing):
+    with_launch(project, env)
+    code, lines, err = run_doctor(project, capsys)
+    assert code == 3
+    fail = lines[-1]
+    assert fail.startswith("FAIL  interfaces spark-b") and f"{variable}={missing} names no interface of the node" in fail
+    assert "(it has enP2p1s0f1np1, enp1s0f0np0, lo, wlP9s9)" in fail and "nodes[spark-b].launch.env" in fail
+    assert err.startswith("error (manifest): doctor: 1 of 10 checks failed")
+
+
+def test_a_switch_in_a_nodes_env_is_refused_before_any_engine_call(project, capsys):
+    with_launch(project, {"VLLM_DSV41_KV_PAIR": "3"})
+    code, lines, err = run_doctor(project, capsys)
+    assert code == 3 and lines == [] and "nodes[spark-b].launch.env sets VLLM_DSV41_KV_PAIR, a switch of the manifest" in err
+    assert all(engine.probes == [] for engine in project.nodes.values())

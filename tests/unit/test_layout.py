@@ -12,7 +12,9 @@ from kvbake.cli import COMMAND_STAGES, handler_of, parser
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kvbake"
 IMPURE = ("python_on_whales", "subprocess", "httpx")  # what a core module never imports
-ENGINE_CLIENT = ("kvbake.engines.adapters.", "kvbake.rig.")  # the only modules that may import python_on_whales
+# The only modules that may import python_on_whales: kvbake's engine client, the rig, and the reference launcher's
+# adapter (a program of its own, which kvbake runs as the operator's launcher).
+ENGINE_CLIENT = ("kvbake.engines.adapters.", "kvbake.rig.", "kvbake.launcher.cli")
 ENTRY_POINTS = ("kvbake.cli",)
 STAGE_GROUPS = ("bake", "ship", "operate", "engines", "kvarith", "rig")
 

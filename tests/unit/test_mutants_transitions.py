@@ -14,6 +14,7 @@ import pytest
 import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Deployment, Drafter, Launcher, Node, Readiness
 from kvbake.errors import DivergedError, RolloutError
+from kvbake.launcher.core.node_launch import NodeLaunch
 from kvbake.ship.core.journal import Journal, NodePlan, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.release import Release
@@ -525,7 +526,8 @@ def told(tmp_path: Path, node: str, role: str, rank: str, nnodes: str, address: 
             "KVBAKE_CONTAINER": CONTAINER, "KVBAKE_ENV_FILE": str(tmp_path / "e"), "KVBAKE_ARGS_FILE": str(tmp_path / "l"),
             "KVBAKE_MAX_MODEL_LEN": "4096", "KVBAKE_LAUNCHER_ARGS": shlex.join(argv), "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(argv),
             "KVBAKE_PRESET": "packing", "KVBAKE_NODE_RANK": rank, "KVBAKE_NNODES": nnodes, "KVBAKE_NODE_ADDRESS": address,
-            "KVBAKE_HEAD_ADDRESS": head, "KVBAKE_DRAFTER_URL": drafter_url, "KVBAKE_DRAFTER_MAX_POSITIONS": positions}
+            "KVBAKE_HEAD_ADDRESS": head, "KVBAKE_DRAFTER_URL": drafter_url, "KVBAKE_DRAFTER_MAX_POSITIONS": positions,
+            "KVBAKE_NODE_LAUNCH_JSON": NodeLaunch().to_json()}
 
 
 def test_the_launcher_is_told_the_node_its_rank_the_head_and_the_drafter(tmp_path: Path) -> None:

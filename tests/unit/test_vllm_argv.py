@@ -19,7 +19,7 @@ from kvbake.ship.core.vllm_options import render_entries, serve_options
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "scripts"))
 
-import launch_vllm_core  # noqa: E402
+from kvbake.launcher.core import launch_plan as launch_vllm_core  # noqa: E402
 import record_vllm_cli as recorder  # noqa: E402
 
 MODEL = "/models/served"

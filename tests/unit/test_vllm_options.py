@@ -15,7 +15,7 @@ from kvbake.ship.core.vllm_options import (ARITIES, OptionSpec, canonical_name, 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "scripts"))
 
-import launch_vllm_core  # noqa: E402
+from kvbake.launcher.core import launch_plan as launch_vllm_core  # noqa: E402
 import vllm_options_table as generator  # noqa: E402
 
 RECORDINGS = generator.read_recordings()

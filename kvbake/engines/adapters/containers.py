@@ -97,11 +97,11 @@ class ContainerOps:
                 if "No such container" not in (err.stderr or ""):
                     raise self._fail(f"remove {name}", err) from None
 
-    def run_probe(self, image: str, argv: list[str], read_only: dict[str, str]) -> str:
-        """Run argv once in a throw-away container of a local image (no network, the given host paths read-only), and
-        return its output."""
+    def run_probe(self, image: str, argv: list[str], read_only: dict[str, str], network: str = "none") -> str:
+        """Run argv once in a throw-away container of a local image (no network unless `network` is "host", which shows
+        the node's own interfaces; the given host paths read-only), and return its output."""
         try:
-            return str(self.client.run(image, argv[1:], entrypoint=argv[0], remove=True, networks=["none"], pull="never",
+            return str(self.client.run(image, argv[1:], entrypoint=argv[0], remove=True, networks=[network], pull="never",
                                        volumes=[(source, target, "ro") for source, target in read_only.items()]))
         except DockerException as err:
             raise self._fail(f"probe in {image}", err) from None

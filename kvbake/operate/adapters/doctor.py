@@ -1,7 +1,8 @@
 """`build.py doctor`: check, changing nothing, the engine, the registry's TLS and login, the disk, and every node."""
 
 # On this host: the engine profile, the registry's TLS and login, the free disk of the manifest's folder.
-# On every node: reachability, the base, the free disk under its data root and MemAvailable.
+# On every node: reachability, the base, the free disk under its data root and MemAvailable, and that the interfaces
+# its launch settings name (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) exist there.
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbake.deployfile import Deployment
+from kvbake.deployfile import Deployment, Node
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import BaseImageError, EngineError, KvbakeError, ResourceError, RolloutError
+from kvbake.errors import BaseImageError, EngineError, KvbakeError, ManifestError, ResourceError, RolloutError
+from kvbake.launcher.core.node_launch import interface_matches
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.operate.adapters.memwatch import GIB, gib, parse_mem_available
@@ -98,6 +100,29 @@ def node_memory_and_disk_line(engine: Engine, node: str, manifest: Manifest, mem
     return f"{node}: MemAvailable {gib(available)}, {gib(free)} free under {root}"
 
 
+def node_interfaces(engine: Engine, manifest: Manifest) -> list[str]:
+    """The node's network interfaces, read by a short-lived container of the base on the node's host network."""
+    output = engine.run_probe(manifest.base.node_name, ["ls", "-1", "/sys/class/net"], {}, network="host")
+    return sorted(line.strip() for line in output.splitlines() if line.strip())
+
+
+def missing_interfaces(node: Node, present: list[str]) -> list[tuple[str, str]]:
+    """(variable, interface) for every interface the node's launch settings name that the node lacks."""
+    return [(variable, wanted) for variable, names in node.launch.interfaces().items() for wanted in names
+            if not interface_matches(variable, wanted, node.launch.env[variable], present)]
+
+
+def node_interfaces_line(engine: Engine, node: Node, manifest: Manifest) -> str:
+    present = node_interfaces(engine, manifest)
+    missing = missing_interfaces(node, present)
+    if missing:
+        named = ", ".join(f"{variable}={wanted}" for variable, wanted in missing)
+        raise ManifestError(f"{node.name}: {named} names no interface of the node (it has {', '.join(present) or 'none'})",
+                            f"set nodes[{node.name}].launch.env to one of the node's interfaces in the deployment file")
+    asked = ", ".join(f"{variable}={node.launch.env[variable]}" for variable in node.launch.interfaces())
+    return f"{node.name}: {asked} (of {', '.join(present)})"
+
+
 def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: Deployment | None, registry: str | None,
              mem_floor: int, disk_floor: int = DISK_FLOOR) -> list[Check]:
     """Every check, in order; a node that cannot be reached skips its own later checks."""
@@ -116,6 +141,8 @@ def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: 
         checks.append(base)
         if base.verdict == OK:
             checks.append(checked(f"memory, disk {node.name}", lambda: node_memory_and_disk_line(remote, node.name, manifest, mem_floor, disk_floor)))
+            if node.launch.interfaces():
+                checks.append(checked(f"interfaces {node.name}", lambda: node_interfaces_line(remote, node, manifest)))
     return checks
 
 

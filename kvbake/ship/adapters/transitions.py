@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import json
 import os
-import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,7 @@ from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import who
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.readiness import wait_until_ready
+from kvbake.ship.core.launcher_variables import launcher_variables, node_rank  # noqa: F401 (node_rank is read through this module)
 from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, clear_journal, full_scope, journal_to_dict, mark_diverged,
                                       read_journal, undo_scope, write_journal)
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
@@ -157,26 +157,8 @@ def write_rank_files(folder: Path, settings: RankSettings) -> dict[str, Path]:
 
 
 def launcher_env(fleet: Fleet, name: str, release: Release, settings: RankSettings, files: dict[str, Path]) -> dict[str, str]:
-    """What the launcher is told. The arguments (max-model-len first) come three ways, each keeping every argument
-    whole: the launcher.args file, shell-quoted (for `eval set -- "$KVBAKE_LAUNCHER_ARGS"`) and as a JSON array."""
-    deployment, node = fleet.deployment, fleet.node(name)
-    head = deployment.head()
-    drafter = deployment.drafter
-    return {**deployment.launcher.env,
-            "DOCKER_HOST": node.host, "KVBAKE_NODE": name, "KVBAKE_ROLE": node.role, "KVBAKE_IMAGE": fleet.tag("current"),
-            "KVBAKE_CONTAINER": deployment.launcher.container, "KVBAKE_ENV_FILE": str(files[ENV_FILE]),
-            "KVBAKE_ARGS_FILE": str(files[ARGS_FILE]), "KVBAKE_MAX_MODEL_LEN": str(release.max_model_len),
-            "KVBAKE_LAUNCHER_ARGS": shlex.join(settings.argv()), "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(settings.argv()),
-            "KVBAKE_PRESET": release.preset, "KVBAKE_NODE_RANK": str(node_rank(deployment, name)), "KVBAKE_NNODES": str(len(deployment.nodes)),
-            "KVBAKE_NODE_ADDRESS": node.address, "KVBAKE_HEAD_ADDRESS": head.address if head else "",
-            "KVBAKE_DRAFTER_URL": drafter.url if drafter else "",
-            "KVBAKE_DRAFTER_MAX_POSITIONS": str(drafter.max_positions) if drafter and drafter.max_positions else ""}
-
-
-def node_rank(deployment: Deployment, name: str) -> int:
-    """The head is node rank 0; the workers follow in the deployment file's order."""
-    ordered = sorted(deployment.nodes, key=lambda n: n.role != "head")
-    return next(i for i, n in enumerate(ordered) if n.name == name)
+    """What the launcher is told (ship/core/launcher_variables.py)."""
+    return launcher_variables(fleet.deployment, fleet.repository, name, release, settings, files)
 
 
 def verify_ranks(fleet: Fleet, releases: dict[str, Release | None]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The pure core of the reference vLLM launcher: kvbake's and the operator's variables in, a checked docker run plan out."""
+"""The pure core of the reference vLLM launcher: kvbake's and the operator's variables in, a checked docker plan out."""
 
 from __future__ import annotations
 
@@ -7,15 +7,22 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-MODEL_MOUNT = "/models/served"
+from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, LaunchInputError, Mount, NodeLaunch, absolute_path,
+                                         read_node_launch, refuse_over_source_root, refuse_protected_target)
+
 # The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
 # script: in vLLM 0.32.0 and 0.33.0 only that entry acts on --headless (the api_server module parses it, then starts
 # an API server anyway). Both build the same options (scripts/record_vllm_cli.py compares them).
 HEAD_ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
 WORKER_ENTRY = ("-m", "vllm.entrypoints.cli.main", "serve")
 ENTRYPOINT = "python3"
+# The exec shape's container: a main process that only waits, so that vLLM can be started in it by docker exec.
+CLUSTER_COMMAND = ("sleep", "infinity")
+SHAPES = ("main", "exec")
+# A tensor-parallel rank never restarts alone (it could not rejoin its peers): kvbake restarts the gang.
+RESTART_POLICY = "no"
 STOP_TIMEOUT_S = 30
 DEFAULTS = {
     "GPUS": "all",
@@ -24,45 +31,21 @@ DEFAULTS = {
     "VLLM_PORT": "8000",
     "MASTER_PORT": "29501",
     "SOURCE_ROOT": "/usr/local/lib/python3.12/dist-packages",
+    "SHAPE": "main",
 }
 GPU_CHOICES = ("all", "none")
 # Short spellings vLLM 0.33.0 gives the options this launcher writes itself.
 ALIASES = {"-tp": "--tensor-parallel-size", "-n": "--nnodes", "-r": "--node-rank"}
 PER_NODE = ("--model", "--nnodes", "--node-rank", "--master-addr", "--headless")
-# Variables that select other code than the image's; kvbake's verify-running refuses a container that sets them.
-CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
-                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
 CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 SHM_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NO_SPACE = re.compile(r"^\S+$")
 LABEL_PREFIX = "kvbake.launcher."
 # What a fix suggests for each JSON-valued variable.
-EXAMPLES = {"KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840"]', "EXTRA_MOUNTS": '["/srv/cache:/root/.cache"]',
-            "DRAFTER_ARGS": '["--<drafter-option>", "{url}"]', "CONTAINER_ENV": '{"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}'}
-
-
-class LaunchInputError(Exception):
-    """A variable the launcher cannot use: what is wrong and what to do, printed as one line; exit code 2."""
-
-    def __init__(self, cause: str, fix: str) -> None:
-        super().__init__(cause)
-        self.cause, self.fix = cause, fix
-
-    def one_line(self) -> str:
-        return f"launch_vllm: {self.cause}; fix: {self.fix}"
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A read-only bind mount: a path on the node into the container."""
-
-    source: str
-    target: str
-
-    def spec(self) -> list[str]:
-        """docker's --mount fields: a bind mount refuses a missing source folder (a --volume would create it empty)."""
-        return ["type=bind", f"source={self.source}", f"target={self.target}", "readonly"]
+EXAMPLES = {"KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840"]', "EXTRA_MOUNTS": '["/srv/models/tokenizers:/opt/tokenizers"]',
+            "DRAFTER_ARGS": '["--<drafter-option>", "{url}"]', "CONTAINER_ENV": '{"VLLM_HOST_IP": "{node_address}"}',
+            "KVBAKE_NODE_LAUNCH_JSON": '{"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}}'}
 
 
 @dataclass(frozen=True)
@@ -97,11 +80,15 @@ class LaunchSettings:
     extra_mounts: tuple[Mount, ...]
     container_env: Mapping[str, str]
     drafter_args: tuple[str, ...]
+    shape: str = "main"
+    node_launch: NodeLaunch = field(default_factory=NodeLaunch)
 
 
 @dataclass(frozen=True)
 class DockerRun:
-    """The serving container to create: its docker run options, the entry module and vLLM's arguments."""
+    """The serving container to create: its docker run options, the entry module and vLLM's arguments. In the `main`
+    shape vLLM is the container's main process; in the `exec` shape the container only waits (`sleep infinity`) and
+    vLLM is started in it by `docker exec --detach` with the switches' env file and the same arguments."""
 
     image: str
     name: str
@@ -113,31 +100,67 @@ class DockerRun:
     mounts: tuple[Mount, ...]
     envs: Mapping[str, str]
     labels: Mapping[str, str]
+    shape: str = "main"
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[str, ...] = ()
 
     @property
     def command(self) -> tuple[str, ...]:
         """What follows the entrypoint (python3): the entry module, then vLLM's arguments."""
         return (*self.entry, *self.vllm_args)
 
-    def argv(self) -> list[str]:
-        """The equivalent `docker run` command line, for review (`--print`)."""
+    @property
+    def execs(self) -> bool:
+        return self.shape == "exec"
+
+    def container_command(self) -> tuple[str, tuple[str, ...]]:
+        """The container's entrypoint and command: vLLM itself, or the waiting main process of the exec shape."""
+        if self.execs:
+            return CLUSTER_COMMAND[0], CLUSTER_COMMAND[1:]
+        return ENTRYPOINT, self.command
+
+    def run_options(self) -> list[str]:
+        """docker run's options, in the order --print shows them."""
         options = ["--detach", "--name", self.name, "--network", "host", "--ipc", "host"]
         options += ["--gpus", self.gpus] if self.gpus else []
-        options += ["--shm-size", self.shm_size, "--restart", "unless-stopped", "--pull", "never", "--env-file", self.env_file]
+        options += ["--shm-size", self.shm_size, "--restart", RESTART_POLICY, "--pull", "never"]
+        options += [] if self.execs else ["--env-file", self.env_file]
         for name, value in self.envs.items():
             options += ["--env", f"{name}={value}"]
         for mount in self.mounts:
             options += ["--mount", ",".join(mount.spec())]
+        for flag, values in (("--device", self.devices), ("--cap-add", self.cap_add), ("--ulimit", self.ulimits)):
+            for value in values:
+                options += [flag, value]
         for name, value in self.labels.items():
             options += ["--label", f"{name}={value}"]
-        return ["docker", "run", *options, "--entrypoint", ENTRYPOINT, self.image, *self.command]
+        return options
+
+    def argv(self) -> list[str]:
+        """The equivalent `docker run` command line, for review (`--print`)."""
+        entrypoint, command = self.container_command()
+        return ["docker", "run", *self.run_options(), "--entrypoint", entrypoint, self.image, *command]
+
+    def exec_argv(self) -> list[str]:
+        """The exec shape's `docker exec` command line that starts vLLM in the waiting container."""
+        return ["docker", "exec", "--detach", "--env-file", self.env_file, self.name, ENTRYPOINT, *self.command]
+
+    def argv_lines(self) -> list[list[str]]:
+        """Every engine call, in order (what --print shows, one per line)."""
+        return [self.argv(), self.exec_argv()] if self.execs else [self.argv()]
 
     def whales_options(self) -> dict:
-        """The same options as python-on-whales' DockerClient.run keyword arguments."""
+        """docker run's options as python-on-whales' DockerClient.run keyword arguments."""
         return {"name": self.name, "detach": True, "networks": ["host"], "ipc": "host", "gpus": self.gpus,
-                "shm_size": self.shm_size, "restart": "unless-stopped", "pull": "never", "env_files": [self.env_file],
-                "envs": dict(self.envs), "mounts": [m.spec() for m in self.mounts],
-                "labels": dict(self.labels), "entrypoint": ENTRYPOINT}
+                "shm_size": self.shm_size, "restart": RESTART_POLICY, "pull": "never",
+                "env_files": [] if self.execs else [self.env_file], "envs": dict(self.envs),
+                "mounts": [m.spec() for m in self.mounts], "devices": list(self.devices), "cap_add": list(self.cap_add),
+                "ulimit": list(self.ulimits), "labels": dict(self.labels), "entrypoint": self.container_command()[0]}
+
+    def whales_exec(self) -> dict:
+        """The exec shape's docker exec as python-on-whales' container.execute keyword arguments."""
+        return {"command": [ENTRYPOINT, *self.command], "detach": True, "env_files": [self.env_file]}
 
 
 @dataclass(frozen=True)
@@ -180,18 +203,6 @@ def _integer(name: str, text: str, minimum: int, maximum: int, fix: str) -> int:
 
 def _port(env: Mapping[str, str], name: str) -> int:
     return _integer(name, env.get(name) or DEFAULTS[name], 1, 65535, f"set {name} to a TCP port number (1..65535) in launcher.env")
-
-
-def _absolute_path(name: str, value: str, fix: str) -> str:
-    if not value.startswith("/"):
-        raise LaunchInputError(f"{name}={value!r} is not an absolute path", fix)
-    if ":" in value or "," in value or not NO_SPACE.match(value):
-        raise LaunchInputError(f"{name}={value!r} contains ':', ',' or whitespace, which a bind mount cannot carry", fix)
-    if value.strip("/") == "":
-        raise LaunchInputError(f"{name}={value!r} is the root folder", fix)
-    if posixpath.normpath(value) != value.rstrip("/"):
-        raise LaunchInputError(f"{name}={value!r} is not a normalised path (no '.', '..' or '//')", fix)
-    return value.rstrip("/")
 
 
 def _json_value(env: Mapping[str, str], name: str, kind: type, what: str):
@@ -250,7 +261,7 @@ def read_preset_args(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def read_model_dir(env: Mapping[str, str]) -> str:
     fix = "set MODEL_DIR in launcher.env to the model folder's absolute path on the nodes (the same on every node)"
-    return _absolute_path("MODEL_DIR", _required(env, "MODEL_DIR", fix), fix)
+    return absolute_path("MODEL_DIR", _required(env, "MODEL_DIR", fix), fix)
 
 
 def read_gpus(env: Mapping[str, str]) -> str:
@@ -270,12 +281,7 @@ def read_shm_size(env: Mapping[str, str]) -> str:
 
 def read_source_root(env: Mapping[str, str]) -> str:
     fix = "set SOURCE_ROOT to the manifest's base.source_root (an absolute path)"
-    return _absolute_path("SOURCE_ROOT", env.get("SOURCE_ROOT") or DEFAULTS["SOURCE_ROOT"], fix)
-
-
-def overlaps(target: str, root: str) -> bool:
-    """True when a mount at `target` would cover `root`, sit above it or inside it."""
-    return target == root or target.startswith(root + "/") or root.startswith(target + "/")
+    return absolute_path("SOURCE_ROOT", env.get("SOURCE_ROOT") or DEFAULTS["SOURCE_ROOT"], fix)
 
 
 def read_extra_mounts(env: Mapping[str, str], source_root: str) -> tuple[Mount, ...]:
@@ -288,23 +294,11 @@ def read_extra_mounts(env: Mapping[str, str], source_root: str) -> tuple[Mount, 
         source, colon, target = entry.partition(":")
         if not colon:
             raise LaunchInputError(f"EXTRA_MOUNTS entry {entry!r} is not SOURCE:TARGET", fix)
-        mount = Mount(_absolute_path("EXTRA_MOUNTS source", source, fix), _absolute_path("EXTRA_MOUNTS target", target, fix))
-        refuse_protected_target(mount.target, source_root, seen)
+        mount = Mount(absolute_path("EXTRA_MOUNTS source", source, fix), absolute_path("EXTRA_MOUNTS target", target, fix))
+        refuse_protected_target("EXTRA_MOUNTS", mount.target, source_root, seen)
         seen.add(mount.target)
         mounts.append(mount)
     return tuple(mounts)
-
-
-def refuse_protected_target(target: str, source_root: str, taken: set[str]) -> None:
-    """A mount may not cover, sit above or inside the image's Python sources, nor another mount of the launcher."""
-    fix = "mount it elsewhere; kvbake's verify-running refuses a mount over, above or inside the source root"
-    if overlaps(target, source_root):
-        raise LaunchInputError(f"EXTRA_MOUNTS target {target} overlaps the image's Python sources ({source_root})", fix)
-    if {"site-packages", "dist-packages"} & set(target.split("/")):
-        raise LaunchInputError(f"EXTRA_MOUNTS target {target} is inside a Python package folder", fix)
-    for other in sorted(taken):
-        if overlaps(target, other):
-            raise LaunchInputError(f"EXTRA_MOUNTS target {target} overlaps the mount at {other}", "give every mount its own folder")
 
 
 def read_container_env(env: Mapping[str, str], topology: Topology, node_address: str) -> dict[str, str]:
@@ -352,6 +346,39 @@ def read_drafter_args(env: Mapping[str, str], preset_args: Sequence[str]) -> tup
     return args
 
 
+def read_shape(env: Mapping[str, str]) -> str:
+    shape = env.get("SHAPE") or DEFAULTS["SHAPE"]
+    if shape not in SHAPES:
+        raise LaunchInputError(f"SHAPE={shape!r} is not one of {', '.join(SHAPES)}",
+                               "set SHAPE=main (vLLM is the container's main process) or SHAPE=exec (the container waits and "
+                               "vLLM is started in it by docker exec) in launcher.env")
+    return shape
+
+
+def read_node_settings(env: Mapping[str, str], source_root: str, extra_mounts: Sequence[Mount],
+                       container_env: Mapping[str, str]) -> NodeLaunch:
+    """KVBAKE_NODE_LAUNCH_JSON: this node's own settings from the deployment file (none when unset), checked again
+    here: a writable cache may not cover the Python sources nor another mount, and a variable is given in one place."""
+    if not env.get("KVBAKE_NODE_LAUNCH_JSON"):
+        return NodeLaunch()
+    node = read_node_launch(_json_value(env, "KVBAKE_NODE_LAUNCH_JSON", dict, "a JSON object"), "KVBAKE_NODE_LAUNCH_JSON")
+    refuse_over_source_root(node, source_root, "KVBAKE_NODE_LAUNCH_JSON")
+    for mount in node.cache_mounts:
+        refuse_protected_target("KVBAKE_NODE_LAUNCH_JSON.cache_mounts", mount.target, None, [m.target for m in extra_mounts])
+    both = sorted(set(node.env) & set(container_env))
+    if both:
+        raise LaunchInputError(f"CONTAINER_ENV and the node's launch.env both set {', '.join(both)}", "give each variable in one place only")
+    return node
+
+
+def refuse_switch_names(step: "DockerRun", switch_names: Sequence[str]) -> None:
+    """A container variable may not be a switch the env file sets: the preset's switch set is the same on every rank."""
+    given = sorted(set(step.envs) & set(switch_names))
+    if given:
+        raise LaunchInputError(f"{', '.join(given)} is set by the node's launch.env or CONTAINER_ENV and is a switch of ranks.env",
+                               "remove it there; switches come from the preset, identical on every rank")
+
+
 def read_settings(env: Mapping[str, str]) -> LaunchSettings:
     """Every variable, checked in the order an operator would fix them."""
     fix = "run the launcher through kvbake deploy (it sets the KVBAKE_* variables), or set them as docs/launcher.md lists"
@@ -366,12 +393,15 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
     host = _one_word("VLLM_HOST", env.get("VLLM_HOST") or DEFAULTS["VLLM_HOST"], "set VLLM_HOST to the address the API listens on, e.g. 0.0.0.0")
     port, master_port = read_ports(env)
     source_root = read_source_root(env)
+    extra_mounts = read_extra_mounts(env, source_root)
+    container_env = read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", ""))
     return LaunchSettings(
         image=image, container=container, env_file=env_file, preset=env.get("KVBAKE_PRESET", ""), node=env.get("KVBAKE_NODE", ""),
         topology=topology, preset_args=preset_args, model_dir=model_dir, served_model_name=served, host=host, port=port,
         tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
-        shm_size=read_shm_size(env), extra_mounts=read_extra_mounts(env, source_root),
-        container_env=read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", "")), drafter_args=read_drafter_args(env, preset_args))
+        shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
+        drafter_args=read_drafter_args(env, preset_args), shape=read_shape(env),
+        node_launch=read_node_settings(env, source_root, extra_mounts, container_env))
 
 
 def read_ports(env: Mapping[str, str]) -> tuple[int, int]:
@@ -456,11 +486,16 @@ def vllm_args(s: LaunchSettings) -> tuple[str, ...]:
 
 
 def docker_run(s: LaunchSettings) -> DockerRun:
-    labels = {LABEL_PREFIX + "preset": s.preset, LABEL_PREFIX + "node": s.node, LABEL_PREFIX + "role": s.topology.role}
+    """The plan for one rank: the operator's settings, then the node's own (its shm_size wins over SHM_SIZE)."""
+    node = s.node_launch
+    labels = {LABEL_PREFIX + "preset": s.preset, LABEL_PREFIX + "node": s.node, LABEL_PREFIX + "role": s.topology.role,
+              LABEL_PREFIX + "shape": s.shape}
     entry = WORKER_ENTRY if s.topology.role == "worker" else HEAD_ENTRY
     return DockerRun(image=s.image, name=s.container, entry=entry, vllm_args=vllm_args(s), env_file=s.env_file,
-                     gpus=None if s.gpus == "none" else s.gpus, shm_size=s.shm_size,
-                     mounts=(Mount(s.model_dir, MODEL_MOUNT), *s.extra_mounts), envs=dict(s.container_env), labels=labels)
+                     gpus=None if s.gpus == "none" else s.gpus, shm_size=node.shm_size or s.shm_size,
+                     mounts=(Mount(s.model_dir, MODEL_MOUNT), *s.extra_mounts, *node.cache_mounts),
+                     envs={**s.container_env, **node.env}, labels=labels, shape=s.shape, devices=node.devices,
+                     cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()))
 
 
 def plan(env: Mapping[str, str]) -> DockerRun | StopServe:

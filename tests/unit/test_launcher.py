@@ -1,4 +1,4 @@
-"""The reference launcher's pure core and adapter (no engine), and its command lines against vLLM's recorded parser."""
+"""The reference launcher's (kvbake-launch-vllm) pure core and adapter (no engine), and its command lines against vLLM's recorded parser."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from python_on_whales.exceptions import DockerException
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "scripts"))
 
-import launch_vllm  # noqa: E402
-import launch_vllm_core as core  # noqa: E402
 import record_vllm_cli as recorder  # noqa: E402
+from kvbake.launcher import cli as launcher  # noqa: E402
+from kvbake.launcher.core import launch_plan as core  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
 from kvbake.operate.core.presets import choose_preset  # noqa: E402
 from kvbake.operate.core.runtime_config import settings_of_preset  # noqa: E402
@@ -126,16 +126,18 @@ def test_docker_run_options_of_the_head() -> None:
     step = run_of()
     assert step.argv() == [
         "docker", "run", "--detach", "--name", "vllm-serve", "--network", "host", "--ipc", "host", "--gpus", "all",
-        "--shm-size", "16g", "--restart", "unless-stopped", "--pull", "never", "--env-file", "/run/kvbake/ranks.env",
+        "--shm-size", "16g", "--restart", "no", "--pull", "never", "--env-file", "/run/kvbake/ranks.env",
         "--mount", "type=bind,source=/models/dsv41,target=/models/served,readonly", "--label", "kvbake.launcher.preset=sample",
-        "--label", "kvbake.launcher.node=spark-a", "--label", "kvbake.launcher.role=head",
+        "--label", "kvbake.launcher.node=spark-a", "--label", "kvbake.launcher.role=head", "--label", "kvbake.launcher.shape=main",
         "--entrypoint", "python3", "registry.example:5000/kvbake/dsv41:current",
         "-m", "vllm.entrypoints.openai.api_server", *step.vllm_args]
     assert step.whales_options() == {
         "name": "vllm-serve", "detach": True, "networks": ["host"], "ipc": "host", "gpus": "all", "shm_size": "16g",
-        "restart": "unless-stopped", "pull": "never", "env_files": ["/run/kvbake/ranks.env"], "envs": {},
+        "restart": "no", "pull": "never", "env_files": ["/run/kvbake/ranks.env"], "envs": {},
         "mounts": [["type=bind", "source=/models/dsv41", "target=/models/served", "readonly"]], "entrypoint": "python3",
-        "labels": {"kvbake.launcher.preset": "sample", "kvbake.launcher.node": "spark-a", "kvbake.launcher.role": "head"}}
+        "devices": [], "cap_add": [], "ulimit": [],
+        "labels": {"kvbake.launcher.preset": "sample", "kvbake.launcher.node": "spark-a", "kvbake.launcher.role": "head",
+                   "kvbake.launcher.shape": "main"}}
 
 
 @pytest.mark.parametrize(("gpus", "option", "whales"), [("all", ["--gpus", "all"], "all"), ("none", [], None), ("", ["--gpus", "all"], "all")])
@@ -257,9 +259,9 @@ BAD_INPUTS = [
     ({"SHM_SIZE": "16 GB"}, "SHM_SIZE='16 GB' is not a size; fix: set SHM_SIZE to a number with an optional b, k, m or g suffix, e.g. 16g"),
     ({"SOURCE_ROOT": "usr/lib"}, "SOURCE_ROOT='usr/lib' is not an absolute path; fix: set SOURCE_ROOT to the manifest's base.source_root (an absolute path)"),
     ({"EXTRA_MOUNTS": "/a:/b"}, "EXTRA_MOUNTS is not a JSON array of strings; fix: set EXTRA_MOUNTS to a JSON array of strings, "
-     'e.g. ["/srv/cache:/root/.cache"]'),
+     'e.g. ["/srv/models/tokenizers:/opt/tokenizers"]'),
     ({"CONTAINER_ENV": '["NCCL_DEBUG=INFO"]'}, "CONTAINER_ENV is not a JSON object of NAME: value strings; fix: set CONTAINER_ENV "
-     'to a JSON object of NAME: value strings, e.g. {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}'),
+     'to a JSON object of NAME: value strings, e.g. {"VLLM_HOST_IP": "{node_address}"}'),
     ({**{"KVBAKE_DRAFTER_URL": "http://10.0.0.20:8100"}, "DRAFTER_ARGS": '"--d {url}"'}, "DRAFTER_ARGS is not a JSON array of "
      'strings; fix: set DRAFTER_ARGS to a JSON array of strings, e.g. ["--<drafter-option>", "{url}"]'),
     ({"EXTRA_MOUNTS": '["/srv/cache"]'}, f"EXTRA_MOUNTS entry '/srv/cache' is not SOURCE:TARGET; fix: {FIX_MOUNTS}"),
@@ -278,7 +280,7 @@ BAD_INPUTS = [
     ({"CONTAINER_ENV": '{"PYTHONPATH": "/srv/patches"}'}, "CONTAINER_ENV sets PYTHONPATH, which selects other code than the "
      "image's; fix: remove it; kvbake's verify-running refuses a serve that sets it"),
     ({"CONTAINER_ENV": '{"NCCL_DEBUG": 1}'}, "CONTAINER_ENV entry 'NCCL_DEBUG' is not NAME: \"value\"; fix: set CONTAINER_ENV "
-     'to a JSON object of NAME: value strings, e.g. {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}'),
+     'to a JSON object of NAME: value strings, e.g. {"VLLM_HOST_IP": "{node_address}"}'),
     ({"CONTAINER_ENV": '{"VLLM_HOST_IP": "{node_address}"}', "KVBAKE_NODE_ADDRESS": ""}, "CONTAINER_ENV VLLM_HOST_IP uses "
      "{node_address} but KVBAKE_NODE_ADDRESS is empty; fix: give every node an address: in the deployment file"),
     (DRAFTER, "the deployment names a remote drafter (http://10.0.0.20:8100) but DRAFTER_ARGS is not set; fix: set "
@@ -299,10 +301,10 @@ BAD_INPUTS = [
 def test_bad_inputs_exit_2_with_one_line(overrides: dict, message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     env = {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path)), **overrides}
     for argv in ([], ["--print"]):
-        assert launch_vllm.main(argv, env) == 2
+        assert launcher.run(argv, env) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert captured.err == f"launch_vllm: {message}\n"
+        assert captured.err == f"kvbake-launch-vllm: {message}\n"
 
 
 def env_file(folder: Path) -> Path:
@@ -312,36 +314,27 @@ def env_file(folder: Path) -> Path:
 
 
 def test_missing_env_file_and_engine_host(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert launch_vllm.main([], {**env_for(), "KVBAKE_ENV_FILE": str(tmp_path / "absent.env")}) == 2
-    assert capsys.readouterr().err == (f"launch_vllm: KVBAKE_ENV_FILE {tmp_path / 'absent.env'} is not a file; fix: run the "
+    assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(tmp_path / "absent.env")}) == 2
+    assert capsys.readouterr().err == (f"kvbake-launch-vllm: KVBAKE_ENV_FILE {tmp_path / 'absent.env'} is not a file; fix: run the "
                                        "launcher through kvbake deploy, or point KVBAKE_ENV_FILE at a ranks.env that "
                                        "`python build.py config` wrote\n")
-    assert launch_vllm.main([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path)), "DOCKER_HOST": ""}) == 2
-    assert capsys.readouterr().err == ("launch_vllm: DOCKER_HOST is not set; fix: set DOCKER_HOST to the node's engine "
+    assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path)), "DOCKER_HOST": ""}) == 2
+    assert capsys.readouterr().err == ("kvbake-launch-vllm: DOCKER_HOST is not set; fix: set DOCKER_HOST to the node's engine "
                                        "(kvbake deploy sets it per node), e.g. ssh://ops@spark-a\n")
 
 
-def test_a_python_without_python_on_whales_is_named(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch_vllm, "DockerClient", None)
-    assert launch_vllm.main([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 2
-    assert capsys.readouterr().err == (f"launch_vllm: python-on-whales is not installed for {sys.executable}; fix: run the "
-                                       "launcher with the Python of kvbake's virtual environment (launcher.command: "
-                                       '["<venv>/bin/python", "scripts/launch_vllm.py"])\n')
-
-
 def test_unknown_argument_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
-    assert launch_vllm.main(["--force"], env_for()) == 2
-    assert capsys.readouterr().err.startswith("usage: launch_vllm.py [--print | --dry-run]")
+    assert launcher.run(["--force"], env_for()) == 2
+    assert capsys.readouterr().err.startswith("usage: kvbake-launch-vllm [--print | --dry-run]")
 
 
 @pytest.mark.parametrize("flag", ["--print", "--dry-run"])
 def test_print_shows_the_shell_quoted_command_and_touches_nothing(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch_vllm, "DockerClient", None)  # any engine call would fail
+    monkeypatch.setattr(launcher, "DockerClient", None)  # any engine call would fail
     env = {**env_for(preset_args=["--max-model-len", "8192", "--compilation-config", '{"mode": 3}']),
            "KVBAKE_ENV_FILE": str(env_file(tmp_path)), "DOCKER_HOST": ""}
-    assert launch_vllm.main([flag], env) == 0
+    assert launcher.run([flag], env) == 0
     out = capsys.readouterr().out
     assert out.startswith("docker run --detach --name vllm-serve --network host --ipc host --gpus all ")
     assert "--compilation-config '{\"mode\": 3}' " in out and out.count("\n") == 1
@@ -377,23 +370,23 @@ class FakeClient:
 
 def test_stop_plan_and_print(capsys: pytest.CaptureFixture) -> None:
     assert core.plan({"KVBAKE_STOP": "1", "KVBAKE_CONTAINER": "vllm-serve"}) == core.StopServe("vllm-serve")
-    assert launch_vllm.main(["--print"], {"KVBAKE_STOP": "1", "KVBAKE_CONTAINER": "vllm-serve"}) == 0
+    assert launcher.run(["--print"], {"KVBAKE_STOP": "1", "KVBAKE_CONTAINER": "vllm-serve"}) == 0
     assert capsys.readouterr().out == "docker stop --time 30 vllm-serve\ndocker rm vllm-serve\n"
     assert isinstance(core.plan({**env_for(), "KVBAKE_STOP": "0"}), core.DockerRun)
 
 
 def test_stop_removes_the_serve_and_is_fine_without_one() -> None:
     client = FakeClient({"vllm-serve"})
-    assert launch_vllm.carry_out(client, core.StopServe("vllm-serve"), "ssh://ops@spark-a") == \
-        "launch_vllm: stopped and removed vllm-serve on ssh://ops@spark-a"
+    assert launcher.carry_out(client, core.StopServe("vllm-serve"), "ssh://ops@spark-a") == \
+        "kvbake-launch-vllm: stopped and removed vllm-serve on ssh://ops@spark-a"
     assert client.container.calls == [("stop", "vllm-serve", 30), ("remove", "vllm-serve", True)]
-    assert launch_vllm.carry_out(client, core.StopServe("vllm-serve"), "h") == "launch_vllm: no container vllm-serve on h"
+    assert launcher.carry_out(client, core.StopServe("vllm-serve"), "h") == "kvbake-launch-vllm: no container vllm-serve on h"
     assert client.runs == []
 
 
 def test_start_replaces_the_old_container_with_a_new_one() -> None:
     client, step = FakeClient({"vllm-serve"}), run_of()
-    assert launch_vllm.carry_out(client, step, "ssh://ops@spark-a") == "launch_vllm: started vllm-serve (f00dfeedf00d) on ssh://ops@spark-a"
+    assert launcher.carry_out(client, step, "ssh://ops@spark-a") == "kvbake-launch-vllm: started vllm-serve (f00dfeedf00d, main shape) on ssh://ops@spark-a"
     assert client.container.calls == [("stop", "vllm-serve", 30), ("remove", "vllm-serve", True)]
     assert client.runs == [(step.image, list(step.command), step.whales_options())]
 
@@ -401,9 +394,9 @@ def test_start_replaces_the_old_container_with_a_new_one() -> None:
 @pytest.mark.parametrize("hint", ["See 'docker run --help'.", "Run 'docker run --help' for more information"])
 def test_an_engine_refusal_is_one_line(hint: str, capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     refusal = 'Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
-    monkeypatch.setattr(launch_vllm, "DockerClient", lambda host: FakeClient(refuse=refusal, hint=hint))
-    assert launch_vllm.main([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 1
-    assert capsys.readouterr().err == f"launch_vllm: starting vllm-serve on ssh://ops@spark-a failed: docker: {refusal}\n"
+    monkeypatch.setattr(launcher, "DockerClient", lambda host: FakeClient(refuse=refusal, hint=hint))
+    assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 1
+    assert capsys.readouterr().err == f"kvbake-launch-vllm: starting vllm-serve on ssh://ops@spark-a failed: docker: {refusal}\n"
 
 
 def option_pairs(tokens: list[str]) -> set[tuple[str, ...]]:
@@ -427,7 +420,7 @@ def test_python_on_whales_builds_the_printed_command(gpus: str, monkeypatch: pyt
     monkeypatch.setattr(whales_cli, "run", capture)
     step = run_of(role="worker", GPUS=gpus, EXTRA_MOUNTS='["/srv/a:/opt/a"]', CONTAINER_ENV='{"X": "{node_address}"}')
     with pytest.raises(RuntimeError) as raised:
-        launch_vllm.DockerClient(host="ssh://ops@spark-b").run(step.image, list(step.command), **step.whales_options())
+        launcher.DockerClient(host="ssh://ops@spark-b").run(step.image, list(step.command), **step.whales_options())
     built = [str(token) for token in raised.value.args[0]]
     assert built[1:5] == ["--host", "ssh://ops@spark-b", "container", "run"]
     image_at, printed = built.index(step.image), step.argv()
@@ -437,10 +430,10 @@ def test_python_on_whales_builds_the_printed_command(gpus: str, monkeypatch: pyt
 
 def test_success_prints_one_line(capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hosts = []
-    monkeypatch.setattr(launch_vllm, "DockerClient", lambda host: hosts.append(host) or FakeClient())
-    assert launch_vllm.main([], {**env_for(role="worker"), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 0
+    monkeypatch.setattr(launcher, "DockerClient", lambda host: hosts.append(host) or FakeClient())
+    assert launcher.run([], {**env_for(role="worker"), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 0
     assert hosts == ["ssh://ops@spark-b"]
-    assert capsys.readouterr().out == "launch_vllm: started vllm-serve (f00dfeedf00d) on ssh://ops@spark-b\n"
+    assert capsys.readouterr().out == "kvbake-launch-vllm: started vllm-serve (f00dfeedf00d, main shape) on ssh://ops@spark-b\n"
 
 
 # ---- the recorded parsers ----

@@ -1,4 +1,4 @@
-"""Reference launcher: (re)create the vLLM serve $KVBAKE_CONTAINER on $DOCKER_HOST from $KVBAKE_IMAGE (docs/launcher.md)."""
+"""`kvbake-launch-vllm`: (re)create the vLLM serve $KVBAKE_CONTAINER on $DOCKER_HOST from $KVBAKE_IMAGE (docs/launcher.md)."""
 
 from __future__ import annotations
 
@@ -8,44 +8,32 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-try:
-    from python_on_whales import DockerClient
-    from python_on_whales.exceptions import DockerException
-except ImportError:  # a python3 without the project's dependencies: --print still works, engine calls do not
-    DockerClient = None
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException
 
-    class DockerException(Exception):
-        """Stands in for python-on-whales' exception when python-on-whales is absent."""
-
-if str(Path(__file__).resolve().parent) not in sys.path:  # imported rather than run
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from launch_vllm_core import STOP_TIMEOUT_S, DockerRun, LaunchInputError, StopServe, engine_host, plan, shell_line  # noqa: E402
+from kvbake.launcher.core.launch_plan import STOP_TIMEOUT_S, DockerRun, StopServe, engine_host, plan, refuse_switch_names, shell_line
+from kvbake.launcher.core.node_launch import PROGRAM, LaunchInputError
 
 PRINT_FLAGS = ("--print", "--dry-run")
-USAGE = "usage: launch_vllm.py [--print | --dry-run]   (configured by environment variables: docs/launcher.md)"
+USAGE = f"usage: {PROGRAM} [--print | --dry-run]   (configured by environment variables: docs/launcher.md)"
 
 
 class EngineFailure(Exception):
     """The engine refused a step; one line for kvbake to show."""
 
 
-def check_env_file(step: DockerRun) -> None:
-    if not Path(step.env_file).is_file():
+def switch_names_of(step: DockerRun) -> list[str]:
+    """The switch names the env file sets (NAME=VALUE lines, comments left out); the file must exist."""
+    path = Path(step.env_file)
+    if not path.is_file():
         raise LaunchInputError(f"KVBAKE_ENV_FILE {step.env_file} is not a file",
                                "run the launcher through kvbake deploy, or point KVBAKE_ENV_FILE at a ranks.env that `python build.py config` wrote")
-
-
-def require_python_on_whales() -> None:
-    if DockerClient is None:
-        raise LaunchInputError(f"python-on-whales is not installed for {sys.executable}",
-                               "run the launcher with the Python of kvbake's virtual environment "
-                               '(launcher.command: ["<venv>/bin/python", "scripts/launch_vllm.py"])')
+    lines = path.read_text().splitlines()
+    return [line.partition("=")[0].strip() for line in lines if "=" in line and not line.lstrip().startswith("#")]
 
 
 def print_plan(step: DockerRun | StopServe) -> None:
-    lines = step.argv_lines() if isinstance(step, StopServe) else [step.argv()]
-    for argv in lines:
+    for argv in step.argv_lines():
         print(shell_line(argv))
 
 
@@ -67,9 +55,12 @@ def remove_serve(client, name: str) -> bool:
 
 
 def start_serve(client, step: DockerRun) -> str:
-    """Replace the container by name with a new one; the new container's id."""
+    """Replace the container by name with a new one (in the exec shape, then start vLLM in it); the new container's id."""
     remove_serve(client, step.name)
-    container = client.run(step.image, list(step.command), **step.whales_options())
+    entrypoint_args = list(step.container_command()[1])
+    container = client.run(step.image, entrypoint_args, **step.whales_options())
+    if step.execs:
+        client.container.execute(step.name, **step.whales_exec())
     return container.id
 
 
@@ -78,28 +69,33 @@ def carry_out(client, step: DockerRun | StopServe, host: str) -> str:
     try:
         if isinstance(step, StopServe):
             removed = remove_serve(client, step.name)
-            return f"launch_vllm: {'stopped and removed' if removed else 'no container'} {step.name} on {host}"
-        return f"launch_vllm: started {step.name} ({start_serve(client, step)[:12]}) on {host}"
+            return f"{PROGRAM}: {'stopped and removed' if removed else 'no container'} {step.name} on {host}"
+        return f"{PROGRAM}: started {step.name} ({start_serve(client, step)[:12]}, {step.shape} shape) on {host}"
     except DockerException as err:
         action = "stopping" if isinstance(step, StopServe) else "starting"
-        raise EngineFailure(f"launch_vllm: {action} {step.name} on {host} failed: {engine_reason(err)}") from None
+        raise EngineFailure(f"{PROGRAM}: {action} {step.name} on {host} failed: {engine_reason(err)}") from None
 
 
-def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """`--print`/`--dry-run` prints the plan and touches no engine; KVBAKE_STOP=1 stops the serve. Exit 0 on success,
-    2 for an input the launcher cannot use, 1 when the engine refuses; a failure is one line on stderr."""
+def checked_plan(env: Mapping[str, str]) -> DockerRun | StopServe:
+    """The plan, with the checks that read the env file."""
+    step = plan(env)
+    if isinstance(step, DockerRun):
+        refuse_switch_names(step, switch_names_of(step))
+    return step
+
+
+def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """`--print`/`--dry-run` prints the engine calls and touches no engine; KVBAKE_STOP=1 stops the serve. Exit 0 on
+    success, 2 for an input the launcher cannot use, 1 when the engine refuses; a failure is one line on stderr."""
     if any(arg not in PRINT_FLAGS for arg in argv):
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        step = plan(env)
-        if isinstance(step, DockerRun):
-            check_env_file(step)
+        step = checked_plan(env)
         if argv:
             print_plan(step)
             return 0
         host = engine_host(env)
-        require_python_on_whales()
     except LaunchInputError as err:
         print(err.one_line(), file=sys.stderr)
         return 2
@@ -111,5 +107,6 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:], os.environ))
+def main() -> None:
+    """The console script."""
+    sys.exit(run(sys.argv[1:], os.environ))
