@@ -190,7 +190,8 @@ def cmd_capacity(args: argparse.Namespace) -> Result:
     if args.deploy is not None:
         ranks = check_deployment(prediction, load_deployment(args.deploy))
         data["ranks"] = ranks
-        lines += [f"  {line}" for line in ranks] + ["every rank logged the predicted line"]
+        logged = [line.split(":", 1)[0] for line in ranks if "no KV cache size line" not in line]
+        lines += [f"  {line}" for line in ranks] + [f"the predicted line was logged by {', '.join(logged)}"]
     return data, "\n".join(lines)
 
 

@@ -216,6 +216,17 @@ def test_ranks_that_logged_the_prediction_pass_and_others_are_named(realserve: M
     assert not agrees(prediction, parse_logged(LOGGED_FP32))
 
 
+def test_on_several_nodes_only_the_head_must_log_the_line_and_the_ranks_that_did_are_named(realserve: Manifest, tiny_config: Path) -> None:
+    prediction = predict_preset(realserve, "packing-x2", tiny_config, "cpu")
+    lines = check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": "worker started"}, head="a")
+    assert lines[0] == f"a: {LOGGED_FP32_X2}" and lines[1].startswith("b: no KV cache size line")
+    with pytest.raises(ValidationStop) as info:
+        check_ranks(prediction, {"a": "starting", "b": LOGGED_FP32_X2}, head="a")
+    assert "a logged no KV cache size line" in info.value.message
+    with pytest.raises(ValidationStop):
+        check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": LOGGED_FP32}, head="a")
+
+
 def test_a_packing_switch_must_declare_whole_number_values(tmp_path: Path) -> None:
     document = minimal_document()
     document["switches"]["VLLM_X_PACK"] = {"values": ["2", "two"], "effect": "kv_blocks_factor"}

@@ -174,10 +174,21 @@ def test_the_deployment_file_names_each_nodes_container_and_the_launchers_settin
     assert described.node_env == {"spark-a": {"NCCL_SOCKET_IFNAME": "enp1", "VLLM_HOST_IP": "10.0.0.11"},
                                   "spark-b": {"NCCL_SOCKET_IFNAME": "enp2", "VLLM_HOST_IP": "10.0.0.12"}}
     assert described.addresses == {"spark-a": "10.0.0.11", "spark-b": "10.0.0.12"}
-    assert "the per-node environment (NCCL_SOCKET_IFNAME)" in [p.where for p in placeholders(
-        manifest_document(TEMPLATE, described, InitOptions()), deploy, described)]
+    assert [n.get("launch") for n in deploy["nodes"]] == [{"env": {"NCCL_SOCKET_IFNAME": "enp1"}}, {"env": {"NCCL_SOCKET_IFNAME": "enp2"}}]
     assert "SERVED_MODEL_NAME" not in env, "--served-model-name is among the preset's arguments"
     assert deploy["readiness"]["url"] == "http://10.0.0.11:8000/health" and deploy["start"] == "workers-first"
+
+
+def test_each_nodes_devices_capabilities_ulimits_and_writable_mounts_become_its_launch_settings():
+    host = {"Devices": [{"PathOnHost": "/dev/infiniband", "PathInContainer": "/dev/infiniband", "CgroupPermissions": "rwm"},
+                        {"PathOnHost": "/dev/null", "PathInContainer": "/dev/x", "CgroupPermissions": "r"}],
+            "CapAdd": ["IPC_LOCK"], "Ulimits": [{"Name": "memlock", "Soft": -1, "Hard": -1}, {"Name": "stack", "Soft": 1, "Hard": 2}]}
+    mounts = ({"Type": "bind", "Source": "/srv/m", "Destination": "/models/dsv41", "RW": False},
+              {"Type": "bind", "Source": "/srv/hf", "Destination": "/root/.cache/huggingface", "RW": True})
+    nodes = [node("spark-a", serve_argv(*HEAD), host_config=host, mounts=mounts), node("spark-b", serve_argv(*WORKER))]
+    launch = describe(nodes, SWITCHES, ROOT).node_launch
+    assert launch == {"spark-a": {"devices": ["/dev/infiniband", "/dev/null:/dev/x:r"], "cap_add": ["IPC_LOCK"],
+                                  "ulimits": {"memlock": -1, "stack": "1:2"}, "cache_mounts": ["/srv/hf:/root/.cache/huggingface"]}}
 
 
 def test_each_placeholder_left_is_named_with_its_fix():
@@ -235,3 +246,17 @@ def test_init_over_an_existing_manifest_is_refused_before_any_node_is_read(tmp_p
 def test_malformed_init_options_are_usage_errors(argv, tmp_path, capsys):
     assert main(["init", *argv, "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_the_deployment_file_init_writes_loads_as_a_valid_deployment(tmp_path):
+    from kvbake.deployfile import load_deployment
+    from kvbake.ship.adapters.project_init import dump
+
+    nodes = [node("spark-a", serve_argv(*HEAD), env={"NCCL_SOCKET_IFNAME": "enp1", "VLLM_HOST_IP": "10.0.0.11"},
+                  host_config={"CapAdd": ["IPC_LOCK"], "Ulimits": [{"Name": "memlock", "Soft": -1, "Hard": -1}]}),
+             node("spark-b", serve_argv(*WORKER), env={"NCCL_SOCKET_IFNAME": "enp2", "VLLM_HOST_IP": "10.0.0.12"})]
+    described = describe(nodes, SWITCHES, ROOT)
+    (tmp_path / "deploy.yaml").write_bytes(dump(deploy_document(nodes, described, ROOT)))
+    deployment = load_deployment(tmp_path / "deploy.yaml")
+    assert [(n.name, n.container) for n in deployment.nodes] == [("spark-a", "spark-a-serve"), ("spark-b", "spark-b-serve")]
+    assert deployment.launcher.command == ("kvbake-launch-vllm",)

@@ -34,5 +34,7 @@ def rank_logs(deployment: Deployment) -> dict[str, str]:
 
 
 def check_deployment(prediction: Prediction, deployment: Deployment) -> list[str]:
-    """One line per rank that logged the predicted capacity; any other rank stops (ValidationStop)."""
-    return check_ranks(prediction, rank_logs(deployment))
+    """One line per rank: the predicted capacity it logged, or (a worker of a multi-node serve) that it logs none;
+    any other rank stops (ValidationStop)."""
+    head = next((n.name for n in deployment.nodes if n.role == "head"), None) if len(deployment.nodes) > 1 else None
+    return check_ranks(prediction, rank_logs(deployment), head)

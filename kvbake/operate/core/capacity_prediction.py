@@ -154,12 +154,16 @@ def agrees(prediction: Prediction, logged: LoggedCapacity) -> bool:
     return (logged.tokens, logged.max_model_len, logged.concurrency) == (cap.tokens, cap.max_model_len, f"{cap.max_concurrency:.2f}")
 
 
-def check_ranks(prediction: Prediction, logs: Mapping[str, str]) -> list[str]:
-    """One line per rank ("node: logged line"); a rank without the line or with another one stops, naming every rank."""
+def check_ranks(prediction: Prediction, logs: Mapping[str, str], head: str | None = None) -> list[str]:
+    """One line per rank ("node: logged line"); a rank without the line or with another one stops, naming every rank.
+    With `head` (more than one node: real multi-node vLLM logs the KV cache size on the head only), a worker without
+    the line is reported as such, and the head must log it."""
     lines, problems = [], []
     for node, log in logs.items():
         logged = parse_logged(log)
-        if logged is None:
+        if logged is None and head is not None and node != head:
+            lines.append(f"{node}: no KV cache size line (a worker: multi-node vLLM logs it on the head only)")
+        elif logged is None:
             problems.append(f"{node} logged no KV cache size line")
         elif not agrees(prediction, logged):
             problems.append(f"{node} logged {logged.line!r}")

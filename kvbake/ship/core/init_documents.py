@@ -93,6 +93,8 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
         if described.addresses.get(node.node):
             entry["address"] = described.addresses[node.node]
         entry["container"] = node.name
+        if described.node_launch.get(node.node):
+            entry["launch"] = dict(described.node_launch[node.node])
         entries.append(entry)
     head_address = described.addresses.get(described.head) or "127.0.0.1"
     document: dict[str, Any] = {
@@ -118,10 +120,6 @@ def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], describ
     if not described.mounts.model_dir:
         found.append(Placeholder("deploy.yaml launcher.env.MODEL_DIR",
                                  "the serve's model is not in a bind-mounted folder: set MODEL_DIR to the model folder on the nodes"))
-    per_node = sorted({name for node, env in described.node_env.items() for name in env} - {"VLLM_HOST_IP"})
-    if per_node:
-        found.append(Placeholder(f"the per-node environment ({', '.join(per_node)})",
-                                 "the ranks set these to different values: give each node its own values in deploy.yaml"))
     missing = [node["name"] for node in deploy["nodes"] if "address" not in node]
     if missing and len(deploy["nodes"]) > 1:
         found.append(Placeholder(f"deploy.yaml nodes[].address of {', '.join(missing)}",

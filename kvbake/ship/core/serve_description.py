@@ -96,6 +96,7 @@ class ServeDescription:
     overrides: Mapping[str, str] = field(default_factory=dict)
     changes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     node_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    node_launch: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def choose_container(node: str, serving: Sequence[str], cluster: Sequence[str]) -> str:
@@ -238,7 +239,31 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
         shape=("exec" if head.serving.execd else "main"), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
-        changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env)
+        changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env,
+        node_launch={n.node: launch for n in nodes if (launch := node_launch(n, node_env.get(n.node, {}), source_root))})
+
+
+def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str) -> dict[str, Any]:
+    """A node's own container settings as deploy.yaml's `launch:` gives them: its per-node environment (less
+    VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts."""
+    host = node.container.get("HostConfig") or {}
+    model = node.serving.serve.model if node.serving else ""
+    launch: dict[str, Any] = {
+        "env": {name: value for name, value in sorted(env.items()) if name != "VLLM_HOST_IP"},
+        "devices": [device_text(d) for d in host.get("Devices") or ()],
+        "cap_add": sorted(str(c) for c in host.get("CapAdd") or ()),
+        "ulimits": {str(u["Name"]): (u["Soft"] if u["Soft"] == u["Hard"] else f"{u['Soft']}:{u['Hard']}") for u in host.get("Ulimits") or ()},
+        "cache_mounts": list(classify_mounts(node.container, model, source_root).writable),
+    }
+    return {key: value for key, value in launch.items() if value}
+
+
+def device_text(device: Mapping[str, Any]) -> str:
+    """A device mapping as `--device` reads it: HOST, HOST:CONTAINER, or HOST:CONTAINER:PERMISSIONS."""
+    host, inside, permissions = str(device.get("PathOnHost")), str(device.get("PathInContainer") or ""), str(device.get("CgroupPermissions") or "")
+    if permissions and permissions != "rwm":
+        return f"{host}:{inside or host}:{permissions}"
+    return host if inside in ("", host) else f"{host}:{inside}"
 
 
 def split_env(by_node: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
