@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.command_output import Result
@@ -128,7 +129,7 @@ def pairs(values: list[str], what: str, bare: bool = False) -> dict[str, str]:
 
 def cmd_init(args: argparse.Namespace) -> Result:
     from kvbake.ship.adapters.project_init import init_project
-    from kvbake.ship.core.init_documents import InitOptions
+    from kvbake.ship.core.init_documents import LAUNCHER_COMMAND, InitOptions
 
     nodes = pairs(args.node, "--node")
     containers = pairs(args.container, "--container", bare=True)
@@ -137,8 +138,11 @@ def cmd_init(args: argparse.Namespace) -> Result:
         raise UsageError(f"init: --container names {', '.join(unknown)}, which no --node gives", "name each container's node as --node gives it")
     if args.donor_revision and not re.fullmatch(r"[0-9a-f]{40}", args.donor_revision):
         raise UsageError(f"init: --donor-revision {args.donor_revision!r} is not a full commit id", "give the 40-hex-digit commit")
+    launcher = tuple(shlex.split(args.launcher)) if args.launcher else tuple(LAUNCHER_COMMAND)
+    if not launcher:
+        raise UsageError("init: --launcher is empty", "give the launcher command, e.g. --launcher kvbake-launch-vllm")
     result = init_project(list(nodes.items()), containers, args.out, args.template,
-                          InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or ""), args.force)
+                          InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or "", launcher), args.force)
     return init_report(result)
 
 

@@ -253,3 +253,102 @@ def test_the_chain_registers_its_switch_so_neither_kvbake_nor_vllm_warns(engine,
     assert len(unregistered.warnings) == 1 and "VLLM_KVBAKE_FAULT_REUSE, VLLM_KVBAKE_PACK_FACTOR may be unregistered" in unregistered.warnings[0]
     log = base_serve_log(engine, realserve.model, {"VLLM_KVBAKE_PACK_FACTOR": "2"}, UNKNOWN)
     assert f"{UNKNOWN}: VLLM_KVBAKE_PACK_FACTOR" in log, "without the chain vLLM does not know the switch"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exec shape on real vLLM: init reads a serve started by docker exec; verify-running reads kvbake's own exec-shape
+# serve process by process and catches what only the processes show.
+
+SHADOW = "/root/.cache/kvbake-shadow"
+
+
+def serving_processes(engine: Engine, container: str) -> tuple:
+    from kvbake.ship.core.serve_reading import read_serve
+
+    return read_serve(engine.processes(container)).serving
+
+
+def wait_for_serving(engine: Engine, container: str, present: bool = True, timeout_s: float = 60) -> tuple:
+    """The container's vLLM serve processes once some run (or, with present False, once none does)."""
+    deadline = time.monotonic() + timeout_s
+    while bool(found := serving_processes(engine, container)) != present:
+        assert time.monotonic() < deadline, f"{container}: vLLM serve {'never started' if present else 'still runs'}"
+        time.sleep(0.5)
+    return found
+
+
+def restart_serve(engine: Engine, container: str, argv: list[str], env: dict[str, str], workdir: str | None = None) -> None:
+    """Stop the vLLM serve docker exec started in the container and start it again as an operator would by hand."""
+    for serving in serving_processes(engine, container):
+        engine.exec_in(container, ["python3", "-c", f"import os; os.kill({serving.root.pid}, 15)"])
+    wait_for_serving(engine, container, present=False)
+    engine.exec_detached(container, argv, env, workdir, None)
+    wait_for_serving(engine, container)
+
+
+def shadow_package(folder: Path) -> Path:
+    """A `vllm` package whose API server module only waits: started from this folder, `python3 -m` imports it, not the
+    baked vllm."""
+    module = folder / "vllm" / "entrypoints" / "openai"
+    module.mkdir(parents=True)
+    for package in (folder / "vllm", folder / "vllm" / "entrypoints", module):
+        (package / "__init__.py").write_text("")
+    (module / "api_server.py").write_text("import time\ntime.sleep(3600)\n")
+    return folder
+
+
+def exec_shape_deployment(serve: RealServe, shadow: Path) -> Path:
+    document = json.loads(serve.deploy.read_text())
+    document["launcher"]["env"]["SHAPE"] = "exec"
+    document["nodes"][0]["launch"] = {"cache_mounts": [f"{shadow}:{SHADOW}"]}
+    path = serve.folder / "deploy-exec.yaml"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_init_reads_an_exec_shape_serve_and_verify_running_catches_what_its_processes_show(capsys, realserve, tmp_path) -> None:
+    node, port = realserve.node, free_port()
+    args = ["--model", "/models/served", "--served-model-name", rs.SERVED_NAME, "--max-model-len", "4096", "--dtype", "float32",
+            "--enforce-eager", "--block-size", "128", "--kv-cache-memory-bytes", "67108864", "--host", "127.0.0.1", "--port", str(port)]
+    current = node.image_id_of(rs.BASE)  # base sync put the base there; the serve by hand runs it, as the seed's does
+    assert current, "base sync tagged the base on the node"
+    node.client.run(current, ["infinity"], entrypoint="sleep", name="vllm_node", detach=True, networks=["host"],
+                    mounts=[["type=bind", f"source={realserve.model.folder}", "target=/models/served", "readonly"]])
+    try:
+        node.exec_detached("vllm_node", ["python3", "-m", "vllm.entrypoints.openai.api_server", *args], {"HF_HUB_OFFLINE": "1"}, None, None)
+        wait_for_serving(node, "vllm_node")
+        code, out, err = run(capsys, "init", f"--node=node-a={node.host}", "--container", "vllm_node", "--template",
+                             str(realserve.manifest), "--out", str(tmp_path / "project"), "--json")
+        assert code == 0, err
+        described = json.loads(out)
+        assert described["control"] == {"max_model_len": 4096, "launcher_args": [a for a in args[2:] if a not in ("--max-model-len", "4096")]}
+        assert described["containers"] == {"node-a": "vllm_node"} and described["switches"] == {}
+        code, out, err = run(capsys, "config", "--check", "--manifest", str(tmp_path / "project" / "manifest.yaml"),
+                             "--deploy", str(tmp_path / "project" / "deploy.yaml"), "--json")
+        assert code == 0 and json.loads(out)["nodes"] == {"node-a": "control"}, err
+    finally:
+        node.remove_container("vllm_node")
+
+    deploy = exec_shape_deployment(realserve, shadow_package(tmp_path / "shadow"))
+    assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "control", "--reason", "exec shape", deploy=deploy))
+    assert_step(capsys, realserve, realserve.ship("verify-running", deploy=deploy), "all ranks agree")
+    (serving,) = serving_processes(node, rs.CONTAINER)
+    assert serving.execd, "kvbake's launcher started vLLM by docker exec"
+    argv, env = list(serving.process.argv), {"HF_HUB_OFFLINE": "1"}
+
+    restart_serve(node, rs.CONTAINER, argv, {**env, "VLLM_KVBAKE_PACK_FACTOR": "2"})
+    code, _, err = run(capsys, *realserve.ship("verify-running", deploy=deploy))
+    assert code != 0 and "node-a" in err and "VLLM_KVBAKE_PACK_FACTOR is 2" in err, err
+
+    restart_serve(node, rs.CONTAINER, argv, env, workdir=SHADOW)
+    code, _, err = run(capsys, *realserve.ship("verify-running", deploy=deploy))
+    assert code != 0 and "node-a" in err and f"{SHADOW}/vllm" in err, err
+
+    restart_serve(node, rs.CONTAINER, argv, env)
+    assert_step(capsys, realserve, realserve.ship("verify-running", deploy=deploy), "all ranks agree")
+    changed = tmp_path / "envs.py"
+    assert node.copy_out(rs.CONTAINER, f"{rs.SOURCE_ROOT}/vllm/envs.py", changed)
+    changed.write_text(changed.read_text() + "\n# changed in the running container\n")
+    node.copy_in(changed, rs.CONTAINER, f"{rs.SOURCE_ROOT}/vllm/envs.py")
+    code, _, err = run(capsys, *realserve.ship("verify-running", deploy=deploy))
+    assert code != 0 and "node-a" in err and "vllm/envs.py" in err, err

@@ -14,7 +14,7 @@ from kvbake.engines.adapters.client import Engine
 
 from faultscenarios import failing_launcher, operator_host
 from serveshapes import NODES, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
-from shiprig import CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
+from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = pytest.mark.docker
 
@@ -92,6 +92,7 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     assert {n["name"]: n["container"] for n in described["deploy"]["nodes"]} == {NODES[k]: walk.names[k] for k in NODES}
     assert [n["role"] for n in described["deploy"]["nodes"]] == ["head", "worker"]
     assert described["init"]["switches"] == {} and described["init"]["changes"] == {}
+    assert described["manifest"]["base"]["image"] == BASE, "the template's pin names the image the nodes run: kept"
     walk.run("adopt", "--reason", shape)
     adopted = walk.state()
     adopted_id = adopted["a"]["records"][0]

@@ -260,3 +260,12 @@ def test_the_deployment_file_init_writes_loads_as_a_valid_deployment(tmp_path):
     deployment = load_deployment(tmp_path / "deploy.yaml")
     assert [(n.name, n.container) for n in deployment.nodes] == [("spark-a", "spark-a-serve"), ("spark-b", "spark-b-serve")]
     assert deployment.launcher.command == ("kvbake-launch-vllm",)
+
+
+def test_a_template_pin_that_names_the_running_image_is_kept_and_the_launcher_is_the_one_given():
+    described = describe(pair(digests=()), SWITCHES, ROOT)
+    kept = manifest_document(TEMPLATE, described, InitOptions(kept_base=TEMPLATE["base"]["image"]))
+    assert kept["base"]["image"] == TEMPLATE["base"]["image"]
+    deploy = deploy_document(pair(digests=()), described, ROOT, ("python3", "my_launcher.py"))
+    assert deploy["launcher"]["command"] == ["python3", "my_launcher.py"]
+    assert "manifest.yaml base.image (no registry digest)" not in [p.where for p in placeholders(kept, deploy, described)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -70,6 +70,16 @@ def read_node(node: str, host: str, named: str | None, source_root: str) -> Node
     return NodeServe(node, host, container, serving, engine.require_image(container["Image"]), changes)
 
 
+def host_of(nodes: Sequence[tuple[str, str]], node: str) -> str:
+    return next(host for name, host in nodes if name == node)
+
+
+def kept_base(template_image: str, image_id: str, host: str) -> str:
+    """The template's base reference when it already names the very image the nodes run (a lock made from it stays
+    valid), else ""."""
+    return template_image if Engine(host).image_id_of(template_image) == image_id else ""
+
+
 def refuse_existing(paths: Sequence[Path], force: bool) -> None:
     existing = [p for p in paths if p.exists()]
     if existing and not force:
@@ -91,8 +101,9 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     switch_names = tuple(document.get("switches") or {}) + tuple(document.get("forbidden") or {})
     read = [read_node(node, host, containers.get(node) or containers.get(""), source_root) for node, host in nodes]
     described = describe(read, switch_names, source_root)
-    manifest = manifest_document(document, described, options)
-    deploy = deploy_document(read, described, source_root)
+    kept = kept_base(str(document["base"]["image"]), described.base.image_id, host_of(nodes, described.head))
+    manifest = manifest_document(document, described, replace(options, kept_base=kept))
+    deploy = deploy_document(read, described, source_root, options.launcher)
     for path, written in zip(targets, (manifest, deploy)):
         write_atomic(path, dump(written))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),

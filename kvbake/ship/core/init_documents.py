@@ -25,6 +25,8 @@ class InitOptions:
     registry: str = ""
     donor_url: str = ""
     donor_revision: str = ""
+    launcher: tuple[str, ...] = tuple(LAUNCHER_COMMAND)
+    kept_base: str = ""  # the template's base.image when it already names the image the nodes run
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Placeholder:
 def manifest_document(template: Mapping[str, Any], described: ServeDescription, options: InitOptions) -> dict[str, Any]:
     """The template (chain, switches, presets) with the serve's base, control's length and every preset's arguments."""
     document = copy.deepcopy(dict(template))
-    document["base"] = {**document["base"], "image": described.base.image}
+    document["base"] = {**document["base"], "image": options.kept_base or described.base.image}
     donor = dict(document.get("donor") or {})
     donor.update({key: value for key, value in (("url", options.donor_url), ("revision", options.donor_revision)) if value})
     document["donor"] = donor
@@ -84,7 +86,8 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
     return env
 
 
-def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, source_root: str) -> dict[str, Any]:
+def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, source_root: str,
+                    launcher: Sequence[str] = tuple(LAUNCHER_COMMAND)) -> dict[str, Any]:
     """The deployment file: every node (head first) with its serving container, the reference launcher, readiness."""
     ordered = sorted(nodes, key=lambda n: n.node != described.head)
     entries = []
@@ -99,7 +102,7 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
     head_address = described.addresses.get(described.head) or "127.0.0.1"
     document: dict[str, Any] = {
         "format": 1, "nodes": entries,
-        "launcher": {"command": list(LAUNCHER_COMMAND), "container": LAUNCHER_CONTAINER, "timeout_s": 600,
+        "launcher": {"command": list(launcher), "container": LAUNCHER_CONTAINER, "timeout_s": 600,
                      "env": {k: v for k, v in launcher_env(described, source_root).items() if v}},
         "start": "workers-first" if len(entries) > 1 else "in-order",
         "readiness": {"url": f"http://{head_address}:{serve_port(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 5},
@@ -124,7 +127,7 @@ def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], describ
     if missing and len(deploy["nodes"]) > 1:
         found.append(Placeholder(f"deploy.yaml nodes[].address of {', '.join(missing)}",
                                  "set each node's address (how the other ranks reach it; the serve named none)"))
-    if not described.base.by_digest:
+    if not described.base.by_digest and str(manifest["base"]["image"]) == described.base.image:
         found.append(Placeholder("manifest.yaml base.image (no registry digest)",
                                  "the nodes' image came from no registry: lock pins its config digest; `base sync` puts it into "
                                  "the private registry"))
