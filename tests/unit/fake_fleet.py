@@ -114,9 +114,9 @@ class World:
         """The world's nodes under `deployment`."""
         return Fleet(deployment, self.engines, REPO, (SWITCH,), (f"{SOURCE_ROOT}/x.py",), SOURCE_ROOT)
 
-    def command_line(self, monkeypatch: pytest.MonkeyPatch, folder: Path | None = None) -> list[str]:
-        """The options that point kvbake's command line at this world: the stand-in manifest, and a deployment file
-        naming the world's nodes, in `folder` (another operator host's) or where the world's is (this host's); the
+    def command_line(self, monkeypatch: pytest.MonkeyPatch, folder: Path | None = None, manifest: Path = STANDIN) -> list[str]:
+        """The options that point kvbake's command line at this world: the manifest (the stand-in's), and a deployment
+        file naming the world's nodes, in `folder` (another operator host's) or where the world's is (this host's); the
         command line's fleet connects to the fake nodes."""
         d = self.fleet.deployment
         path = d.path if folder is None else folder / d.path.name
@@ -126,7 +126,7 @@ class World:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document))
         monkeypatch.setattr(fleet_module, "make_fleet", lambda deployment, manifest, lock: self.fleet_of(deployment))
-        return ["--manifest", str(STANDIN), "--deploy", str(path)]
+        return ["--manifest", str(manifest), "--deploy", str(path)]
 
     def advance(self, seconds: float) -> None:
         """Every node's clock moves on (a lock nobody renews grows stale)."""
@@ -201,13 +201,13 @@ def deploy(w: World, r: Release, **kw) -> None:
     rollout.deploy(w.fleet, r, "base:1", BASE, False, **kw)
 
 
-def interrupted_deploy(w: World, r: Release | None = None) -> None:
+def interrupted_deploy(w: World, r: Release | None = None, base: str = "base:1", layers: tuple[str, ...] = BASE) -> None:
     """This host dies deploying `r` (PACKING) at its first retag, after every node took the journal, holding its locks."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(transitions, "retag", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
         patch.setattr(HeldLocks, "release", lambda self: None)  # killed: nothing is released
         with pytest.raises(KeyboardInterrupt):
-            deploy(w, r or PACKING)
+            rollout.deploy(w.fleet, r or PACKING, base, layers, False)
 
 
 def diverged_deploy(w: World, r: Release) -> None:

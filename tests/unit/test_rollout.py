@@ -322,6 +322,37 @@ def test_a_launcher_that_exits_0_but_starts_nothing_is_a_failed_step(world, tmp_
         REAL_LAUNCH(world.fleet, "a", CONTROL)
 
 
+@pytest.mark.parametrize(("fault", "caught"), [
+    ("switch", "b: pid 1: switch S is 9, expected 3"),
+    ("image", "b: the container runs image sha256:base"),
+    ("length", "b: pid 1: --max-model-len is 2048 in its command line, not 4096"),
+    ("PYTHONPATH", "b: pid 1: PYTHONPATH='/opt/shadow' in its environment"),
+    ("PYTHONPATH", "b: pid 1: imports vllm from /opt/shadow/vllm/__init__.py"),
+    ("mount", "b: a bind mount at /src covers baked file /src/x.py"),
+    ("crash", "launcher on b exited 0 but the serving container serve on b is not running (exit code 1"),
+], ids=["switch", "image", "length", "PYTHONPATH", "PYTHONPATH-import", "mount", "crash"])
+def test_a_rank_its_launcher_built_wrong_is_caught_and_every_node_reverted(world, fault, caught):
+    """b's launcher exits 0 but builds its rank wrong in one way (as a real launcher might); the rollout reads the rank
+    (its container, image and serve processes), names what is wrong and walks every node back to the release before,
+    whose ranks it launches again."""
+    deploy(world, CONTROL)
+    before, serving = world.snapshot(), {name: e.containers[CONTAINER]["State"]["Running"] for name, e in world.engines.items()}
+    world.wrong_launch["b:packing"] = fault
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, PACKING)
+    assert refused.value.exit_code == 12 and caught in refused.value.message
+    assert world.snapshot() == before and world.launches[-2:] == ["a:control", "b:control"]
+    assert {name: e.containers[CONTAINER]["State"]["Running"] for name, e in world.engines.items()} == serving == {"a": True, "b": True}
+
+
+def test_the_launchers_clean_rank_passes(world):
+    """The same launcher, building each rank as it was told, passes verify on every rank."""
+    deploy(world, CONTROL)
+    world.wrong_launch["b:packing"] = "clean"
+    deploy(world, PACKING)
+    assert {node["records"] for node in world.snapshot()["nodes"].values()} == {(PACKING.id, CONTROL.id)}
+
+
 def test_a_serving_container_that_restarted_counts_as_dead(world):
     """A crash under `--restart unless-stopped` shows as running again a moment later; its restart count gives it away."""
     world.engines["a"].run_serving(CONTAINER, "base:1", [])
