@@ -345,6 +345,15 @@ def test_a_rank_its_launcher_built_wrong_is_caught_and_every_node_reverted(world
     assert {name: e.containers[CONTAINER]["State"]["Running"] for name, e in world.engines.items()} == serving == {"a": True, "b": True}
 
 
+def test_a_switch_the_release_leaves_unset_is_caught_and_the_first_deploy_undone(world):
+    before = world.snapshot()
+    world.wrong_launch["b:control"] = "switch"
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, CONTROL)
+    assert refused.value.exit_code == 12 and "b: pid 1: switch S is 9, expected unset" in refused.value.message
+    assert world.snapshot() == before
+
+
 def test_the_launchers_clean_rank_passes(world):
     """The same launcher, building each rank as it was told, passes verify on every rank."""
     deploy(world, CONTROL)

@@ -119,7 +119,7 @@ def test_deploy_without_a_push_record_is_the_registry_error_it_was(project, caps
 def test_verify_running_and_status_read_every_rank_against_its_records(project, capsys) -> None:
     """verify-running and status over the nodes, reading only the records: after a deploy every rank passes and status
     shows the release; a rank whose serve runs another switch than its record says fails verify-running and makes
-    status call the deployment diverged."""
+    status call the deployment diverged, and so does a rank that runs another image."""
     release = offered(project, PINNED)
     assert run(capsys, "deploy", "--preset", "control", *project.argv)[0] == 0
     code, answer, err = run(capsys, "verify-running", *project.argv)
@@ -135,6 +135,10 @@ def test_verify_running_and_status_read_every_rank_against_its_records(project, 
     assert code == IntegrityError.exit_code and "b: pid 1: switch S is 3, expected unset" in err and err.count("\n") == 1
     code, answer, _ = run(capsys, "status", *project.argv)
     assert code == 0 and answer["diverged"] is True and answer["nodes"][1]["switches"] == {SWITCH: "3"}
+    engine.run_serving(CONTAINER, "base:1", [], ("--max-model-len", str(release.max_model_len)))
+    code, answer, _ = run(capsys, "status", *project.argv)
+    assert code == 0 and answer["diverged"] is True
+    assert [(row["running"], row["running_matches_current"]) for row in answer["nodes"]] == [(True, True), (True, False)]
 
 
 def test_verify_running_expect_holds_every_rank_to_the_switch_set_given(project, capsys) -> None:
