@@ -9,40 +9,20 @@ from pathlib import Path
 
 import pytest
 
-import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Node
 from kvbake.errors import RolloutError
 from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.adoption import adopt, release_adoption, rollback_to_adopted
-from kvbake.ship.adapters.node_locks import HeldLocks
 from kvbake.ship.adapters.nodestate import NodeState
 
-from fake_fleet import CONTAINER, CONTROL, PACKING, World, deploy, make_world
+from fake_fleet import CONTAINER, CONTROL, PACKING, World, deploy, killed_adopt, make_world, start_serves
 
-SLEEP = ("sleep", "infinity")
 KEPT = f"{CONTAINER}-kvbake-adopted"
 
 
 @pytest.fixture()
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     return make_world(tmp_path, monkeypatch)
-
-
-def start_serves(world: World, shape: str = "main", auto_remove: bool = False, names: dict[str, str] | None = None) -> dict[str, str]:
-    """Each node's serve without kvbake: the base image with one switch by hand, in the shape asked for."""
-    ids = {}
-    for node, engine in world.engines.items():
-        name = (names or {}).get(node, CONTAINER)
-        host = {"AutoRemove": True} if auto_remove else {"RestartPolicy": {"Name": "unless-stopped", "MaximumRetryCount": 0}}
-        if shape == "exec":
-            engine.run_serving(name, "base:1", ["LANG=C"], main=SLEEP, host=host)
-            engine.exec_detached(name, ["python3", "/usr/local/bin/vllm", "serve", "/models/m", "--max-model-len", "4096"],
-                                 {"S": "3"}, "/srv", "1000")
-            engine.containers[name]["Processes"] = engine.containers[name]["Processes"][:1] + engine.containers[name]["Processes"][2:]
-        else:
-            engine.run_serving(name, "base:1", ["S=3"], host=host)
-        ids[node] = engine.containers[name]["Id"]
-    return ids
 
 
 def serve_state(world: World, name: str = CONTAINER) -> dict:
@@ -139,8 +119,7 @@ def test_a_kill_at_every_step_of_adopt_is_finished_by_resume_or_undone_by_revert
         killed_adopt(world, at)
         with pytest.raises(RolloutError, match="run adopt --resume to finish it or adopt --revert"):
             deploy(world, CONTROL)
-        for engine in world.engines.values():
-            engine.clock += 901  # the killed host's locks went stale
+        world.advance(901)  # the killed host's locks went stale
         if at == 1 and mode == "resume":  # killed after this host's journal alone: nothing began, so nothing is resumed
             with pytest.raises(RolloutError, match="never began .* nothing to resume.*fix: adopt again"):
                 rollout.recover(world.fleet, mode, True, command="adopt")
@@ -156,23 +135,6 @@ def test_a_kill_at_every_step_of_adopt_is_finished_by_resume_or_undone_by_revert
             release_adoption_after_revert(world)
 
 
-def killed_adopt(world: World, at: int) -> None:
-    """Adopt, killed right after its `at`-th journal write, holding its locks."""
-    original, count = transitions.write_journal, [0]
-
-    def write_then_die(folder, journal):
-        original(folder, journal)
-        count[0] += 1
-        if count[0] == at:
-            raise KeyboardInterrupt
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "write_journal", write_then_die)
-        patch.setattr(HeldLocks, "release", lambda self: None)
-        with pytest.raises(KeyboardInterrupt):
-            adopt(world.fleet, "seed serve", False)
-
-
 def release_adoption_after_revert(world: World) -> None:
     """Undo a finished adoption by hand of the test, so the next round starts from the unadopted serve again."""
     for node, engine in world.engines.items():
@@ -185,8 +147,7 @@ def test_adopt_resume_without_an_interrupted_adopt_and_deploy_resume_of_an_adopt
     with pytest.raises(RolloutError, match="there is no interrupted adopt to resume or revert"):
         rollout.recover(world.fleet, "resume", False, command="adopt")
     killed_adopt(world, 2)
-    for engine in world.engines.values():
-        engine.clock += 901
+    world.advance(901)
     with pytest.raises(RolloutError, match=r"the interrupted transition is adopt adopt-.*; fix: finish or undo it with python build.py adopt "
                                            r"--resume or adopt --revert"):
         rollout.recover(world.fleet, "revert", True)

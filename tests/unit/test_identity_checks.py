@@ -12,6 +12,7 @@ from python_on_whales.exceptions import DockerException, NoSuchImage
 from kvbake.cli import main
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, UsageError
+from kvbake.ship.adapters.node_identity import config_digest_on
 from kvbake.ship.core.push_record import check_digest_reference
 from kvbake.ship.core.release import Release, runtime_config
 from kvbake.ship.adapters.nodestate import NodeState
@@ -62,6 +63,23 @@ def test_verify_reads_the_running_images_config_digest_on_the_containerd_store(c
     world.engines["b"].configs[image["Id"]] = "sha256:" + "0" * 64
     assert world.fleet.rank_failures("b", container, image, PACKING) == [
         f"b: the running image's config is sha256:000000000000, not the release's {PACKING.config_digest[:19]}"]
+
+
+@pytest.mark.parametrize("store", ["classic", "containerd"])
+def test_a_deployed_rank_is_known_by_its_config_digest_on_either_store(tmp_path, monkeypatch, store):
+    """The classic store's image Id is the config digest; the containerd store's is the digest of the manifest the pull
+    reference names, which is not the config's: each rank runs the Id its store gives, and on both stores kvbake's
+    identity of it is the release's config digest, so verify passes."""
+    world = make_world(tmp_path, monkeypatch, store)
+    deploy(world, PACKING)
+    manifest_digest = PACKING.image.partition("@")[2]
+    assert manifest_digest != PACKING.config_digest
+    for node, engine in world.engines.items():
+        container, image = running_image(world, node)
+        assert container["Image"] == (PACKING.config_digest if store == "classic" else manifest_digest)
+        assert config_digest_on(engine, image, REPO) == PACKING.config_digest
+        assert world.fleet.expected_id(node, PACKING)[0] == container["Image"]
+        assert world.fleet.check_rank(node, PACKING).failures == ()
 
 
 @pytest.mark.parametrize("key, value", [("Env", ["PYTHONPATH=/opt/shadow"]), ("WorkingDir", "/opt/shadow"), ("Entrypoint", ["sh"]),

@@ -15,7 +15,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import LockClaim, broken_name, claim_from_labels, is_stale, node_epoch, renewal_bytes, renewed_at
 
-from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, make_world
+from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, interrupted_deploy, make_world
 
 STALE = 60.0
 
@@ -32,11 +32,6 @@ def lock_of(world: World, node: str = "a") -> NodeLock:
 
 def no_note(claim: LockClaim) -> str:
     return ""
-
-
-def advance(world: World, seconds: float) -> None:
-    for engine in world.engines.values():
-        engine.clock += seconds
 
 
 def holder_token(world: World, node: str = "a") -> str:
@@ -88,12 +83,12 @@ def test_the_heartbeat_keeps_a_long_deploy_from_looking_stale(world):
     """Measured from the last renewal, not from the start: 80 s after the start but 40 s after a renewal is live."""
     holder = lock_of(world)
     holder.acquire("img", "deploy-1", False, no_note)
-    advance(world, 40)
+    world.advance(40)
     holder.renew()
-    advance(world, 40)
+    world.advance(40)
     with pytest.raises(RolloutError, match=r"last renewed 40 s ago"):
         lock_of(world).acquire("img", "deploy-2", True, no_note)
-    advance(world, 20)
+    world.advance(20)
     breaker = lock_of(world)
     breaker.acquire("img", "deploy-2", True, no_note)
     assert holder_token(world) == breaker.token
@@ -102,7 +97,7 @@ def test_the_heartbeat_keeps_a_long_deploy_from_looking_stale(world):
 
 def test_a_stale_lock_is_refused_without_break_lock(world):
     lock_of(world).acquire("img", "deploy-1", False, no_note)
-    advance(world, STALE)
+    world.advance(STALE)
     with pytest.raises(RolloutError, match=r"holds a stale lock from .* \(deploy-1, not renewed for 60 s\)") as refused:
         lock_of(world).acquire("img", "deploy-2", False, no_note)
     assert "--break-lock" in refused.value.fix
@@ -112,7 +107,7 @@ def test_releasing_removes_only_the_holders_own_lock(world):
     """A host whose stale lock was broken must not delete the lock the breaker holds now."""
     slow = lock_of(world)
     slow.acquire("img", "deploy-1", False, no_note)
-    advance(world, STALE + 1)
+    world.advance(STALE + 1)
     breaker = lock_of(world)
     breaker.acquire("img", "deploy-2", True, no_note)
     slow.release()
@@ -123,7 +118,7 @@ def test_releasing_removes_only_the_holders_own_lock(world):
 
 def test_of_two_hosts_breaking_one_stale_lock_only_one_wins(world):
     lock_of(world).acquire("img", "deploy-1", False, no_note)
-    advance(world, STALE + 1)
+    world.advance(STALE + 1)
     first, second = lock_of(world), lock_of(world)
     stale_id = world.engines["a"].containers[LOCK_NAME]["Id"]
     seen = second._read()
@@ -137,7 +132,7 @@ def test_of_two_hosts_breaking_one_stale_lock_only_one_wins(world):
 def test_a_host_whose_rename_lost_the_race_to_a_new_lock_takes_nothing(world):
     """Between the break and the create another deploy may take the free name: the breaker then holds nothing."""
     lock_of(world).acquire("img", "deploy-1", False, no_note)
-    advance(world, STALE + 1)
+    world.advance(STALE + 1)
     breaker, newcomer = lock_of(world), lock_of(world)
     stale_id, claim, _ = breaker._read()
     original = world.engines["a"].rename_container
@@ -176,7 +171,7 @@ def test_the_held_locks_check_renews_when_overdue_and_reports_a_broken_lock(worl
     held = HeldLocks(locks, 3600)
     try:
         held._last_ok -= 2000
-        advance(world, 1000)
+        world.advance(1000)
         held.check()
         assert renewed_at(claim_from_labels(world.engines["b"].containers[LOCK_NAME]["Config"]["Labels"]),
                           world.engines["b"].files[LOCK_NAME]["/kvbake-lock/renewed.json"]) == world.engines["b"].clock
@@ -193,15 +188,6 @@ def test_the_held_locks_check_renews_when_overdue_and_reports_a_broken_lock(worl
 
 # ---- recovery takes a lock like any deploy ----
 
-def interrupted_deploy(world: World) -> None:
-    """Host 1 dies after its first retag, holding its locks."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "retag", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
-        patch.setattr(HeldLocks, "release", lambda self: None)  # killed: nothing is released
-        with pytest.raises(KeyboardInterrupt):
-            deploy(world, PACKING)
-
-
 def test_recovery_from_another_host_is_refused_while_the_lock_is_live(world, tmp_path):
     deploy(world, CONTROL)
     interrupted_deploy(world)
@@ -211,7 +197,7 @@ def test_recovery_from_another_host_is_refused_while_the_lock_is_live(world, tmp
         with pytest.raises(RolloutError, match=r"node a is locked by .* for deploy-.* \(last renewed 0 s ago.*keeps that deploy's journal"):
             rollout.recover(other, mode, True)
     assert world.snapshot()["nodes"] == before
-    advance(world, STALE)
+    world.advance(STALE)
     rollout.recover(other, "revert", True)
     state = world.snapshot()["nodes"]
     assert {n: (s["records"], s["transition"], s["lock"]) for n, s in state.items()} == {n: ((CONTROL.id, None), None, False) for n in "ab"}
@@ -263,7 +249,7 @@ def test_a_node_that_cannot_take_the_journal_stops_the_deploy_before_any_node_ch
 def test_a_resume_is_refused_on_a_fleet_a_node_marks_diverged(world, tmp_path):
     deploy(world, CONTROL)
     interrupted_deploy(world)
-    advance(world, STALE)
+    world.advance(STALE)
     NodeState("b", world.engines["b"]).update("img", "diverged", diverged={"by": "ops@h1", "revert_error": "x",
                                                                          "repair": "python build.py deploy --revert"})
     other = world.host(tmp_path / "host2", STALE)

@@ -16,7 +16,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.fleet import Fleet
 
 from kvbake.engines.core.procfs import Process
-from fake_fleet import BASE, CONTAINER, CONTROL, OTHER, PACKING, REPO, World, deploy, make_world, release
+from fake_fleet import BASE, CONTAINER, CONTROL, OTHER, PACKING, REPO, World, deploy, diverged_deploy, make_world, release
 
 REAL_LAUNCH = transitions.launch  # before the world fixture puts a fake launcher in its place
 
@@ -181,19 +181,8 @@ def test_a_journal_whose_deploy_never_began_is_dropped_and_never_resumed(world, 
 
 def test_a_revert_that_fails_marks_every_reachable_node_diverged(world):
     deploy(world, CONTROL)
-    original = transitions.retag
-
-    def retag_then_b_dies(fleet, name, current, previous):
-        original(fleet, name, current, previous)
-        if name == "a":
-            world.engines["b"].down = True
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "retag", retag_then_b_dies)
-        with pytest.raises(DivergedError, match="DIVERGED: deploy"):
-            deploy(world, PACKING)
+    diverged_deploy(world, PACKING)
     assert NodeState("a", world.engines["a"]).read().diverged["repair"].startswith("python build.py deploy --revert")
-    world.engines["b"].down = False
     assert "kvbake-lock" in world.engines["b"].containers, "b was down when the locks were released"
     world.engines["b"].remove_container("kvbake-lock")  # as --break-lock would
     other = Fleet(Deployment(world.fleet.deployment.path.parent / "h2" / "deploy.yaml", world.fleet.deployment.nodes,
@@ -331,6 +320,46 @@ def test_a_launcher_that_exits_0_but_starts_nothing_is_a_failed_step(world, tmp_
     with pytest.raises(RolloutError, match=r"^launcher on a exited 0 but the serving container serve on a is still the old one "
                                            r"\(it was not recreated\)"):
         REAL_LAUNCH(world.fleet, "a", CONTROL)
+
+
+@pytest.mark.parametrize(("fault", "caught"), [
+    ("switch", "b: pid 1: switch S is 9, expected 3"),
+    ("image", "b: the container runs image sha256:base"),
+    ("length", "b: pid 1: --max-model-len is 2048 in its command line, not 4096"),
+    ("PYTHONPATH", "b: pid 1: PYTHONPATH='/opt/shadow' in its environment"),
+    ("PYTHONPATH", "b: pid 1: imports vllm from /opt/shadow/vllm/__init__.py"),
+    ("mount", "b: a bind mount at /src covers baked file /src/x.py"),
+    ("crash", "launcher on b exited 0 but the serving container serve on b is not running (exit code 1"),
+], ids=["switch", "image", "length", "PYTHONPATH", "PYTHONPATH-import", "mount", "crash"])
+def test_a_rank_its_launcher_built_wrong_is_caught_and_every_node_reverted(world, fault, caught):
+    """b's launcher exits 0 but builds its rank wrong in one way (as a real launcher might); the rollout reads the rank
+    (its container, image and serve processes), names what is wrong and walks every node back to the release before,
+    whose ranks it launches again."""
+    deploy(world, CONTROL)
+    before, serving = world.snapshot(), {name: e.containers[CONTAINER]["State"]["Running"] for name, e in world.engines.items()}
+    world.wrong_launch["b:packing"] = fault
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, PACKING)
+    assert refused.value.exit_code == 12 and caught in refused.value.message
+    assert world.snapshot() == before and world.launches[-2:] == ["a:control", "b:control"]
+    assert {name: e.containers[CONTAINER]["State"]["Running"] for name, e in world.engines.items()} == serving == {"a": True, "b": True}
+
+
+def test_a_switch_the_release_leaves_unset_is_caught_and_the_first_deploy_undone(world):
+    before = world.snapshot()
+    world.wrong_launch["b:control"] = "switch"
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, CONTROL)
+    assert refused.value.exit_code == 12 and "b: pid 1: switch S is 9, expected unset" in refused.value.message
+    assert world.snapshot() == before
+
+
+def test_the_launchers_clean_rank_passes(world):
+    """The same launcher, building each rank as it was told, passes verify on every rank."""
+    deploy(world, CONTROL)
+    world.wrong_launch["b:packing"] = "clean"
+    deploy(world, PACKING)
+    assert {node["records"] for node in world.snapshot()["nodes"].values()} == {(PACKING.id, CONTROL.id)}
 
 
 def test_a_serving_container_that_restarted_counts_as_dead(world):

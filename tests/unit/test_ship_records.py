@@ -1,5 +1,6 @@
 """deploy, rollback, status, verify-running and adopt read the release from its records (the push record, the lock, the
-nodes' release records); none of them builds the plan, so none reads overlay/ or assembles the thin layer."""
+nodes' release records); none of them builds the plan, so none reads overlay/ or assembles the thin layer. Each runs
+for real over fake nodes: verify-running and status read every rank's serve against its node's records."""
 
 from __future__ import annotations
 
@@ -16,18 +17,17 @@ from kvbake.bake.core.plan import make_plan, read_overlay, tag_for
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.operate.core.presets import choose_preset
+from kvbake.errors import IntegrityError
 from kvbake.ship import commands as ship_commands
-from kvbake.ship.adapters import adoption, fleet, rollout, status
-from kvbake.ship.core.journal import Journal, NodePlan
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.push_record import PUSHES_DIR, pushed_image
-from kvbake.ship.core.release import runtime_config, make_release
+from kvbake.ship.core.release import Release, runtime_config, make_release
+
+from fake_fleet import CONTAINER, CONTROL, PACKING, SWITCH, World, deploy, interrupted_deploy, make_world, start_serves
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PINNED = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32
 OTHER = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "cd" * 32
-JOURNAL = Journal("deploy-20260101T000000Z-abcdef", "deploy", "0123456789abcdef", (NodePlan("spark-a", None, None, "sha256:x", None, {}, {}),))
-DEPLOY = {"format": 1, "nodes": [{"name": "spark-a", "host": "ssh://ops@spark-a", "role": "head"}],
-          "launcher": {"command": ["/opt/serve/launch.sh"], "container": "vllm-serve"}}
 
 
 @pytest.mark.parametrize("example", ["standin", "realserve"])
@@ -50,62 +50,133 @@ def test_the_pushed_image_is_what_the_plan_said_without_building_it(example: str
 
 @pytest.fixture()
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    """The stand-in without overlay/ (so no plan can be built), pushed as PINNED, with a one-node deployment file; the
-    fleet and every rollout step are faked and record what they were given."""
+    """The stand-in without overlay/ (so no plan can be built), pushed as PINNED, over two fake nodes that hold its base
+    and whose registry serves it; building the plan or reading overlay/ fails the test."""
     root = tmp_path / "standin"
     shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
     manifest = load_manifest(root / "manifest.yaml")
-    tag = tag_for(manifest, read_lock(manifest))
+    lock = read_lock(manifest)
+    tag = tag_for(manifest, lock)
     (root / PUSHES_DIR).mkdir(parents=True)
     (root / PUSHES_DIR / f"{tag}.json").write_text(json.dumps({"pinned": PINNED, "reference": f"{manifest.output.repository}:{tag}"}))
-    (root / "deploy.yaml").write_text(json.dumps(DEPLOY))
-    seen: list[tuple] = []
     for module in (plan_module, ship_commands):
         monkeypatch.setattr(module, "make_plan", lambda *a, **k: pytest.fail("the plan was built"))
         monkeypatch.setattr(module, "read_overlay", lambda *a, **k: pytest.fail("overlay/ was read"))
-    monkeypatch.setattr(fleet, "make_fleet", lambda deployment, manifest, lock: SimpleNamespace(deployment=deployment, engines={"spark-a": None}))
-    monkeypatch.setattr(rollout, "deploy", lambda fleet_, release, *a: seen.append(("deploy", release)) or JOURNAL)
-    monkeypatch.setattr(rollout, "rollback", lambda fleet_, break_lock: seen.append(("rollback",)) or JOURNAL)
-    monkeypatch.setattr(adoption, "rollback_to_adopted", lambda fleet_, break_lock: seen.append(("rollback --to adopted",)) or JOURNAL)
-    monkeypatch.setattr(status, "status", lambda fleet_: seen.append(("status",)) or {"nodes": [], "diverged": False,
-                                                                                        "marked_diverged": None, "pending_journal": None})
-    monkeypatch.setattr(status, "verify_running", lambda fleet_, expect: seen.append(("verify-running", expect)) or [])
-    adopted = SimpleNamespace(id="0123456789abcdef", image="serve:old", switches={}, max_model_len=4096,
-                              adopted={"container_id": "c" * 64, "name": "serve", "shape": "main", "exec": None, "changes": [],
-                                       "spec": {"host": {}}})
-    monkeypatch.setattr(adoption, "adopt", lambda fleet_, reason, break_lock, container: seen.append(("adopt",)) or {"spark-a": adopted})
-    return SimpleNamespace(root=root, manifest=manifest, seen=seen,
-                           argv=["--manifest", str(root / "manifest.yaml"), "--deploy", str(root / "deploy.yaml")])
+    world = make_world(tmp_path, monkeypatch)
+    world.hold_base(manifest.base.node_name, lock.base.diff_ids)
+    return SimpleNamespace(root=root, manifest=manifest, lock=lock, world=world,
+                           argv=world.command_line(monkeypatch, manifest=root / "manifest.yaml"))
+
+
+def offered(project: SimpleNamespace, image: str) -> Release:
+    """The stand-in's control release pushed as `image`, served by every node's registry."""
+    release = make_release(pushed_image(project.manifest, project.lock, image), choose_preset(project.manifest, "control"), project.manifest,
+                           "", "ops@host")
+    project.world.offer(release)
+    return release
+
+
+def current_records(world: World) -> dict[str, Release | None]:
+    return {name: NodeState(name, engine).read().current for name, engine in world.engines.items()}
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict | None, str]:
+    """Exit code, the --json answer (None on failure) and stderr of one command."""
+    code = cli.main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else None, err
 
 
 def test_deploy_takes_the_digest_from_the_push_record_and_the_rest_from_the_lock(project, capsys) -> None:
-    assert cli.main(["deploy", "--preset", "control", *project.argv]) == 0, capsys.readouterr().err
-    (kind, release), = project.seen
-    lock = read_lock(project.manifest)
-    assert kind == "deploy" and release.image == PINNED
-    assert release.config_digest == lock.derived.image_id and release.layers == (*lock.base.diff_ids, lock.derived.layer_diff_id)
-    assert release.labels == pushed_image(project.manifest, lock, PINNED).labels
-    assert f"deployed release {release.id} (control, max-model-len" in capsys.readouterr().out
+    release = offered(project, PINNED)
+    code, answer, err = run(capsys, "deploy", "--preset", "control", *project.argv)
+    assert code == 0, err
+    assert answer["release"] == release.id and answer["image"] == PINNED
+    lock = project.lock
+    for name, current in current_records(project.world).items():
+        assert current.id == release.id and current.image == PINNED and current.config_digest == lock.derived.image_id
+        assert current.layers == (*lock.base.diff_ids, lock.derived.layer_diff_id)
+        assert current.labels == pushed_image(project.manifest, lock, PINNED).labels
+        assert project.world.engines[name].containers[CONTAINER]["Image"] == project.world.fleet.expected_id(name, release)[0]
 
 
 def test_deploy_image_names_the_pull_reference_itself(project, capsys) -> None:
     (project.root / PUSHES_DIR).rename(project.root / "no-pushes")
-    assert cli.main(["deploy", "--preset", "control", "--image", OTHER, *project.argv]) == 0, capsys.readouterr().err
-    assert project.seen[0][1].image == OTHER
+    offered(project, OTHER)
+    code, answer, err = run(capsys, "deploy", "--preset", "control", "--image", OTHER, *project.argv)
+    assert code == 0 and answer["image"] == OTHER, err
+    assert {current.image for current in current_records(project.world).values()} == {OTHER}
 
 
 def test_deploy_without_a_push_record_is_the_registry_error_it_was(project, capsys) -> None:
     shutil.rmtree(project.root / PUSHES_DIR)
-    assert cli.main(["deploy", "--preset", "control", *project.argv]) == 11
-    tag = tag_for(project.manifest, read_lock(project.manifest))
-    assert capsys.readouterr().err == (f"error (registry): {project.manifest.output.repository}:{tag} has not been pushed (no push "
-                                       "record); fix: run python build.py push first\n")
+    before = project.world.snapshot()
+    code, _, err = run(capsys, "deploy", "--preset", "control", *project.argv)
+    assert code == 11 and err.startswith("error (registry): ") and err.count("\n") == 1
+    assert project.world.snapshot() == before
 
 
-@pytest.mark.parametrize(("command", "expected"), [
-    (["rollback"], ("rollback",)), (["status"], ("status",)), (["verify-running"], ("verify-running", None)), (["adopt"], ("adopt",)),
-    (["rollback", "--to", "adopted"], ("rollback --to adopted",)),
-])
-def test_the_other_ship_commands_read_only_records(project, capsys, command: list[str], expected: tuple) -> None:
-    assert cli.main([*command, *project.argv]) == 0, capsys.readouterr().err
-    assert project.seen == [expected]
+def test_verify_running_and_status_read_every_rank_against_its_records(project, capsys) -> None:
+    """verify-running and status over the nodes, reading only the records: after a deploy every rank passes and status
+    shows the release; a rank whose serve runs another switch than its record says fails verify-running and makes
+    status call the deployment diverged, and so does a rank that runs another image."""
+    release = offered(project, PINNED)
+    assert run(capsys, "deploy", "--preset", "control", *project.argv)[0] == 0
+    code, answer, err = run(capsys, "verify-running", *project.argv)
+    assert code == 0 and answer == {"ok": True, "ranks": [{"node": "a", "switches": {}}, {"node": "b", "switches": {}}]}, err
+    code, answer, err = run(capsys, "status", *project.argv)
+    assert code == 0, err
+    assert [(row["node"], row["current"]["id"], row["running_matches_current"]) for row in answer["nodes"]] == [
+        ("a", release.id, True), ("b", release.id, True)]
+    assert (answer["diverged"], answer["marked_diverged"], answer["pending_journal"]) == (False, None, None)
+    engine = project.world.engines["b"]
+    engine.run_serving(CONTAINER, project.world.fleet.tag("current"), [f"{SWITCH}=3"], ("--max-model-len", str(release.max_model_len)))
+    code, _, err = run(capsys, "verify-running", *project.argv)
+    assert code == IntegrityError.exit_code and "b: pid 1: switch S is 3, expected unset" in err and err.count("\n") == 1
+    code, answer, _ = run(capsys, "status", *project.argv)
+    assert code == 0 and answer["diverged"] is True and answer["nodes"][1]["switches"] == {SWITCH: "3"}
+    engine.run_serving(CONTAINER, "base:1", [], ("--max-model-len", str(release.max_model_len)))
+    code, answer, _ = run(capsys, "status", *project.argv)
+    assert code == 0 and answer["diverged"] is True
+    assert [(row["running"], row["running_matches_current"]) for row in answer["nodes"]] == [(True, True), (True, False)]
+
+
+def test_verify_running_expect_holds_every_rank_to_the_switch_set_given(project, capsys) -> None:
+    offered(project, PINNED)
+    assert run(capsys, "deploy", "--preset", "control", *project.argv)[0] == 0
+    code, _, err = run(capsys, "verify-running", "--expect", f"{SWITCH}=3", *project.argv)
+    assert code == IntegrityError.exit_code and "a: pid 1: switch S is unset, expected 3" in err
+    assert run(capsys, "verify-running", "--expect", "", *project.argv)[0] == 0
+
+
+def test_verify_running_fails_a_node_with_no_release_recorded(project, capsys) -> None:
+    offered(project, PINNED)
+    assert run(capsys, "deploy", "--preset", "control", *project.argv)[0] == 0
+    NodeState("b", project.world.engines["b"]).update("base:1", "forgotten", current=None)
+    code, _, err = run(capsys, "verify-running", *project.argv)
+    assert code == IntegrityError.exit_code and "b: no release recorded" in err
+
+
+def test_status_names_a_journal_only_the_nodes_keep(project, capsys) -> None:
+    offered(project, PINNED)
+    assert run(capsys, "deploy", "--preset", "control", *project.argv)[0] == 0
+    interrupted_deploy(project.world, PACKING)
+    (project.world.fleet.deployment.state_dir / "journal.json").unlink()
+    code, answer, err = run(capsys, "status", *project.argv)
+    assert code == 0, err
+    assert answer["pending_journal"] == NodeState("a", project.world.engines["a"]).read().transition["id"]
+
+
+def test_rollback_adopt_and_rollback_to_adopted_read_only_records(project, capsys) -> None:
+    world = project.world
+    ids = start_serves(world)
+    code, answer, err = run(capsys, "adopt", *project.argv)
+    assert code == 0 and {node["container"] for node in answer["nodes"].values()} == set(ids.values()), err
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    code, answer, err = run(capsys, "rollback", *project.argv)
+    assert code == 0 and answer["release"] == CONTROL.id, err
+    assert {node["records"][0] for node in world.snapshot()["nodes"].values()} == {CONTROL.id}
+    code, _, err = run(capsys, "rollback", "--to", "adopted", *project.argv)
+    assert code == 0, err
+    assert {name: engine.containers[CONTAINER]["Id"] for name, engine in world.engines.items()} == ids
