@@ -16,7 +16,7 @@ from faultscenarios import failing_launcher, operator_host
 from serveshapes import NODES, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
 
 
 def wait_for_serves(rig: dict, names: dict[str, str]) -> None:
