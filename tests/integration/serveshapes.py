@@ -34,12 +34,17 @@ def main_process(client, key: str) -> str:
     return run(client, "vllm-serve", standin_serve(CONTROL_LENGTH, *SERVED, *args), restart="unless-stopped")
 
 
+RAY_ARGS = ("--distributed-executor-backend", "ray")
+
+
 def ray_cluster(client, key: str) -> str:
-    """(b) run_cluster.sh: a container `node` whose main process is `ray start --block`, vLLM started by docker exec."""
+    """(b) run_cluster.sh: a container `node` whose main process is `ray start --block` on every node; vLLM started by
+    docker exec on the head only, its workers placed on the other node as Ray actors (no vLLM serve process there)."""
     ray = ["python3", "/opt/kvbake-standin/ray", "start", "--block", "--head" if key == "a" else "--address=127.0.0.1:6379"]
     container = run(client, "node", ray, restart="no", shm_size="1g")
-    client.container.execute("node", standin_serve(CONTROL_LENGTH, *SERVED, *(HEAD_ARGS if key == "a" else WORKER_ARGS)), detach=True,
-                             envs={"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "lo"})
+    if key == "a":
+        client.container.execute("node", standin_serve(CONTROL_LENGTH, *SERVED, *RAY_ARGS), detach=True,
+                                 envs={"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "lo"})
     return container
 
 

@@ -13,16 +13,21 @@ import yaml
 from kvbake.engines.adapters.client import Engine
 
 from faultscenarios import failing_launcher, operator_host
-from serveshapes import NODES, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
+from serveshapes import NODES, RAY_ARGS, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
 
 
-def wait_for_serves(rig: dict, names: dict[str, str]) -> None:
+def serving_keys(shape: str) -> tuple[str, ...]:
+    """The nodes whose serve runs a vLLM process: every node, but the head only in a Ray cluster."""
+    return ("a",) if shape == "ray cluster" else tuple(NODES)
+
+
+def wait_for_serves(rig: dict, names: dict[str, str], keys: tuple[str, ...]) -> None:
     """An exec'd vLLM takes a moment to appear; a serve that never does fails the test."""
     deadline = time.monotonic() + 20
-    while not all(serves(Engine(rig[key].host), names[key]) for key in NODES):
+    while not all(serves(Engine(rig[key].host), names[key]) for key in keys):
         assert time.monotonic() < deadline, {key: serves(Engine(rig[key].host), names[key]) for key in NODES}
         time.sleep(0.2)
 
@@ -44,7 +49,8 @@ class Walk:
         host = operator_host(tmp_path, rig, "ops", launcher) if launcher else operator_host(tmp_path, rig, "ops")
         self.deploy_file = with_node_containers(host, self.names)
         self.ids = start_shape(rig, shape)
-        wait_for_serves(rig, self.names)
+        self.serving = serving_keys(shape)
+        wait_for_serves(rig, self.names, self.serving)
         self.original = self.state()
 
     def run(self, *argv: str) -> str:
@@ -83,12 +89,12 @@ class Walk:
 def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, shipped, rig, tmp_path, shape_rig, shape):
     walk = Walk(capsys, shipped, rig, tmp_path, shape)
     original = walk.original
-    assert all(walk.adopted_serves(original).values()), "each node serves in this shape"
+    assert [key for key in NODES if walk.adopted_serves(original)[key]] == list(walk.serving), "the nodes serve in this shape"
     described = walk.init(tmp_path / "project")
     assert walk.state() == original, "init changes nothing on the nodes"
-    assert described["check"]["nodes"] == {"spark-a": "control", "spark-b": "control"}
+    assert described["check"]["nodes"] == {NODES[key]: "control" for key in walk.serving}
     control = described["manifest"]["presets"]["control"]
-    assert (control["max_model_len"], control["launcher_args"]) == (CONTROL_LENGTH, list(SERVED))
+    assert (control["max_model_len"], control["launcher_args"]) == (CONTROL_LENGTH, list(SERVED) + (list(RAY_ARGS) if shape == "ray cluster" else []))
     assert {n["name"]: n["container"] for n in described["deploy"]["nodes"]} == {NODES[k]: walk.names[k] for k in NODES}
     assert [n["role"] for n in described["deploy"]["nodes"]] == ["head", "worker"]
     assert described["init"]["switches"] == {} and described["init"]["changes"] == {}

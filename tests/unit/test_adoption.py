@@ -153,3 +153,44 @@ def test_adopt_resume_without_an_interrupted_adopt_and_deploy_resume_of_an_adopt
         rollout.recover(world.fleet, "revert", True)
     deploy_journal = rollout.recover(world.fleet, "revert", True, command="adopt")
     assert deploy_journal.kind == "adopt"
+
+
+def start_ray_cluster(world: World) -> None:
+    """run_cluster.sh's shape: a `node` container whose main process is `ray start --block` on both nodes, and vLLM
+    started by docker exec on the head only (its workers are Ray actors on the other node, no vLLM serve process)."""
+    host = {"RestartPolicy": {"Name": "no", "MaximumRetryCount": 0}}
+    for node, engine in world.engines.items():
+        engine.run_serving(CONTAINER, "base:1", ["LANG=C"], main=("ray", "start", "--block"), host=host)
+        found = engine.containers[CONTAINER]
+        found["Processes"] = found["Processes"][:1]  # the Ray node alone
+        if node == "a":
+            engine.exec_detached(CONTAINER, ["vllm", "serve", "/models/m", "--max-model-len", "4096", "--distributed-executor-backend", "ray"],
+                                 {"S": "3"}, "/", "0")
+
+
+def test_a_ray_cluster_whose_worker_runs_no_vllm_is_adopted_verified_and_brought_back(world):
+    from kvbake.ship.adapters.status import verify_running
+
+    start_ray_cluster(world)
+    serving = serve_state(world)
+    releases = adopt(world.fleet, "ray cluster", False)
+    assert (releases["a"].adopted["shape"], releases["b"].adopted["shape"]) == ("exec", "ray-worker")
+    assert releases["a"].id == releases["b"].id and releases["b"].switches == {"S": "3"} and releases["b"].max_model_len == 4096
+    assert [r.node for r in verify_running(world.fleet, None)] == ["a", "b"]
+    deploy(world, CONTROL)
+    rollout.rollback(world.fleet, False)
+    assert serve_state(world)["b"] == serving["b"] and serve_state(world)["a"][0]
+    world.engines["b"].containers[CONTAINER]["Processes"] = ()  # the worker's Ray node is gone
+    world.engines["b"].containers[CONTAINER]["Main"] = None
+    with pytest.raises(Exception) as caught:
+        verify_running(world.fleet, None)
+    assert "b: the adopted Ray worker runs no Ray node" in str(caught.value)
+
+
+def test_a_node_without_vllm_that_is_no_ray_node_still_stops_adopt(world):
+    start_ray_cluster(world)
+    found = world.engines["b"].containers[CONTAINER]
+    found["Processes"] = (dataclasses.replace(found["Processes"][0], argv=("sleep", "infinity")),)
+    with pytest.raises(RolloutError) as caught:
+        adopt(world.fleet, "not a cluster", False)
+    assert "no vLLM serve runs in b" in caught.value.message

@@ -23,7 +23,7 @@ from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.ship.core.process_checks import changed_files, switch_set
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
-from kvbake.ship.core.serve_reading import exec_command
+from kvbake.ship.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, runs_ray_node
 
 ADOPTED_PRESET = "adopted"
 KEPT_SUFFIX = "-kvbake-adopted"
@@ -59,23 +59,26 @@ def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundSer
                            "adopt records a running serve: start it there first, name its "
                            "container with --container or the node's container: in the deployment file, or deploy a release instead; "
                            "nothing was changed")
+    serving = any(s.serve.reading.serving for s in found.values())
     idle = [f"{s.node} ({str(s.container.get('Name', '')).lstrip('/')}: its main process is {' '.join(s.serve.reading.main.argv)[:60] if s.serve.reading.main else 'gone'})"
-            for s in found.values() if not s.serve.reading.serving]
+            for s in found.values() if not s.serve.reading.serving and not (serving and runs_ray_node(s.serve.reading.main))]
     if idle:
         raise RolloutError(f"adopt: no vLLM serve runs in {'; '.join(idle)}",
                            "start vLLM in it as you do (docker exec … vllm serve …), then adopt; nothing was changed")
     return found
 
 
-def adopted_release(fleet: Fleet, found: FoundServe, reason: str) -> Release:
-    """The record of a serve kvbake did not deploy, from what its vLLM serve runs; per node, how to bring it back."""
+def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingProcess) -> Release:
+    """The record of a serve kvbake did not deploy, from what its vLLM serve runs; per node, how to bring it back. A
+    Ray worker rank runs no vLLM process: its record carries the serve of the rank that does (`lead`)."""
     engine, container = fleet.engines[found.node], found.container
     if (container.get("HostConfig") or {}).get("AutoRemove") and unrestorable(container):
         raise RolloutError(f"adopt: {found.node}'s serve runs with --rm and sets {', '.join(unrestorable(container))}, which kvbake cannot "
                            "give a container it recreates", "start the serve without --rm (its container is then kept), or without those "
                            "settings; nothing was changed")
     image = engine.require_image(container["Image"])
-    serving = found.serve.reading.serving[0]
+    own = found.serve.reading.serving[0] if found.serve.reading.serving else None
+    serving = own or lead
     name = str(container.get("Name", "")).lstrip("/")
     length = serving.serve.args.value("--max-model-len") or "0"
     return Release(
@@ -86,10 +89,10 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str) -> Release:
         launcher_args=(), deployed_by=who_deploys(), deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason,
         override=None, image_config=runtime_config(image["Config"]),
         adopted={"container_id": container["Id"], "kept_as": f"{name}{KEPT_SUFFIX}", "image_id": container["Image"], "name": name,
-                 "shape": found.serve.reading.shape, "spec": create_spec(container),
+                 "shape": found.serve.reading.shape if own else RAY_WORKER, "spec": create_spec(container),
                  "restart": ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
-                 "exec": exec_command(serving, (container.get("Config") or {}).get("Env") or ()) if serving.execd else None,
-                 "serve_argv": list(serving.process.argv),
+                 "exec": exec_command(own, (container.get("Config") or {}).get("Env") or ()) if own and own.execd else None,
+                 "serve_argv": list(own.process.argv) if own else [],
                  "changes": [path for path, _ in changed_files(found.serve.changes, fleet.source_root)]})
 
 
@@ -115,7 +118,8 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = N
         if known:
             raise RolloutError(f"adopt: {', '.join(known)} already {'runs' if len(known) == 1 else 'run'} a kvbake release",
                                "adopt is for a serve kvbake did not deploy; deploy or roll back instead; nothing was changed")
-        releases = {node: adopted_release(fleet, serve, reason) for node, serve in found.items()}
+        lead = next(s.serve.reading.serving[0] for s in found.values() if s.serve.reading.serving)
+        releases = {node: adopted_release(fleet, serve, reason, lead) for node, serve in found.items()}
         refuse_disagreement(releases)
         journal = Journal(journal_id, "adopt", next(iter(releases.values())).id, tuple(adopt_plan(v, releases[v.name]) for v in views))
         run_transition(fleet, journal, fleet.deployment.state_dir, held.check)

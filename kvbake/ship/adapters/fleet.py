@@ -13,7 +13,9 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.core.process_checks import ProcessExpectation, change_failures, process_failures, process_signature, switch_set
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, process_failures, process_signature, ray_worker_failures,
+                                             switch_set)
+from kvbake.ship.core.serve_reading import RAY_WORKER
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.core.running import adopted_rank_failures, expected_image_id, rank_failures
@@ -77,8 +79,11 @@ class Fleet:
         if not container or not (container.get("State") or {}).get("Running"):
             return RankCheck(tuple(failures), (tuple((image or {}).get("RootFS", {}).get("Layers", [])), ()), {})
         serve = read_rank(self.engines[name], container)
-        failures += self.process_failures(name, serve, release, dict(release.switches) if switches is None else switches, image)
         layers = tuple((image or {}).get("RootFS", {}).get("Layers", []))
+        if release.adopted and release.adopted.get("shape") == RAY_WORKER:
+            failures += ray_worker_failures(name, serve.reading)
+            return RankCheck(tuple(failures), (layers, RAY_WORKER), dict(release.switches) if switches is None else switches)
+        failures += self.process_failures(name, serve, release, dict(release.switches) if switches is None else switches, image)
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
 

@@ -16,7 +16,7 @@ from kvbake.ship.adapters.serve_reader import read_rank
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.serve_description import NodeServe, ServeDescription, choose_container, describe, implied_preset, require_serving
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.ship.core.serve_reading import read_serve, runs_ray_node
 from kvbake.yaml_documents import parse_yaml
 
 TEMPLATE = "data/production.manifest.yaml"
@@ -42,8 +42,7 @@ def read_template(path: Path | None) -> dict[str, Any]:
 
 def is_cluster_node(engine: Engine, name: str) -> bool:
     """Whether a running container's main process is a Ray node (`ray start --block`): a worker that runs no vLLM."""
-    main = read_serve(engine.processes(name)).main
-    return bool(main and "ray" in " ".join(main.argv[:3]) and "start" in main.argv)
+    return runs_ray_node(read_serve(engine.processes(name)).main)
 
 
 def serving_container(engine: Engine, node: str, named: str | None) -> str:

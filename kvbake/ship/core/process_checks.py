@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import ImportOrigin
 from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServeReading
+from kvbake.ship.core.serve_reading import ServeReading, runs_ray_node
 from kvbake.ship.core.vllm_argv import PER_NODE_OPTIONS, ServeArgs, parse_serve_args
 
 MODEL_OPTION = "--model"
@@ -127,3 +127,11 @@ def process_signature(reading: ServeReading, names: Sequence[str]) -> tuple:
         args = serving.serve.args.without((*PER_NODE_OPTIONS, MODEL_OPTION))
         signature.append((tuple(sorted(switch_set(serving.process.env, names).items())), serving.serve.model, args.entries))
     return tuple(sorted(signature))
+
+
+def ray_worker_failures(node: str, reading: ServeReading) -> list[str]:
+    """An adopted Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors)."""
+    if runs_ray_node(reading.main):
+        return []
+    main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
+    return [f"{node}: the adopted Ray worker runs no Ray node (its main process is {main})"]

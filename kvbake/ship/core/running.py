@@ -8,6 +8,7 @@ from kvbake.engines.core.detection import store_named
 from kvbake.errors import PresetError
 from kvbake.ship.core.create_spec import create_spec, spec_differences
 from kvbake.ship.core.release import RUNTIME_KEYS, runtime_config
+from kvbake.ship.core.serve_reading import RAY_WORKER
 
 
 def parse_expect(text: str) -> dict[str, str]:
@@ -144,14 +145,16 @@ def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image:
 def agreement_failures(observed: Mapping[str, tuple]) -> list[str]:
     """All ranks must run the same layers and, serve by serve, the same switch set and arguments (less those that differ
     per rank): `observed` holds each rank's (layers, serves) signature."""
-    distinct = set(observed.values())
-    if len(distinct) <= 1:
+    serving = {value for value in observed.values() if value[1] != RAY_WORKER}  # a Ray worker rank runs no vLLM serve
+    if len(serving) <= 1 and len({value[0] for value in observed.values()}) <= 1:
         return []
     return ["the ranks disagree: " + "; ".join(f"{node} runs {len(v[0])} layers with {describe_serves(v[1])}" for node, v in sorted(observed.items()))]
 
 
 def describe_serves(serves: tuple) -> str:
     """(switch set, model, arguments) of each serve, for people."""
+    if serves == RAY_WORKER:
+        return "a Ray node (the head's vLLM places its workers there)"
     if not serves:
         return "no vLLM serve"
     return " and ".join(f"{dict(switches) or 'no switches'}, {len(arguments)} arguments" for switches, _, arguments in serves)

@@ -12,6 +12,7 @@ from kvbake.ship.core.vllm_argv import ServeProcess, parse_serve_process
 
 MAIN = "main"  # vLLM is the container's main process (or a wrapper the container started runs it)
 EXEC = "exec"  # the container runs something else (a Ray node, sleep infinity); vLLM was started by docker exec
+RAY_WORKER = "ray-worker"  # a Ray node of a cluster whose vLLM runs on the head: no vLLM process on this rank
 SAFE_PATH_LETTERS = "IP"
 
 
@@ -57,6 +58,13 @@ def root_of(process: Process, by_pid: Mapping[int, Process]) -> Process:
         seen.add(process.pid)
         process = by_pid[process.ppid]
     return process
+
+
+def runs_ray_node(process: Process | None) -> bool:
+    """Whether a process is a Ray node (`ray start …`, the console script or `python3 …/ray start`)."""
+    argv = list(process.argv) if process else []
+    at = next((i for i, token in enumerate(argv[:3]) if posixpath.basename(token) == "ray"), None)
+    return at is not None and "start" in argv[at + 1:at + 2]
 
 
 def first_path_entry(process: Process) -> str:
