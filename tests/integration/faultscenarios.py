@@ -152,14 +152,19 @@ sys.exit(main(sys.argv[1:]))
 JOURNAL_WRITES = 5  # forward, then retag a, retag b, restart a, restart b
 
 
-def killed_deploy(tmp_path: Path, shipped: dict, deploy_file: Path, at: int) -> None:
-    """A deploy in another process, killed with SIGKILL right after its `at`-th journal write."""
+def killed_run(tmp_path: Path, argv: list[str], at: int) -> None:
+    """A kvbake command in another process, killed with SIGKILL right after its `at`-th journal write."""
     runner = tmp_path / "killer.py"
     runner.write_text(KILLER)
-    argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
-            "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file)]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KVBAKE_KILL_AT_JOURNAL_WRITE": str(at)}
-    assert subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, env=env).returncode == -9
+    done = subprocess.run([sys.executable, str(runner), *argv], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert done.returncode == -9, done.stderr
+
+
+def killed_deploy(tmp_path: Path, shipped: dict, deploy_file: Path, at: int) -> None:
+    """A deploy in another process, killed with SIGKILL right after its `at`-th journal write."""
+    killed_run(tmp_path, ["deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "killed",
+                          "--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file)], at)
 
 
 def kill_then_resume_and_again_then_revert(capsys, shipped: dict, rig: dict, tmp_path: Path, at: int) -> None:

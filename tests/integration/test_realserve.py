@@ -306,8 +306,21 @@ def exec_shape_deployment(serve: RealServe, shadow: Path) -> Path:
     return path
 
 
+def node_new_to_kvbake(node: Engine) -> None:
+    """The node as one that never ran kvbake: no serving container, records, lock or release tags (the base stays)."""
+    from kvbake.ship.adapters.node_locks import LOCK_NAME
+
+    for container in (rs.CONTAINER, "kvbake-state", LOCK_NAME):
+        node.remove_container(container)
+    for image in node.client.image.list():
+        for tag in image.repo_tags:
+            if tag.rsplit(":", 1)[0].endswith("/kvbake/realserve-kvpack"):
+                node.untag(tag)
+
+
 def test_init_reads_an_exec_shape_serve_and_verify_running_catches_what_its_processes_show(capsys, realserve, tmp_path) -> None:
     node, port = realserve.node, free_port()
+    node_new_to_kvbake(node)  # init reads a serve kvbake never deployed
     args = ["--model", "/models/served", "--served-model-name", rs.SERVED_NAME, "--max-model-len", "4096", "--dtype", "float32",
             "--enforce-eager", "--block-size", "128", "--kv-cache-memory-bytes", "67108864", "--host", "127.0.0.1", "--port", str(port)]
     current = node.image_id_of(rs.BASE)  # base sync put the base there; the serve by hand runs it, as the seed's does

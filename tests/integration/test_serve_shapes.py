@@ -12,7 +12,7 @@ import yaml
 
 from kvbake.engines.adapters.client import Engine
 
-from faultscenarios import failing_launcher, operator_host
+from faultscenarios import failing_launcher, killed_run, operator_host
 from serveshapes import NODES, RAY_ARGS, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
@@ -149,3 +149,39 @@ def test_a_failed_first_deploy_brings_back_the_adopted_serve_in_its_shape(capsys
         assert after[key]["records"] == adopted[key]["records"] and CONTAINER not in after[key]["containers"]
         assert after[key]["containers"][walk.names[key]] == walk.original[key]["containers"][walk.names[key]]
     walk.run("verify-running")
+
+
+ADOPT_WRITES = 3  # this host's journal, then one retag and record per node
+
+
+def settled(state: dict) -> dict:
+    """A node's state less the containers kvbake keeps for itself (its state container, broken locks kept for audit)."""
+    return {key: {**node, "containers": {n: v for n, v in node["containers"].items() if not n.startswith("kvbake-")}}
+            for key, node in state.items()}
+
+
+@pytest.mark.parametrize("at", range(1, ADOPT_WRITES + 1))
+def test_a_kill_at_every_step_of_adopt_is_undone_by_revert_or_finished_by_resume(capsys, shipped, rig, tmp_path, shape_rig, at):
+    walk = Walk(capsys, shipped, rig, tmp_path, "main process")
+    before = settled(walk.original)
+    adopt = ["adopt", "--reason", "killed", "--manifest", str(shipped["manifest"]), "--deploy", str(walk.deploy_file)]
+    for mode in ("revert", "resume"):
+        killed_run(tmp_path, adopt, at)
+        code, _, err = ship_with(capsys, shipped, walk.deploy_file, "adopt", "--reason", "blocked")
+        assert code == 12 and "adopt --resume" in err, err
+        code, _, err = ship_with(capsys, shipped, walk.deploy_file, "adopt", f"--{mode}")
+        assert code == 12 and "holds a stale lock" in err and "its process is gone" in err, err
+        code, out, err = ship_with(capsys, shipped, walk.deploy_file, "adopt", f"--{mode}", "--break-lock")
+        after = settled(walk.state())
+        if at == 1 and mode == "resume":  # killed after this host's journal alone: nothing began on any node
+            assert code == 12 and "never began" in err and after == before, err
+            continue
+        assert code == 0, err
+        if mode == "revert" or "dropped" in out:
+            assert after == before, "the interrupted adopt left nothing behind"
+        else:
+            adopted = after["a"]["records"][0]
+            assert adopted and all(after[key]["records"] == (adopted, None, adopted) and after[key]["transition"] is None
+                                   and not after[key]["lock"] for key in NODES)
+            assert walk.adopted_serves(after) == walk.adopted_serves(before), "the serve itself was never touched"
+            walk.run("verify-running")
