@@ -8,6 +8,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 from kvbake.deployfile import Deployment
@@ -20,7 +21,7 @@ from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.transitions import marker_image, records_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
-from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.core.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_from_dict, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
@@ -285,6 +286,14 @@ def kept_by_any_node(fleet: Fleet, journal_id: str) -> bool:
     return any((NodeState(name, engine).read().transition or {}).get("id") == journal_id for name, engine in fleet.engines.items())
 
 
+def drop_local_copy(folder: Path, journal: Journal) -> None:
+    """This host's copy of a transition no node keeps any more, and its diverged mark of that very transition: another
+    host finished or undid it, or it never began."""
+    clear_journal(folder)
+    if (read_diverged(folder) or {}).get("journal") == journal.id:
+        clear_diverged(folder)
+
+
 def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None, command: str = "deploy") -> Journal:
     """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy.
     `command` is the one the operator ran: `adopt` recovers adoptions only, `deploy` every other transition."""
@@ -308,7 +317,7 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
     held = locked(fleet, new_journal_id(mode), break_lock, marker)
     try:
         if local is not None and not kept_by_any_node(fleet, journal.id):
-            clear_journal(folder)
+            drop_local_copy(folder, journal)
             if not journal.done:  # killed before its first step: nothing ran, and no node learnt of it
                 if mode == "revert":
                     return journal.with_phase("never began")
