@@ -48,7 +48,7 @@ class Killed(BaseException):
 class Fault:
     """One fault of a step: where (`a.copy_in`, `a.*` for any call to node a, `journal`, `ready`, `guard`, or `b:packing`
     for a launcher that fails on that node for that preset), at which call of it, and what happens (kill, error, lost,
-    timeout, launcher, pause-revert, pause-resume, pause-deploy)."""
+    timeout, launcher, pause-revert, pause-resume, pause-deploy, meanwhile-revert, meanwhile-resume, meanwhile-deploy)."""
 
     where: str
     nth: int
@@ -102,6 +102,8 @@ class World:
         self.violations: list[str] = []
         self.unadopted: dict[str, str] = {}  # node -> the ID of the serve it ran before kvbake, if any
         self.release_interrupted: set[str] = set()  # nodes where an `adopt --release` may have stopped half-way
+        self.settled: set[str] = set()  # the journals whose transition was finished or undone on every node
+        self.rewalked: list[str] = []  # journals walked again once settled
 
     def state_dir(self, host: str) -> Path:
         return self.fleets[host].deployment.state_dir
@@ -124,7 +126,8 @@ class World:
     # ---- one operator command, with at most one fault ----
 
     def run(self, host: str, command: Callable[[Fleet], object], fault: Fault | None = None) -> KvbakeError | str | None:
-        """Run one command from `host`: None when it succeeded, its error, or "killed". Any other exception is a bug."""
+        """Run one command from `host`: None when it succeeded, its error, or "killed". Any other exception is a bug, and so
+        is a kvbake error that exits 1 (the code kvbake keeps for unexpected failures)."""
         self.fault, self.calls, self.acting, self.dying = fault, Counter(), host, False
         self.failing_launch = {fault.where} if fault and fault.kind == "launcher" else set()
         try:
@@ -134,6 +137,7 @@ class World:
             HELD_HERE.difference_update(lock.token for lock in self.locks[host])  # its process is gone
             return "killed"
         except KvbakeError as err:
+            assert err.exit_code > 1, f"{type(err).__name__} exits {err.exit_code}: {err}"
             return err
         finally:
             self.fault, self.failing_launch, self.locks[host], self.acting, self.dying = None, set(), [], None, False
@@ -162,25 +166,32 @@ class World:
                                "check the launcher and the readiness URL in the deployment file; every node was reverted")
         elif fault.kind.startswith("pause-") and held is not None:
             self.pause(fault.kind.removeprefix("pause-"), held)
+        elif fault.kind.startswith("meanwhile-"):
+            self.meanwhile(fault.kind.removeprefix("meanwhile-"))
 
     def pause(self, what: str, held: HeldLocks) -> None:
         """The acting host stops here (say, suspended) for longer than the locks' staleness; meanwhile the other host
-        runs `what` (revert, resume, or a deploy of OTHER) with --break-lock. Then the acting host goes on."""
-        from model_commands import deploy, recover  # the commands import this module
-
-        paused, other = self.acting, next(h for h in HOSTS if h != self.acting)
+        runs `what` with --break-lock. Then the acting host goes on."""
         for fake in self.fakes.values():
             fake.clock += STALE + 1
         held._last_ok -= 2 * STALE  # its own monotonic clock moved on too: the next check renews and sees the break
+        self.meanwhile(what)
+
+    def meanwhile(self, what: str) -> None:
+        """The other host runs `what` (revert, resume, or a deploy of OTHER) with --break-lock to its end, between two
+        calls of the acting host; a live lock refuses it. Then the acting host goes on."""
+        from model_commands import deploy, recover  # the commands import this module
+
+        acting, other = self.acting, next(h for h in HOSTS if h != self.acting)
         kind = next((str(t.get("kind")) for t in (node_transition(self, n) for n in NODES) if t), "deploy")
         command = deploy(OTHER, True) if what == "deploy" else recover(what, "adopt" if kind == "adopt" else "deploy", True)
         try:
             self.acting = other
             command(self.fleets[other])
-        except KvbakeError:
-            pass
+        except KvbakeError as err:
+            assert err.exit_code > 1, f"{type(err).__name__} exits {err.exit_code}: {err}"
         finally:
-            self.locks[other], self.acting = [], paused
+            self.locks[other], self.acting = [], acting
 
     # ---- copies, for trying a repair without touching this world ----
 
@@ -188,7 +199,7 @@ class World:
         folder = Path(tempfile.mkdtemp(prefix="kvbake-model-"))
         shutil.copytree(self.folder, folder, dirs_exist_ok=True)
         twin = World(folder, self.start, copy.deepcopy(self.fakes))
-        twin.unadopted, twin.release_interrupted = dict(self.unadopted), set(self.release_interrupted)
+        twin.unadopted, twin.release_interrupted, twin.settled = dict(self.unadopted), set(self.release_interrupted), set(self.settled)
         return twin
 
 
@@ -257,11 +268,18 @@ def ready(readiness: Readiness, dead_rank: Callable[[], str | None], **_: Any) -
 def patched() -> Iterator[None]:
     """The launcher, the readiness probe, the registry side of base sync and each host's identity (machine id, user@host) are faked; the
     journal writes and the node locks are watched (a fault point, and who holds what). Nothing else is replaced."""
-    write_journal, lock_init, check, release = transitions.write_journal, NodeLock.__init__, HeldLocks.check, HeldLocks.release
+    write_journal, settle, lock_init = transitions.write_journal, transitions.settle, NodeLock.__init__
+    check, release = HeldLocks.check, HeldLocks.release
 
     def journal_then_fault(folder: Path, journal: Any) -> None:
+        if journal.id in active().settled:
+            active().rewalked.append(f"{active().acting} walks {journal.kind} {journal.id} ({journal.phase}) again, once settled")
         write_journal(folder, journal)
         active().at("journal")
+
+    def settled_then_noted(fleet: Fleet, journal: Any, folder: Path, outcome: str) -> None:
+        settle(fleet, journal, folder, outcome)
+        active().settled.add(journal.id)
 
     def watched_lock(self: NodeLock, *args: Any, **kwargs: Any) -> None:
         lock_init(self, *args, **kwargs)
@@ -281,6 +299,7 @@ def patched() -> Iterator[None]:
         patch.setattr(transitions, "subprocess", LauncherProcess)
         patch.setattr(transitions, "wait_until_ready", ready)
         patch.setattr(transitions, "write_journal", journal_then_fault)
+        patch.setattr(transitions, "settle", settled_then_noted)
         patch.setattr(node_locks, "machine_id", lambda: f"machine-{active().acting}")
         patch.setattr(node_locks, "who", lambda: f"ops@{active().acting}:{os.getpid()}")
         patch.setattr(transitions, "who", lambda: f"ops@{active().acting}:{os.getpid()}")

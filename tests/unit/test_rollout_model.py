@@ -3,8 +3,8 @@
 # The world (model_world.py) is two fake node engines seen from two operator hosts, each with its own state folder;
 # everything between the commands and the engines is kvbake's own code. Each command may carry one fault: a kill, an
 # engine error or a lost node at a chosen call of a chosen engine method, a kill after a chosen journal write, a launcher
-# that fails for one node and preset, a readiness timeout, or a pause of the host before a chosen lock check while the
-# other host breaks its locks. The invariants (model_oracle.py) are checked after every step. KVBAKE_MODEL_STEPS sets the
+# that fails for one node and preset, a readiness timeout, the other host running a whole command between two engine
+# calls, or a pause of the host before a chosen lock check while the other host breaks its locks. The invariants (model_oracle.py) are checked after every step. KVBAKE_MODEL_STEPS sets the
 # number of steps (default 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI replays the same run; `random`).
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import model_commands as commands
 from fake_engine import FakeEngine
-from model_oracle import adopted_failures, fingerprint, missing_images, named_repair, repair_failures, tag_failures, unsettled
+from model_oracle import adopted_failures, fingerprint, missing_images, repair_failures, tag_failures, unsettled
 from model_world import ACTIVE, FAULT_METHODS, HOSTS, NODES, STALE, Fault, World, lock_violations, patched
 
 STEPS = int(os.environ.get("KVBAKE_MODEL_STEPS", "10000"))
@@ -32,11 +32,13 @@ MEMORY_FOLDER = Path("/dev/shm")  # Linux's memory-backed folder: each step writ
 STEPS_PER_RUN = 40
 PRESETS = ("control", "packing", "other")
 
+ENGINE_FAULTS = ("kill", "error", "lost", "kill", "error", "lost", "meanwhile-deploy", "meanwhile-revert", "meanwhile-resume")
+
 hosts = st.sampled_from(HOSTS)
 engine_faults = st.one_of(
-    st.builds(lambda node, nth, kind: Fault(f"{node}.*", nth, kind), st.sampled_from(NODES), st.integers(1, 60), st.sampled_from(("kill", "error", "lost"))),
+    st.builds(lambda node, nth, kind: Fault(f"{node}.*", nth, kind), st.sampled_from(NODES), st.integers(1, 60), st.sampled_from(ENGINE_FAULTS)),
     st.builds(lambda node, method, nth, kind: Fault(f"{node}.{method}", nth, kind), st.sampled_from(NODES), st.sampled_from(FAULT_METHODS),
-              st.integers(1, 6), st.sampled_from(("kill", "error", "lost"))))
+              st.integers(1, 6), st.sampled_from(ENGINE_FAULTS)))
 faults = st.one_of(st.none(), st.none(), st.one_of(
     engine_faults,
     st.builds(Fault, st.just("journal"), st.integers(1, 8), st.just("kill")),
@@ -104,7 +106,6 @@ class RolloutModel(RuleBasedStateMachine):
         elif fault is not None:
             self.world.release_interrupted.update(NODES)
 
-    @precondition(lambda self: self.world is not None and named_repair(self.world) is not None)
     @rule(host=hosts, mode=st.sampled_from(("resume", "revert")), command=st.sampled_from(("deploy", "adopt")), break_lock=st.booleans(),
           fault=faults)
     def recover(self, host: str, mode: str, command: str, break_lock: bool, fault: Fault | None) -> None:
@@ -139,6 +140,11 @@ class RolloutModel(RuleBasedStateMachine):
     @invariant()
     def no_two_hosts_hold_a_node_lock(self) -> None:
         assert not self.world.violations and not lock_violations(self.world), self.world.violations
+
+    @precondition(lambda self: self.world is not None)
+    @invariant()
+    def no_transition_is_walked_again_once_settled(self) -> None:
+        assert not self.world.rewalked, self.world.rewalked
 
     @precondition(lambda self: self.world is not None)
     @invariant()
