@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import model_commands as commands
 from kvbake.errors import DivergedError, RolloutError
-from model_oracle import unsettled
-from model_world import STALE, Fault, World, acting_on, patched
+from kvbake.ship.adapters.node_locks import LOCK_NAME
+from kvbake.ship.adapters.nodestate import STATE_NAME
+from model_oracle import records, serving_failures, tag_failures, unsettled
+from model_world import NODES, STALE, Fault, World, acting_on, patched
 
 
 @pytest.fixture
@@ -31,3 +35,55 @@ def test_a_revert_from_the_other_host_lets_the_first_host_drop_its_diverged_mark
     assert isinstance(refused, RolloutError) and refused.exit_code != 0
     assert not unsettled(world)
     assert world.run("h0", commands.deploy("packing")) is None
+
+
+def interrupted_packing(world: World) -> None:
+    """h0 runs control, then its deploy of packing is killed once both nodes keep the journal; its locks go stale."""
+    assert world.run("h0", commands.deploy("control")) is None
+    assert world.run("h0", commands.deploy("packing"), Fault("journal", 3, "kill")) == "killed"
+    nodes_back_and_locks_stale(world)
+
+
+def test_a_revert_refuses_a_journal_another_host_finished_while_it_waited_for_the_locks(world):
+    """h1's deploy --revert reads the journal the nodes keep; before it takes a lock, h0 resumes and finishes it. Under
+    the locks h1 finds no node keeping that journal: it is refused, and the finished deploy is not walked back."""
+    interrupted_packing(world)
+    refused = world.run("h1", commands.recover("revert", "deploy", True), Fault("a.*", 3, "meanwhile-resume"))
+    assert isinstance(refused, RolloutError) and refused.exit_code == RolloutError.exit_code
+    assert not world.rewalked and not unsettled(world)
+    assert {records(world, node).current.preset for node in NODES} == {"packing"}
+
+
+def test_a_lock_breaker_never_writes_back_records_another_host_changed_since_it_read_them(world, monkeypatch):
+    """h1 breaks h0's stale lock on node a and records the break in a's audit log; h0 tries to resume its deploy between
+    h1's read of a's records and h1's write of them. h1 writes only once it holds the lock, so h0 is refused and h1
+    reverts the deploy once; no write puts back records read before another host changed them."""
+    fake, broke = world.fakes["a"], []
+    rename, copy_out = fake.rename_container, fake.copy_out
+
+    def rename_noted(container: str, new_name: str) -> bool:
+        broke.append(new_name.startswith(f"{LOCK_NAME}-broken-"))
+        return rename(container, new_name)
+
+    def read_then_resume(container: str, path: str, destination: Path) -> bool:
+        copied = copy_out(container, path, destination)
+        if container == STATE_NAME and broke and broke.pop() and world.acting == "h1":
+            world.meanwhile("resume")
+        return copied
+
+    interrupted_packing(world)
+    monkeypatch.setattr(fake, "rename_container", rename_noted)
+    monkeypatch.setattr(fake, "copy_out", read_then_resume)
+    assert world.run("h1", commands.recover("revert", "deploy", True)) is None
+    assert not world.rewalked and not serving_failures(world) and not tag_failures(world)
+    assert {records(world, node).current.preset for node in NODES} == {"control"}
+    assert not any(records(world, node).transition for node in NODES)
+
+
+def test_a_lock_taken_by_a_break_whose_audit_fails_is_released(world):
+    """h1 breaks h0's stale lock on node a and takes it, then the engine refuses the audit line: h1 is refused, and it
+    leaves no lock of its own behind on a."""
+    interrupted_packing(world)
+    refused = world.run("h1", commands.recover("revert", "deploy", True), Fault("a.copy_in", 1, "error"))
+    assert isinstance(refused, RolloutError) and refused.exit_code == RolloutError.exit_code
+    assert LOCK_NAME not in world.fakes["a"].containers

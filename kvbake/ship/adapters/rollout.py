@@ -155,11 +155,11 @@ def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | 
             state = NodeState(name, engine)
             lock = NodeLock(name, engine, fleet.deployment.lock_stale_after_s, state.append_audit)
             image = marker_image if isinstance(marker_image, str) else marker_image[name]
+            taken.append(lock)  # released below if acquire fails, even after it took the lock (a lock never taken releases nothing)
             try:
                 lock.acquire(image, journal_id, break_lock, lambda claim, state=state: journal_note(state, claim))
             except EngineError as err:
                 raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
-            taken.append(lock)
     except BaseException:
         HeldLocks(taken, fleet.deployment.lock_stale_after_s).release()
         raise
@@ -294,6 +294,21 @@ def drop_local_copy(folder: Path, journal: Journal) -> None:
         clear_diverged(folder)
 
 
+def settled_elsewhere(folder: Path, journal: Journal, local: bool, mode: str) -> Journal:
+    """No node keeps the journal: another operator host finished or undid the transition (perhaps while this one waited
+    for the locks), or, killed before its first step, it never began. This host's copy goes; only the revert of a
+    transition that never began succeeds (nothing ran, so nothing is undone)."""
+    if local:
+        drop_local_copy(folder, journal)
+    if local and not journal.done:
+        if mode == "revert":
+            return journal.with_phase("never began")
+        raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
+                           "nothing to resume; this host's copy was removed", f"{recovery_command(journal.kind)} again (its plan is stale now)")
+    raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
+                       "journal)" + ("; this host's copy was removed" if local else ""), "check python build.py status, then deploy as usual")
+
+
 def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None, command: str = "deploy") -> Journal:
     """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy.
     `command` is the one the operator ran: `adopt` recovers adoptions only, `deploy` every other transition."""
@@ -316,15 +331,8 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
     marker = {name: marker_image(fleet, plans[name]) if name in plans else fleet.tag("current") for name in fleet.engines}
     held = locked(fleet, new_journal_id(mode), break_lock, marker)
     try:
-        if local is not None and not kept_by_any_node(fleet, journal.id):
-            drop_local_copy(folder, journal)
-            if not journal.done:  # killed before its first step: nothing ran, and no node learnt of it
-                if mode == "revert":
-                    return journal.with_phase("never began")
-                raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
-                                   "nothing to resume; this host's copy was removed", f"{owner} again (its plan is stale now)")
-            raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
-                               "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
+        if not kept_by_any_node(fleet, journal.id):  # read under the locks: another host may have settled it meanwhile
+            return settled_elsewhere(folder, journal, local is not None, mode)
         if mode == "resume":
             refuse_node_marks(fleet)
             run_transition(fleet, journal, folder, held.check)
