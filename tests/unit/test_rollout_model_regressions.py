@@ -87,3 +87,18 @@ def test_a_lock_taken_by_a_break_whose_audit_fails_is_released(world):
     refused = world.run("h1", commands.recover("revert", "deploy", True), Fault("a.copy_in", 1, "error"))
     assert isinstance(refused, RolloutError) and refused.exit_code == RolloutError.exit_code
     assert LOCK_NAME not in world.fakes["a"].containers
+
+
+@pytest.mark.parametrize("first", ["revert", "resume"])
+def test_a_recovery_from_the_nodes_copy_killed_in_turn_is_reverted_on_every_node(world, first):
+    """h0's deploy of other is killed after its last restart began; h1 starts a revert (or a resume) from the copy the
+    nodes keep, and is killed after its second journal write. h1's deploy --revert then walks back every node, not only
+    those its own interrupted steps reached, and the fleet serves control again."""
+    assert world.run("h0", commands.deploy("control")) is None
+    assert world.run("h0", commands.deploy("other"), Fault("journal", 5, "kill")) == "killed"
+    nodes_back_and_locks_stale(world)
+    assert world.run("h1", commands.recover(first, "deploy", True), Fault("journal", 2, "kill")) == "killed"
+    nodes_back_and_locks_stale(world)
+    assert world.run("h1", commands.recover("revert", "deploy", True)) is None
+    assert not serving_failures(world) and not tag_failures(world)
+    assert {records(world, node).current.preset for node in NODES} == {"control"}

@@ -21,7 +21,8 @@ from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.transitions import marker_image, records_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
-from kvbake.ship.core.journal import Journal, NodePlan, clear_diverged, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.core.journal import (Journal, NodePlan, clear_diverged, clear_journal, from_node_copy, journal_from_dict, read_diverged,
+                                      read_journal)
 from kvbake.ship.core.noderecords import NodeRecords
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
@@ -270,12 +271,13 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
 
 
 def journal_on_nodes(fleet: Fleet) -> Journal | None:
-    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it)."""
+    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it), every forward
+    step taken as one that may have run."""
     for name, engine in fleet.engines.items():
         transition = NodeState(name, engine).read().transition
         if transition:
             try:
-                return journal_from_dict(transition)
+                return from_node_copy(journal_from_dict(transition))
             except ValueError as err:
                 raise RolloutError(f"node {name}: the journal it keeps is corrupt ({err})",
                                    f"re-create the node's records with: python build.py deploy --preset NAME --reseat {name}") from None
