@@ -69,6 +69,12 @@ def serving_failures(world: World) -> list[str]:
     return failures + [f for node, release in recorded.items() for f in node_serving_failures(world, node, release)]
 
 
+def released_half_way(world: World, node: str, kind: str, tagged: str | None, release: Release | None) -> bool:
+    """`adopt --release` (not journalled) untags an adopted `previous` before it writes the record without it: stopped in
+    between, the record still names it and a second --release finishes."""
+    return node in world.release_interrupted and kind == "previous" and tagged is None and bool(release and release.adopted)
+
+
 def tag_failures(world: World) -> list[str]:
     """A node that keeps no transition and no diverged mark has its tags on the images of its records; every node that
     keeps a transition keeps the same one."""
@@ -81,7 +87,7 @@ def tag_failures(world: World) -> list[str]:
             continue
         for kind, release in (("current", r.current), ("previous", r.previous)):
             tagged, expected = world.fakes[node].tags.get(f"{REPO}:{kind}"), image_of(release) if release else None
-            if tagged != expected:
+            if tagged != expected and not released_half_way(world, node, kind, tagged, release):
                 failures.append(f"{node}: tag {kind} names {tagged}, its record {expected}")
     if len(set(kept.values())) > 1:
         failures.append(f"the nodes keep different journals: {kept}")
