@@ -11,6 +11,7 @@ from kvbake.errors import DivergedError, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
 from model_oracle import records, serving_failures, tag_failures, unsettled
+from fake_fleet import CONTAINER
 from model_world import NODES, STALE, Fault, World, acting_on, patched
 
 
@@ -102,3 +103,15 @@ def test_a_recovery_from_the_nodes_copy_killed_in_turn_is_reverted_on_every_node
     assert world.run("h1", commands.recover("revert", "deploy", True)) is None
     assert not serving_failures(world) and not tag_failures(world)
     assert {records(world, node).current.preset for node in NODES} == {"control"}
+
+
+def test_the_nodes_copy_of_a_resumed_journal_still_says_nothing_of_progress(world):
+    """h0's first deploy is killed after retagging; h0 resumes it and is killed again once both ranks run. The nodes keep
+    the plan only (not h0's progress of before the resume), so h1's deploy --revert removes both serving containers."""
+    assert world.run("h0", commands.deploy("control"), Fault("journal", 3, "kill")) == "killed"
+    nodes_back_and_locks_stale(world)
+    assert world.run("h0", commands.recover("resume", "deploy", True), Fault("ready", 1, "kill")) == "killed"
+    nodes_back_and_locks_stale(world)
+    assert world.run("h1", commands.recover("revert", "deploy", True)) is None
+    assert not serving_failures(world) and not tag_failures(world)
+    assert all(records(world, node).current is None and CONTAINER not in world.fakes[node].containers for node in NODES)

@@ -85,6 +85,12 @@ def from_node_copy(journal: Journal) -> Journal:
     return replace(journal, done=(*journal.done, *steps), phase="forward")
 
 
+def node_copy(journal: Journal) -> dict[str, Any]:
+    """What every node keeps while a transition runs: its plan, as before any step (a resume republishes a journal that
+    has progress of its own, which the nodes would otherwise take as all that may have run)."""
+    return journal_to_dict(replace(journal, done=(), phase="planned"))
+
+
 def write_journal(folder: Path, journal: Journal) -> None:
     """The journal copies the release records the nodes keep: a string in them that looks like a credential (a reason an
     earlier kvbake recorded, say) is written as a note of what was withheld, so that no journal write can stop a
