@@ -32,6 +32,7 @@ MEMORY_FOLDER = Path("/dev/shm")  # Linux's memory-backed folder: each step writ
 STEPS_PER_RUN = 40
 PRESETS = ("control", "packing", "other")
 
+# What a fault at an engine call does: kill, error and lost are twice as likely as the other host running a command meanwhile.
 ENGINE_FAULTS = ("kill", "error", "lost", "kill", "error", "lost", "meanwhile-deploy", "meanwhile-revert", "meanwhile-resume")
 
 hosts = st.sampled_from(HOSTS)
