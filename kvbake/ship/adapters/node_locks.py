@@ -96,13 +96,15 @@ class NodeLock:
         self._break(image, deploy_id, container_id, claim, why)
 
     def _break(self, image: str, deploy_id: str, container_id: str, claim: LockClaim, why: str) -> None:
+        """Rename the stale lock away, take the lock, and only then record the break: the node's records are read and
+        written whole, so a write without its lock could put back what another holder changed since."""
         if not self.engine.rename_container(container_id, broken_name(LOCK_NAME, container_id)):
             raise RolloutError(f"node {self.node}: another host broke the stale lock of {claim.owner} first", "retry later")
-        self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
         taken = self._create(image, deploy_id)
         self.engine.remove_container(container_id)
         if not taken:
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
+        self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
 
     def _create(self, image: str, deploy_id: str) -> bool:
         claim = LockClaim(self.token, who(), machine_id(), deploy_id, self.now())

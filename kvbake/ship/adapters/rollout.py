@@ -8,6 +8,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 from kvbake.deployfile import Deployment
@@ -20,7 +21,8 @@ from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.transitions import marker_image, records_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
-from kvbake.ship.core.journal import Journal, NodePlan, clear_journal, journal_from_dict, read_diverged, read_journal
+from kvbake.ship.core.journal import (Journal, NodePlan, clear_diverged, clear_journal, from_node_copy, journal_from_dict, read_diverged,
+                                      read_journal)
 from kvbake.ship.core.noderecords import NodeRecords
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
@@ -154,11 +156,11 @@ def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | 
             state = NodeState(name, engine)
             lock = NodeLock(name, engine, fleet.deployment.lock_stale_after_s, state.append_audit)
             image = marker_image if isinstance(marker_image, str) else marker_image[name]
+            taken.append(lock)  # released below if acquire fails, even after it took the lock (a lock never taken releases nothing)
             try:
                 lock.acquire(image, journal_id, break_lock, lambda claim, state=state: journal_note(state, claim))
             except EngineError as err:
                 raise RolloutError(f"node {name}: cannot take the lock ({err.message})", "bring the node back, then retry; nothing was changed") from None
-            taken.append(lock)
     except BaseException:
         HeldLocks(taken, fleet.deployment.lock_stale_after_s).release()
         raise
@@ -269,12 +271,13 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
 
 
 def journal_on_nodes(fleet: Fleet) -> Journal | None:
-    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it)."""
+    """The journal of an interrupted transition as the nodes keep it (for a host that did not start it), every forward
+    step taken as one that may have run."""
     for name, engine in fleet.engines.items():
         transition = NodeState(name, engine).read().transition
         if transition:
             try:
-                return journal_from_dict(transition)
+                return from_node_copy(journal_from_dict(transition))
             except ValueError as err:
                 raise RolloutError(f"node {name}: the journal it keeps is corrupt ({err})",
                                    f"re-create the node's records with: python build.py deploy --preset NAME --reseat {name}") from None
@@ -283,6 +286,29 @@ def journal_on_nodes(fleet: Fleet) -> Journal | None:
 
 def kept_by_any_node(fleet: Fleet, journal_id: str) -> bool:
     return any((NodeState(name, engine).read().transition or {}).get("id") == journal_id for name, engine in fleet.engines.items())
+
+
+def drop_local_copy(folder: Path, journal: Journal) -> None:
+    """This host's copy of a transition no node keeps any more, and its diverged mark of that very transition: another
+    host finished or undid it, or it never began."""
+    clear_journal(folder)
+    if (read_diverged(folder) or {}).get("journal") == journal.id:
+        clear_diverged(folder)
+
+
+def settled_elsewhere(folder: Path, journal: Journal, local: bool, mode: str) -> Journal:
+    """No node keeps the journal: another operator host finished or undid the transition (perhaps while this one waited
+    for the locks), or, killed before its first step, it never began. This host's copy goes; only the revert of a
+    transition that never began succeeds (nothing ran, so nothing is undone)."""
+    if local:
+        drop_local_copy(folder, journal)
+    if local and not journal.done:
+        if mode == "revert":
+            return journal.with_phase("never began")
+        raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
+                           "nothing to resume; this host's copy was removed", f"{recovery_command(journal.kind)} again (its plan is stale now)")
+    raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
+                       "journal)" + ("; this host's copy was removed" if local else ""), "check python build.py status, then deploy as usual")
 
 
 def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None, command: str = "deploy") -> Journal:
@@ -307,15 +333,8 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
     marker = {name: marker_image(fleet, plans[name]) if name in plans else fleet.tag("current") for name in fleet.engines}
     held = locked(fleet, new_journal_id(mode), break_lock, marker)
     try:
-        if local is not None and not kept_by_any_node(fleet, journal.id):
-            clear_journal(folder)
-            if not journal.done:  # killed before its first step: nothing ran, and no node learnt of it
-                if mode == "revert":
-                    return journal.with_phase("never began")
-                raise RolloutError(f"{journal.kind} {journal.id} never began (no step ran and no node keeps its journal), so there is "
-                                   "nothing to resume; this host's copy was removed", f"{owner} again (its plan is stale now)")
-            raise RolloutError(f"{journal.kind} {journal.id} was already finished or undone from another operator host (no node keeps its "
-                               "journal); this host's copy was removed", "check python build.py status, then deploy as usual")
+        if not kept_by_any_node(fleet, journal.id):  # read under the locks: another host may have settled it meanwhile
+            return settled_elsewhere(folder, journal, local is not None, mode)
         if mode == "resume":
             refuse_node_marks(fleet)
             run_transition(fleet, journal, folder, held.check)

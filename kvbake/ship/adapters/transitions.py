@@ -20,7 +20,7 @@ from kvbake.ship.adapters.node_locks import who
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.readiness import wait_until_ready
 from kvbake.ship.core.launcher_variables import launcher_variables, node_rank  # noqa: F401 (node_rank is read through this module)
-from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, clear_journal, full_scope, journal_to_dict, mark_diverged,
+from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, clear_journal, full_scope, mark_diverged, node_copy,
                                       read_journal, undo_scope, write_journal)
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
 from kvbake.ship.core.running import agreement_failures, switch_env
@@ -224,7 +224,7 @@ def publish(fleet: Fleet, journal: Journal, folder: Path) -> None:
     try:
         for plan in journal.nodes:
             NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",
-                                                                  transition=journal_to_dict(journal))
+                                                                  transition=node_copy(journal))
             published.append(plan)
     except KvbakeError as err:
         kept = unpublish(fleet, journal, published)

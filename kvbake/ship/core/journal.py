@@ -75,6 +75,22 @@ def undo_scope(journal: Journal) -> Scope:
     return Scope(frozenset(retagged), frozenset(restarted))
 
 
+def from_node_copy(journal: Journal) -> Journal:
+    """The copy the nodes keep, as a recovery starts from it: written before any step, it says nothing of progress, so
+    every forward step is journalled as one that may have run. A resume or revert interrupted in turn then leaves a
+    journal whose revert still walks back every node, not only those its own steps reached."""
+    if journal.phase != "planned":
+        return journal
+    steps = tuple(f"after:{kind}:{plan.node}" for plan in journal.nodes for kind in ("retag", "restart"))
+    return replace(journal, done=(*journal.done, *steps), phase="forward")
+
+
+def node_copy(journal: Journal) -> dict[str, Any]:
+    """What every node keeps while a transition runs: its plan, as before any step (a resume republishes a journal that
+    has progress of its own, which the nodes would otherwise take as all that may have run)."""
+    return journal_to_dict(replace(journal, done=(), phase="planned"))
+
+
 def write_journal(folder: Path, journal: Journal) -> None:
     """The journal copies the release records the nodes keep: a string in them that looks like a credential (a reason an
     earlier kvbake recorded, say) is written as a note of what was withheld, so that no journal write can stop a

@@ -1,0 +1,200 @@
+"""What the rollout model holds true after every step, read straight from the fake nodes and the hosts' folders."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import shutil
+
+from kvbake.engines.core.procfs import Process
+from kvbake.ship.adapters.nodestate import STATE_NAME
+from kvbake.ship.core.journal import DIVERGED, JOURNAL, read_diverged, read_journal
+from kvbake.ship.core.noderecords import NodeRecords, decode
+from kvbake.ship.core.release import Release
+
+from fake_fleet import CONTAINER, REPO
+from model_commands import recover
+from model_world import HOSTS, NODES, STALE, World, acting_on
+
+def records(world: World, node: str) -> NodeRecords:
+    return decoded(node, tuple(sorted(world.fakes[node].files.get(STATE_NAME, {}).items())))
+
+
+@functools.lru_cache(maxsize=64)
+def decoded(node: str, files: tuple[tuple[str, bytes], ...]) -> NodeRecords:
+    return decode(node, {key.rpartition("/")[2]: data for key, data in files})
+
+
+def image_of(release: Release) -> str:
+    return str(release.adopted["image_id"]) if release.adopted else release.config_digest
+
+
+def is_serve(process: Process) -> bool:
+    return "serve" in process.argv and any(arg.endswith("/vllm") for arg in process.argv)
+
+
+def running_serves(world: World, node: str) -> list[dict]:
+    return [c for c in world.fakes[node].containers.values()
+            if (c.get("State") or {}).get("Running") and any(is_serve(p) for p in c.get("Processes", ()))]
+
+
+def node_serving_failures(world: World, node: str, release: Release | None) -> list[str]:
+    """The node runs exactly one serve, of its current release, with that release's switch set (in its vLLM process's
+    environment); with no release, what it ran before kvbake (or nothing)."""
+    serves = running_serves(world, node)
+    if release is None:
+        expected = [world.unadopted[node]] if node in world.unadopted else []
+        found = [c["Id"] for c in serves]
+        return [] if found == expected else [f"{node} records no release but runs {found or 'nothing'}, not {expected or 'nothing'}"]
+    if len(serves) != 1:
+        return [f"{node} runs {len(serves)} serves, not one of {release.preset}"]
+    serve, failures = serves[0], []
+    info = release.adopted or {}
+    name, image = (info.get("name"), info.get("image_id")) if info else (CONTAINER, release.config_digest)
+    if (serve["Name"], serve["Image"]) != (name, image):
+        failures.append(f"{node} serves {serve['Name']} from {serve['Image']}, not {name} from {image} ({release.preset})")
+    switch_sets = {tuple(sorted((k, v) for k, v in p.env.items() if k == "S")) for p in serve.get("Processes", ()) if is_serve(p)}
+    if switch_sets != {tuple(sorted(release.switches.items()))}:
+        failures.append(f"{node} serves with switches {sorted(switch_sets)}, not {dict(release.switches)} ({release.preset})")
+    policy = ((serve.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name")
+    if info and not (serve.get("HostConfig") or {}).get("AutoRemove") and policy != info.get("restart"):
+        failures.append(f"{node}: the adopted serve restarts {policy!r} at boot, not {info.get('restart')!r} as it did")
+    return failures
+
+
+def serving_failures(world: World) -> list[str]:
+    recorded = {node: records(world, node).current for node in NODES}
+    ids = {node: release.id if release else None for node, release in recorded.items()}
+    failures = [f"the ranks record different releases: {ids}"] if len(set(ids.values())) > 1 else []
+    return failures + [f for node, release in recorded.items() for f in node_serving_failures(world, node, release)]
+
+
+def released_half_way(world: World, node: str, kind: str, tagged: str | None, release: Release | None) -> bool:
+    """`adopt --release` (not journalled) untags an adopted `previous` before it writes the record without it: stopped in
+    between, the record still names it and a second --release finishes."""
+    return node in world.release_interrupted and kind == "previous" and tagged is None and bool(release and release.adopted)
+
+
+def tag_failures(world: World) -> list[str]:
+    """A node that keeps no transition and no diverged mark has its tags on the images of its records; every node that
+    keeps a transition keeps the same one."""
+    failures, kept = [], {}
+    for node in NODES:
+        r = records(world, node)
+        if r.transition:
+            kept[node] = r.transition.get("id")
+        if r.transition or r.diverged:
+            continue
+        for kind, release in (("current", r.current), ("previous", r.previous)):
+            tagged, expected = world.fakes[node].tags.get(f"{REPO}:{kind}"), image_of(release) if release else None
+            if tagged != expected and not released_half_way(world, node, kind, tagged, release):
+                failures.append(f"{node}: tag {kind} names {tagged}, its record {expected}")
+    if len(set(kept.values())) > 1:
+        failures.append(f"the nodes keep different journals: {kept}")
+    return failures
+
+
+def missing_images(world: World) -> list[str]:
+    return [f"{node}: the image of its {key} release {image_of(release)} is gone" for node in NODES
+            for key, release in (("current", records(world, node).current), ("previous", records(world, node).previous),
+                                 ("adopted", records(world, node).adopted)) if release and image_of(release) not in world.fakes[node].images]
+
+
+def adopted_failures(world: World) -> list[str]:
+    """A recorded adopted serve is kept (that very container, when it was not --rm) or can be recreated from its spec;
+    while it is set aside it never starts at boot."""
+    failures = []
+    for node in NODES:
+        r = records(world, node)
+        for release in {x.id: x for x in (r.current, r.previous, r.adopted) if x and x.adopted}.values():
+            info = release.adopted
+            kept = next((c for c in world.fakes[node].containers.values() if c["Id"] == info["container_id"]), None)
+            rm = bool(((info.get("spec") or {}).get("host") or {}).get("AutoRemove"))
+            if kept is None and not info.get("spec"):
+                failures.append(f"{node}: the adopted serve is neither kept nor recreatable")
+            if kept is None and not rm and node not in world.release_interrupted:
+                failures.append(f"{node}: the kept adopted container {info['container_id']} is gone")
+            policy = (((kept or {}).get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name")
+            if kept and not (kept.get("State") or {}).get("Running") and policy not in (None, "no"):
+                failures.append(f"{node}: the set-aside adopted serve would start at boot (restart {policy})")
+    return failures
+
+
+def marks(world: World) -> list[dict]:
+    found = [dict(records(world, node).diverged) for node in NODES if records(world, node).diverged]
+    return found + [m for m in (read_diverged(world.state_dir(host)) for host in HOSTS) if m]
+
+
+def pending(world: World) -> list[str]:
+    """What a command must still clear: a diverged mark or a journal, on a node or on a host."""
+    found = [f"{node} keeps {what}" for node in NODES for what, kept in (("a diverged mark", records(world, node).diverged),
+                                                                        ("a journal", records(world, node).transition)) if kept]
+    return found + [f"{host} keeps {name}" for host in HOSTS for name in (JOURNAL, DIVERGED) if (world.state_dir(host) / name).exists()]
+
+
+def recovery(kind: object) -> str:
+    return "adopt" if kind == "adopt" else "deploy"
+
+
+def named_repair(world: World) -> tuple[str, str] | None:
+    """The command the diverged marks name, else the revert of the pending journal's command."""
+    for mark in marks(world):
+        words = str(mark.get("repair", "")).split()
+        return words[2], words[3].removeprefix("--")
+    kinds = [records(world, node).transition.get("kind") for node in NODES if records(world, node).transition]
+    kinds += [j.kind for j in (read_journal(world.state_dir(host)) for host in HOSTS) if j]
+    return (recovery(kinds[0]), "revert") if kinds else None
+
+
+def mark_failures(world: World) -> list[str]:
+    """Every diverged mark names the revert of its own transition's command, as documented."""
+    return [f"a mark of {m.get('kind')} {m.get('journal')} names {m.get('repair')!r}, not {recovery(m.get('kind'))} --revert" for m in marks(world)
+            if str(m.get("repair", "")).split()[1:4] != ["build.py", recovery(m.get("kind")), "--revert"]]
+
+
+def unsettled(world: World) -> list[str]:
+    return serving_failures(world) + tag_failures(world) + pending(world)
+
+
+def try_repair(world: World, host: str, mode: str) -> list[str]:
+    """On a copy of the world, as documented (nodes back, stale locks broken): the named repair from `host`, then, if the
+    other host still keeps a journal or a mark of its own, the command that names from there. Nothing may be left."""
+    twin, outcomes = world.copy(), []
+    try:
+        with acting_on(twin):
+            for fake in twin.fakes.values():
+                fake.down, fake.clock = False, fake.clock + STALE + 1
+            for who in (host, next(h for h in HOSTS if h != host)):
+                named = named_repair(twin)
+                if named is not None and (who == host or any((twin.state_dir(who) / n).exists() for n in (JOURNAL, DIVERGED))):
+                    command = named[0], mode if named[1] == "revert" else named[1]
+                    outcomes.append(f"{' --'.join(command)} from {who}: {twin.run(who, recover(command[1], command[0], True)) or 'done'}")
+            left = unsettled(twin)
+    finally:
+        shutil.rmtree(twin.folder, ignore_errors=True)
+    return [f"{'; '.join(outcomes)}; leaves {left}"] if left else []
+
+
+def repair_failures(world: World, parity: int) -> list[str]:
+    """An unsettled fleet keeps a diverged mark or a journal, and the command they name (deploy --revert, adopt --revert)
+    repairs it from either host; with no diverged mark, --resume finishes it too. `parity` picks the host that reverts,
+    the other one resumes: over the run, each command is tried from both hosts."""
+    problems = unsettled(world)
+    if not problems:
+        return []
+    if named_repair(world) is None:
+        return [f"unsettled, yet no diverged mark and no journal names a repair: {problems}"]
+    failures = mark_failures(world) + try_repair(world, HOSTS[parity % 2], "revert")
+    return failures + ([] if marks(world) else try_repair(world, HOSTS[(parity + 1) % 2], "resume"))
+
+
+def fingerprint(world: World) -> str:
+    """What a repair depends on: the nodes' tags (but `staged`), containers, state records and reachability, the hosts'
+    journals and marks."""
+    parts = [repr((n, sorted(t for t in f.tags.items() if not t[0].endswith(":staged")),
+                   sorted((k, c.get("Id"), c.get("Image"), repr(c.get("State")), repr(c.get("HostConfig")), repr(c.get("Processes")))
+                          for k, c in f.containers.items()),
+                   sorted((k, d) for files in f.files.values() for k, d in files.items() if not k.endswith("audit.log")), f.down))
+             for n, f in world.fakes.items()]
+    parts += [repr([(p.name, p.read_bytes()) for p in sorted(world.state_dir(h).glob("*.json"))]) for h in HOSTS]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()
