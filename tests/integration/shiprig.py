@@ -13,24 +13,16 @@ from kvbake.ship.core.journal import DIVERGED, JOURNAL
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.rig import NodeEngine
+from kvbake.rig.serve_shapes import BASE, CONTROL_LENGTH, STANDIN_VLLM, STANDIN_VLLM_DIR, standin_serve  # noqa: F401 (shared with the tests)
 
 from conftest import run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BASE = "kvbake-standin/vllm-base:0.33.0"
 CONTAINER = "kvbake-serve"
 BAKED = "/usr/local/lib/python3.11/dist-packages/vllm/v1/kv_cache_interface.py"
 PACKING_ENV = {"VLLM_DSV41_KV_PAIR=3", "VLLM_DSV41_DROP_MTP_BUFFER=1", "VLLM_EXL3_TF_PROMPT_ALIAS=1",
                "VLLM_EXL3_TF_PROMPT_TRANSIENT=1", "VLLM_INDEXER_PREFILL_BUFFER_FACTOR=4"}
 STANDIN_LAUNCHER = [sys.executable, str(REPO_ROOT / "scripts" / "standin_launcher.py")]
-STANDIN_VLLM_DIR = REPO_ROOT / "scripts" / "standin_vllm"
-STANDIN_VLLM = ["type=bind", f"source={STANDIN_VLLM_DIR}", "target=/opt/kvbake-standin", "readonly"]
-CONTROL_LENGTH = 163840  # the stand-in's control preset
-
-
-def standin_serve(max_model_len: int = CONTROL_LENGTH, *extra: str) -> list[str]:
-    """The stand-in vLLM serve's command line, as a serve started by hand runs it (mount STANDIN_VLLM)."""
-    return ["python3", "/opt/kvbake-standin/vllm", "serve", "/models/standin", "--max-model-len", str(max_model_len), *extra]
 
 
 def write_deploy(folder: Path, rig: dict, launcher: list[str], env: dict[str, str] | None = None, **extra: Any) -> Path:

@@ -13,7 +13,8 @@ import yaml
 from kvbake.engines.adapters.client import Engine
 
 from faultscenarios import failing_launcher, killed_run, operator_host
-from serveshapes import NODES, RAY_ARGS, SERVED, SHAPES, clear_nodes, serves, start_shape, whole_node, with_node_containers
+from kvbake.rig.serve_shapes import RAY_ARGS, SERVED, SHAPES
+from serveshapes import NODES, clear_nodes, serves, start_shape, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]

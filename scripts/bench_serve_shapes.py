@@ -1,0 +1,126 @@
+"""Benchmark the way from a running serve to a kvbake serve and back, in every serve shape operators run, on two node
+engines: the seconds of `init`, `config --check`, `adopt`, `deploy --preset control` and `rollback` (back to the adopted
+serve). Prints figures; asserts no timing.
+
+    python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process,compose"]
+
+The serves are the rig's stand-in (kvbake/rig/serve_shapes.py) started by hand as operators start them; the deploy uses
+the deployment file init wrote, with the stand-in launcher (`init --launcher`) and without the readiness probe, which
+the stand-in shapes do not answer (they run with no network). With --profile, the build engine and both nodes run
+that engine profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kvbake.cli import main as kvbake  # noqa: E402
+from kvbake.engines.adapters.client import Engine  # noqa: E402
+from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake.rig.profile_engine import profile_engine  # noqa: E402
+from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
+from kvbake.rig.serve_shapes import BASE, SHAPES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ("init", "config --check", "adopt", "deploy control", "rollback")
+
+
+def quiet(*argv: str) -> None:
+    code = kvbake(list(argv))
+    if code != 0:
+        raise SystemExit(f"build.py {' '.join(argv[:2])} failed with {code}")
+
+
+def timed(*argv: str) -> float:
+    start = time.perf_counter()
+    quiet(*argv)
+    return time.perf_counter() - start
+
+
+def clear(nodes: dict[str, NodeEngine], repository: str) -> None:
+    """Both nodes new to kvbake and serving nothing (every container goes: serves, kept serves, state, lock); the base
+    stays."""
+    for node in nodes.values():
+        engine = Engine(node.host)
+        for container in node.client().container.list(all=True):
+            engine.remove_container(container.id)
+        for kind in ("current", "previous", "staged"):
+            engine.untag(f"{repository}:{kind}")
+
+
+def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path) -> dict[str, float]:
+    """One shape: start it, then time each step an operator runs."""
+    start, _ = SHAPES[shape]
+    for key, node in nodes.items():
+        start(node.client(), key)
+    time.sleep(2)  # an exec'd serve takes a moment to appear
+    project = folder / shape.replace(" ", "-").strip("-")
+    launcher = f"{sys.executable} {ROOT / 'scripts' / 'standin_launcher.py'}"
+    figures = {"init": timed("init", *(f"--node=spark-{key}={node.host}" for key, node in nodes.items()), "--template", str(manifest),
+                             "--out", str(project), "--launcher", launcher)}
+    deploy = project / "deploy.yaml"
+    document = yaml.safe_load(deploy.read_text())
+    document.pop("readiness", None)
+    deploy.write_text(yaml.safe_dump(document, sort_keys=False))
+    ship = ("--manifest", str(manifest), "--deploy", str(deploy))
+    figures["config --check"] = timed("config", "--check", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+    figures["adopt"] = timed("adopt", *ship)
+    figures["deploy control"] = timed("deploy", "--preset", "control", "--reason", "bench", *ship)
+    figures["rollback"] = timed("rollback", *ship)
+    return figures
+
+
+def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> int:
+    print(f"engine: {engine.profile().describe()}")
+    with tempfile.TemporaryDirectory(prefix="kvbake-bench-shapes-") as tmp:
+        folder = Path(tmp)
+        with LocalRegistry(folder / "registry") as registry, NodeEngine(folder / "a", name="a", recipe=recipe) as node_a, \
+                NodeEngine(folder / "b", name="b", recipe=recipe) as node_b:
+            project = folder / "standin"
+            shutil.copytree(ROOT / "examples" / "standin", project, ignore=shutil.ignore_patterns(".kvbake"))
+            manifest = project / "manifest.yaml"
+            repository = f"{registry.address}/kvbake/standin-kvpack"
+            manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
+            quiet("lock", "--manifest", str(manifest), "--rebase-base")
+            quiet("build", "--manifest", str(manifest))
+            quiet("push", "--manifest", str(manifest))
+            engine.tag(BASE, f"{repository}:base")
+            engine.client.image.push(f"{repository}:base", quiet=True)
+            nodes = {"a": node_a, "b": node_b}
+            for node in nodes.values():
+                node.client().image.pull(f"{repository}:base", quiet=True)
+                node.client().image.tag(f"{repository}:base", BASE)
+            print(f"{'shape':<14} " + " ".join(f"{step:>15}" for step in STEPS))
+            for shape in shapes:
+                figures = walk(shape, nodes, manifest, folder)
+                print(f"{shape:<14} " + " ".join(f"{figures[step]:>14.2f}s" for step in STEPS))
+                clear(nodes, repository)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", help="engine profile of the build engine and the nodes (default: the default engine's)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated shapes (default: all: {', '.join(SHAPES)})")
+    args = parser.parse_args()
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
+    if args.profile:
+        with profile_engine(args.profile, [BASE]) as engine:
+            return measure(engine, recipe_named(args.profile), shapes)
+    return measure(Engine(), None, shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
