@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 import model_commands as commands
-from kvbake.errors import DivergedError, RolloutError
+from kvbake.errors import DivergedError, EngineError, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
-from model_oracle import records, serving_failures, tag_failures, unsettled
+from model_oracle import adopted_failures, records, serving_failures, tag_failures, unsettled
 from fake_fleet import CONTAINER
 from model_world import NODES, STALE, Fault, World, acting_on, patched
 
@@ -115,3 +115,16 @@ def test_the_nodes_copy_of_a_resumed_journal_still_says_nothing_of_progress(worl
     assert world.run("h1", commands.recover("revert", "deploy", True)) is None
     assert not serving_failures(world) and not tag_failures(world)
     assert all(records(world, node).current is None and CONTAINER not in world.fakes[node].containers for node in NODES)
+
+
+@pytest.mark.parametrize("nth", [28, 29])
+def test_a_deploy_that_fails_while_setting_the_adopted_serve_aside_brings_it_back_as_it_ran(world, nth):
+    """The adopted serve (kept, restarting unless-stopped) is being set aside for control when node a's engine refuses
+    a call: the revert brings it back as it ran, that very container, restarting unless-stopped at boot again."""
+    world.serve_unadopted("main", auto_remove=False)
+    assert world.run("h0", commands.adopt()) is None
+    failed = world.run("h0", commands.deploy("control"), Fault("a.*", nth, "error"))
+    assert isinstance(failed, (EngineError, RolloutError)) and not isinstance(failed, DivergedError)
+    assert not serving_failures(world) and not adopted_failures(world) and not unsettled(world)
+    serve = world.fakes["a"].containers[CONTAINER]
+    assert serve["Id"] == world.unadopted["a"] and serve["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"

@@ -65,22 +65,29 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
     info, name = adopted.adopted, serve_name(adopted, default)
     found = find(engine, adopted, default)
     if found is not None and (found.get("State") or {}).get("Running") and str(found.get("Name", "")).lstrip("/") == name:
+        restore_restart_policy(engine, found, info)  # a set-aside stopped half-way may have left it restarting `no`
         return
     if found is None and not info.get("spec"):
         raise RolloutError(f"node {node}: the adopted serving container {adopted.kept_as} is gone and an earlier kvbake recorded no "
                            "create spec to recreate it", "deploy a kvbake release instead (python build.py deploy --preset NAME)")
-    engine.remove_container(kvbake_container)
+    if not is_the_adopted(engine.container_inspect(kvbake_container), info):  # set aside half-way, it may still hold that name
+        engine.remove_container(kvbake_container)
     if found is None:
         engine.recreate(dict(info["spec"]), name)
     else:
         if str(found.get("Name", "")).lstrip("/") != name and not engine.rename_container(str(found["Id"]), name):
             raise RolloutError(f"node {node}: the adopted serve cannot take its name {name} back (another container holds it)",
                                f"remove that container {name}, then roll back again")
-        if not (found.get("HostConfig") or {}).get("AutoRemove"):
-            engine.set_restart_policy(name, str(info.get("restart") or "no"))
+        restore_restart_policy(engine, found, info)
     engine.start(name)
     if info.get("exec"):
         exec_again(engine, node, name, info["exec"])
+
+
+def restore_restart_policy(engine: Engine, container: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+    """The adopted serve's own restart policy again (a --rm container has none)."""
+    if not (container.get("HostConfig") or {}).get("AutoRemove"):
+        engine.set_restart_policy(str(container["Id"]), str(info.get("restart") or "no"))
 
 
 def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any]) -> None:
