@@ -13,6 +13,8 @@ that engine profile.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shutil
 import sys
 import tempfile
@@ -35,7 +37,9 @@ STEPS = ("init", "config --check", "adopt", "deploy control", "rollback")
 
 
 def quiet(*argv: str) -> None:
-    code = kvbake(list(argv))
+    """Run a kvbake command, its report left out (only the figures are printed)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = kvbake(list(argv))
     if code != 0:
         raise SystemExit(f"build.py {' '.join(argv[:2])} failed with {code}")
 
