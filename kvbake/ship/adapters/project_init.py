@@ -63,8 +63,7 @@ def read_node(node: str, host: str, named: str | None, source_root: str) -> Node
     if not (container and (container.get("State") or {}).get("Running")):
         raise UsageError(f"init: {node} has no running container {name}", f"name the serving container of {node} with --container {node}=NAME")
     rank = read_rank(engine, container)
-    cluster = is_cluster_node(engine, name)
-    serving = require_serving(node, rank.reading.serving, cluster)
+    serving = require_serving(node, rank.reading.serving, runs_ray_node(rank.reading.main))
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
     return NodeServe(node, host, container, serving, engine.require_image(container["Image"]), changes)
 
