@@ -184,7 +184,7 @@ def test_a_ray_cluster_whose_worker_runs_no_vllm_is_adopted_verified_and_brought
     world.engines["b"].containers[CONTAINER]["Main"] = None
     with pytest.raises(Exception) as caught:
         verify_running(world.fleet, None)
-    assert "b: the adopted Ray worker runs no Ray node" in str(caught.value)
+    assert "b: the Ray worker rank runs no Ray node" in str(caught.value)
 
 
 def test_a_node_without_vllm_that_is_no_ray_node_still_stops_adopt(world):

@@ -14,7 +14,7 @@ from kvbake.errors import IntegrityError, RolloutError
 from kvbake.cli import main
 from kvbake.manifest import Preset
 from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
-from kvbake.ship.core.init_documents import InitOptions, deploy_document, manifest_document, placeholders
+from kvbake.ship.core.init_documents import InitOptions, deploy_document, launcher_env, manifest_document, placeholders
 from kvbake.ship.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
                                                 implied_preset, require_serving, serve_env)
 from kvbake.ship.core.serve_reading import read_serve
@@ -35,9 +35,9 @@ def serve_argv(*extra: str, length: str = "163840") -> tuple[str, ...]:
 
 def node(name: str, argv: tuple[str, ...] | None, env: dict | None = None, image_id: str = "sha256:" + "a" * 64,
          digests: tuple[str, ...] = ("ghcr.io/x/spark@sha256:" + "d" * 64,), mounts: tuple[dict, ...] = (), execd: bool = False,
-         host_config: dict | None = None) -> NodeServe:
+         host_config: dict | None = None, ray: tuple[str, ...] = ()) -> NodeServe:
     env = {**dict(e.split("=", 1) for e in IMAGE_ENV), **(env or {})}
-    processes = [Process(1, 0, ("sleep", "infinity") if execd or argv is None else argv, env, "/", "/bin/x", 0)]
+    processes = [Process(1, 0, ray or (("sleep", "infinity") if execd or argv is None else argv), env, "/", "/bin/x", 0)]
     if execd and argv is not None:
         processes.append(Process(30, 0, argv, env, "/", "/usr/bin/python3", 0))
     reading = read_serve(processes)
@@ -45,7 +45,8 @@ def node(name: str, argv: tuple[str, ...] | None, env: dict | None = None, image
                  "Mounts": list(mounts or ({"Type": "bind", "Source": "/srv/models/dsv41", "Destination": "/models/dsv41", "RW": False},)),
                  "HostConfig": host_config or {"DeviceRequests": [{"Count": -1}], "ShmSize": 16 * 1024 ** 3}}
     serving = reading.serving[0] if reading.serving else None
-    return NodeServe(name, f"ssh://ops@{name}", container, serving, {"RepoDigests": list(digests), "Config": {"Env": list(IMAGE_ENV)}})
+    return NodeServe(name, f"ssh://ops@{name}", container, serving, {"RepoDigests": list(digests), "Config": {"Env": list(IMAGE_ENV)}},
+                     ray_node=ray)
 
 
 def pair(**head_options) -> list[NodeServe]:
@@ -111,10 +112,27 @@ def test_a_serve_without_max_model_len_or_without_one_head_is_refused():
         describe([node("spark-a", serve_argv(*WORKER)), node("spark-b", serve_argv(*WORKER))], SWITCHES, ROOT)
 
 
-def test_a_ray_worker_without_vllm_still_describes_the_pair():
-    described = describe([node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True),
-                          node("spark-b", None, execd=True)], SWITCHES, ROOT)
-    assert described.shape == "exec" and described.launcher_args == (*SHARED, "--distributed-executor-backend", "ray")
+RAY_HEAD = ("ray", "start", "--block", "--head", "--port=6380")
+RAY_WORKER_NODE = ("ray", "start", "--block", "--address=10.0.0.11:6380")
+
+
+def test_a_ray_cluster_is_described_in_the_ray_shape_with_its_port():
+    described = describe([node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True, ray=RAY_HEAD),
+                          node("spark-b", None, execd=True, ray=RAY_WORKER_NODE)], SWITCHES, ROOT)
+    assert described.shape == "ray" and described.ray_port == "6380"
+    assert described.launcher_args == (*SHARED, "--distributed-executor-backend", "ray")
+    assert (launcher_env(described, ROOT)["SHAPE"], launcher_env(described, ROOT)["RAY_PORT"]) == ("ray", "6380")
+
+
+def test_a_ray_head_on_rays_default_port_needs_no_ray_port():
+    described = describe([node("spark-a", serve_argv(), execd=True, ray=("ray", "start", "--block", "--head")),
+                          node("spark-b", None, execd=True, ray=RAY_WORKER_NODE)], SWITCHES, ROOT)
+    assert described.shape == "ray" and "RAY_PORT" not in launcher_env(described, ROOT)
+
+
+def test_a_waiting_container_with_vllm_execd_is_the_exec_shape():
+    described = describe([node("spark-a", serve_argv(*HEAD), execd=True), node("spark-b", serve_argv(*WORKER), execd=True)], SWITCHES, ROOT)
+    assert described.shape == "exec" and launcher_env(described, ROOT)["SHAPE"] == "exec"
 
 
 def test_an_unreadable_command_line_is_refused():

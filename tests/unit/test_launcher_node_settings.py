@@ -91,7 +91,7 @@ def test_the_json_round_trips() -> None:
 
 # ---- restart policy and shapes ----
 
-@pytest.mark.parametrize("shape", ["main", "exec"])
+@pytest.mark.parametrize("shape", ["main", "exec", "ray"])
 def test_ranks_never_restart_on_their_own(shape: str) -> None:
     step = run_of(SHAPE=shape)
     assert values_of(step.argv(), "--restart") == ["no"] and step.whales_options()["restart"] == "no"
@@ -116,6 +116,33 @@ def test_both_shapes_give_the_container_the_same_options_but_the_env_file() -> N
         [t for t in without_env_file if t != "kvbake.launcher.shape=main"]
 
 
+def test_the_ray_shape_runs_a_ray_node_on_every_rank_and_vllm_on_the_head_alone() -> None:
+    head, worker = run_of(SPARK, SHAPE="ray", RAY_PORT="6380"), run_of(SPARK, role="worker", SHAPE="ray", RAY_PORT="6380")
+    head_run, head_exec = head.argv_lines()
+    assert head_run[head_run.index("--entrypoint") + 1:] == ["ray", head.image, "start", "--block", "--head", "--port=6380"]
+    assert head_exec[6:9] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert values_of(head_exec, "--distributed-executor-backend") == ["ray"]
+    assert "--nnodes" not in head.vllm_args and "--master-addr" not in head.vllm_args, "Ray places the workers"
+    assert values_of(list(head.vllm_args), "--tensor-parallel-size") == ["2"]
+    (worker_run,) = worker.argv_lines()
+    assert worker_run[worker_run.index("--entrypoint") + 1:] == ["ray", worker.image, "start", "--block", "--address=10.0.0.11:6380"]
+    assert not worker.execs and head.execs
+    for step in (head, worker):  # the actors a Ray node starts inherit its environment: the switches go to the container
+        assert values_of(step.argv(), "--env-file") == ["/run/kvbake/ranks.env"] and step.whales_options()["env_files"] == ["/run/kvbake/ranks.env"]
+        assert values_of(step.argv(), "--label")[-1] == "kvbake.launcher.shape=ray"
+
+
+def test_the_ray_shape_keeps_a_preset_that_already_names_the_ray_backend() -> None:
+    step = run_of(SHAPE="ray", KVBAKE_LAUNCHER_ARGS_JSON='["--max-model-len", "163840", "--distributed-executor-backend", "ray"]')
+    assert list(step.vllm_args).count("--distributed-executor-backend") == 1
+
+
+def test_only_the_ray_shape_needs_a_ray_port_of_its_own() -> None:
+    assert run_of(RAY_PORT="8000").shape == "main"
+    with pytest.raises(LaunchInputError, match="MASTER_PORT and RAY_PORT are both 6379"):
+        run_of(SHAPE="ray", MASTER_PORT="6379")
+
+
 class FakeContainers:
     def __init__(self) -> None:
         self.calls: list = []
@@ -136,6 +163,13 @@ class FakeClient:
         return SimpleNamespace(id="c0ffee00" * 8)
 
 
+def test_a_ray_worker_is_started_without_an_exec() -> None:
+    client, step = FakeClient(), run_of(SPARK, role="worker", SHAPE="ray")
+    assert launcher.carry_out(client, step, "ssh://ops@spark-b").endswith("(c0ffee00c0ff, ray shape) on ssh://ops@spark-b")
+    assert client.runs == [(step.image, ["start", "--block", "--address=10.0.0.11:6379"], step.whales_options())]
+    assert client.container.calls == []
+
+
 def test_the_exec_shape_runs_the_container_then_execs_vllm() -> None:
     client, step = FakeClient(), run_of(SPARK, SHAPE="exec")
     assert launcher.carry_out(client, step, "ssh://ops@spark-a").endswith("(c0ffee00c0ff, exec shape) on ssh://ops@spark-a")
@@ -143,7 +177,7 @@ def test_the_exec_shape_runs_the_container_then_execs_vllm() -> None:
     assert client.container.calls == [("execute", "vllm-serve", step.whales_exec())]
 
 
-@pytest.mark.parametrize("shape", ["main", "exec"])
+@pytest.mark.parametrize("shape", ["main", "exec", "ray"])
 def test_python_on_whales_builds_the_printed_calls(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The adapter's keyword arguments make the very docker commands --print shows (nothing is run)."""
     import python_on_whales.components.container.cli_wrapper as whales_cli
@@ -154,7 +188,7 @@ def test_python_on_whales_builds_the_printed_calls(shape: str, monkeypatch: pyte
     monkeypatch.setattr(whales_cli, "run", capture)
     client, step = launcher.DockerClient(host="ssh://ops@spark-a"), run_of(SPARK, SHAPE=shape)
     calls = [lambda: client.run(step.image, list(step.container_command()[1]), **step.whales_options())]
-    calls += [lambda: client.container.execute(step.name, **step.whales_exec())] if shape == "exec" else []
+    calls += [lambda: client.container.execute(step.name, **step.whales_exec())] if step.execs else []
     built = []
     for call in calls:
         with pytest.raises(RuntimeError) as raised:
@@ -167,7 +201,7 @@ def test_python_on_whales_builds_the_printed_calls(shape: str, monkeypatch: pyte
     assert run_built[1:5] == ["--host", "ssh://ops@spark-a", "container", "run"]
     assert run_built[image_at:] == run_printed[run_printed.index(step.image):]
     assert sorted(run_built[5:image_at]) == sorted(run_printed[2:run_printed.index(step.image)])
-    if shape == "exec":
+    if step.execs:
         assert built[1][1:4] == ["--host", "ssh://ops@spark-a", "exec"] and built[1][4:] == printed[1][2:]
 
 
@@ -214,7 +248,10 @@ def test_bad_node_settings_exit_2_naming_the_field(node: dict, named: str, tmp_p
 
 @pytest.mark.parametrize(("env", "named"), [
     ({"KVBAKE_NODE_LAUNCH_JSON": "[1]"}, "KVBAKE_NODE_LAUNCH_JSON is not a JSON object"),
-    ({"SHAPE": "ray"}, "SHAPE='ray'"),
+    ({"SHAPE": "swarm"}, "SHAPE='swarm'"),
+    ({"SHAPE": "ray", "RAY_PORT": "8000"}, "VLLM_PORT and RAY_PORT are both 8000"),
+    ({"SHAPE": "ray", "KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840", "--distributed-executor-backend=mp"]'},
+     "SHAPE=ray but the preset gives --distributed-executor-backend mp"),
     ({"KVBAKE_NODE_LAUNCH_JSON": json.dumps({"env": {"VLLM_HOST_IP": "10.0.0.11"}}), "CONTAINER_ENV": '{"VLLM_HOST_IP": "x"}'},
      "both set VLLM_HOST_IP"),
     ({"KVBAKE_NODE_LAUNCH_JSON": json.dumps({"cache_mounts": ["/srv/a:/opt/tok/cache"]}), "EXTRA_MOUNTS": '["/srv/t:/opt/tok"]'},

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbake.engines.core.procfs import ImportOrigin, Process, parse_origins, parse_processes
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, process_failures, process_signature)
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, process_failures, process_signature,
+                                             ray_worker_failures)
 from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, read_serve
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"
@@ -145,3 +146,14 @@ def test_the_signature_ignores_what_differs_per_rank_and_how_the_model_is_named(
     assert process_signature(head, NAMES) == process_signature(worker, NAMES)
     other = read_serve([proc(1, 0, ("python3", "-m", "vllm.entrypoints.cli.main", "serve", "/m", "--max-model-len", "8192"), {"VLLM_A": "1"})])
     assert process_signature(other, NAMES) != process_signature(worker, NAMES)
+
+
+def test_a_ray_worker_rank_is_its_ray_node_holding_the_releases_switch_set():
+    ray_node = read_serve([proc(1, 0, ("ray", "start", "--block", "--address=10.0.0.11:6379"), {"VLLM_A": "1", "PATH": "/bin"})])
+    assert ray_worker_failures("b", ray_node) == [], "an adopted Ray worker is held to its Ray node alone"
+    assert ray_worker_failures("b", ray_node, {"VLLM_A": "1"}, NAMES) == []
+    assert ray_worker_failures("b", ray_node, {"VLLM_A": "1", "VLLM_B": "2"}, NAMES) == [
+        "b: the Ray node runs VLLM_B=(unset), the release sets 2"]
+    assert ray_worker_failures("b", ray_node, {}, NAMES) == ["b: the Ray node runs VLLM_A=1, the release sets (unset)"]
+    waiting = read_serve([proc(1, 0, ("sleep", "infinity"))])
+    assert ray_worker_failures("b", waiting, {}, NAMES) == ["b: the Ray worker rank runs no Ray node (its main process is sleep infinity)"]

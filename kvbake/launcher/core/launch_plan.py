@@ -20,7 +20,10 @@ WORKER_ENTRY = ("-m", "vllm.entrypoints.cli.main", "serve")
 ENTRYPOINT = "python3"
 # The exec shape's container: a main process that only waits, so that vLLM can be started in it by docker exec.
 CLUSTER_COMMAND = ("sleep", "infinity")
-SHAPES = ("main", "exec")
+# The ray shape's container runs a Ray node (`ray start --block`): the head's vLLM, started in it by docker exec, places
+# its tensor-parallel workers on the other nodes' Ray nodes as actors; a worker node runs no vLLM process of its own.
+RAY_BACKEND = ("--distributed-executor-backend", "ray")
+SHAPES = ("main", "exec", "ray")
 # A tensor-parallel rank never restarts alone (it could not rejoin its peers): kvbake restarts the gang.
 RESTART_POLICY = "no"
 STOP_TIMEOUT_S = 30
@@ -30,6 +33,7 @@ DEFAULTS = {
     "VLLM_HOST": "0.0.0.0",
     "VLLM_PORT": "8000",
     "MASTER_PORT": "29501",
+    "RAY_PORT": "6379",
     "SOURCE_ROOT": "/usr/local/lib/python3.12/dist-packages",
     "SHAPE": "main",
 }
@@ -82,6 +86,7 @@ class LaunchSettings:
     drafter_args: tuple[str, ...]
     shape: str = "main"
     node_launch: NodeLaunch = field(default_factory=NodeLaunch)
+    ray_port: int = int(DEFAULTS["RAY_PORT"])
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ class DockerRun:
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[str, ...] = ()
+    cluster_command: tuple[str, ...] = CLUSTER_COMMAND
+    starts_vllm: bool = True
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -112,12 +119,19 @@ class DockerRun:
 
     @property
     def execs(self) -> bool:
-        return self.shape == "exec"
+        """Whether vLLM is started by docker exec in the container (exec shape; the head of the ray shape)."""
+        return self.shape != "main" and self.starts_vllm
+
+    @property
+    def container_has_switches(self) -> bool:
+        """Whether the container itself gets the env file: vLLM as main process, or a Ray node (the actors it starts for
+        the head's vLLM inherit its environment); in the exec shape only the exec'd vLLM gets it."""
+        return self.shape != "exec"
 
     def container_command(self) -> tuple[str, tuple[str, ...]]:
-        """The container's entrypoint and command: vLLM itself, or the waiting main process of the exec shape."""
-        if self.execs:
-            return CLUSTER_COMMAND[0], CLUSTER_COMMAND[1:]
+        """The container's entrypoint and command: vLLM itself, or the cluster main process (waiting, or a Ray node)."""
+        if self.shape != "main":
+            return self.cluster_command[0], self.cluster_command[1:]
         return ENTRYPOINT, self.command
 
     def run_options(self) -> list[str]:
@@ -125,7 +139,7 @@ class DockerRun:
         options = ["--detach", "--name", self.name, "--network", "host", "--ipc", "host"]
         options += ["--gpus", self.gpus] if self.gpus else []
         options += ["--shm-size", self.shm_size, "--restart", RESTART_POLICY, "--pull", "never"]
-        options += [] if self.execs else ["--env-file", self.env_file]
+        options += ["--env-file", self.env_file] if self.container_has_switches else []
         for name, value in self.envs.items():
             options += ["--env", f"{name}={value}"]
         for mount in self.mounts:
@@ -154,7 +168,7 @@ class DockerRun:
         """docker run's options as python-on-whales' DockerClient.run keyword arguments."""
         return {"name": self.name, "detach": True, "networks": ["host"], "ipc": "host", "gpus": self.gpus,
                 "shm_size": self.shm_size, "restart": RESTART_POLICY, "pull": "never",
-                "env_files": [] if self.execs else [self.env_file], "envs": dict(self.envs),
+                "env_files": [self.env_file] if self.container_has_switches else [], "envs": dict(self.envs),
                 "mounts": [m.spec() for m in self.mounts], "devices": list(self.devices), "cap_add": list(self.cap_add),
                 "ulimit": list(self.ulimits), "labels": dict(self.labels), "entrypoint": self.container_command()[0]}
 
@@ -346,11 +360,33 @@ def read_drafter_args(env: Mapping[str, str], preset_args: Sequence[str]) -> tup
     return args
 
 
+def option_values(args: Sequence[str], wanted: str) -> list[str]:
+    """Every value the arguments give one option, in any spelling vLLM accepts (`--opt V`, `--opt=V`, `--o_pt V`)."""
+    values = []
+    for at, token in enumerate(args):
+        if option_name(token) != wanted:
+            continue
+        if "=" in token:
+            values.append(token.partition("=")[2])
+        elif at + 1 < len(args):
+            values.append(args[at + 1])
+    return values
+
+
+def refuse_other_backend(shape: str, preset_args: Sequence[str]) -> None:
+    """The ray shape serves through Ray: a preset that picks another distributed executor would serve on one node."""
+    others = [value for value in option_values(preset_args, RAY_BACKEND[0]) if value != RAY_BACKEND[1]]
+    if shape == "ray" and others:
+        raise LaunchInputError(f"SHAPE=ray but the preset gives {RAY_BACKEND[0]} {others[0]}",
+                               f"drop {RAY_BACKEND[0]} from the preset's launcher_args (the ray shape sets it to ray), or use SHAPE=main")
+
+
 def read_shape(env: Mapping[str, str]) -> str:
     shape = env.get("SHAPE") or DEFAULTS["SHAPE"]
     if shape not in SHAPES:
         raise LaunchInputError(f"SHAPE={shape!r} is not one of {', '.join(SHAPES)}",
-                               "set SHAPE=main (vLLM is the container's main process) or SHAPE=exec (the container waits and "
+                               "set SHAPE=main (vLLM is the container's main process), SHAPE=exec (the container waits and "
+                               "vLLM is started in it by docker exec) or SHAPE=ray (the container runs a Ray node and the head's "
                                "vLLM is started in it by docker exec) in launcher.env")
     return shape
 
@@ -391,7 +427,9 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
     served = _one_word("SERVED_MODEL_NAME", env.get("SERVED_MODEL_NAME") or posixpath.basename(model_dir),
                        "set SERVED_MODEL_NAME to one name without whitespace")
     host = _one_word("VLLM_HOST", env.get("VLLM_HOST") or DEFAULTS["VLLM_HOST"], "set VLLM_HOST to the address the API listens on, e.g. 0.0.0.0")
-    port, master_port = read_ports(env)
+    shape = read_shape(env)
+    refuse_other_backend(shape, preset_args)
+    port, master_port, ray_port = read_ports(env, shape)
     source_root = read_source_root(env)
     extra_mounts = read_extra_mounts(env, source_root)
     container_env = read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", ""))
@@ -400,16 +438,21 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
         topology=topology, preset_args=preset_args, model_dir=model_dir, served_model_name=served, host=host, port=port,
         tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
-        drafter_args=read_drafter_args(env, preset_args), shape=read_shape(env),
-        node_launch=read_node_settings(env, source_root, extra_mounts, container_env))
+        drafter_args=read_drafter_args(env, preset_args), shape=shape,
+        node_launch=read_node_settings(env, source_root, extra_mounts, container_env), ray_port=ray_port)
 
 
-def read_ports(env: Mapping[str, str]) -> tuple[int, int]:
-    """The API's port and the multi-node rendezvous port; on the host network they must differ."""
-    port, master_port = _port(env, "VLLM_PORT"), _port(env, "MASTER_PORT")
-    if port == master_port:
-        raise LaunchInputError(f"VLLM_PORT and MASTER_PORT are both {port}", "give the API and the multi-node rendezvous different ports")
-    return port, master_port
+def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
+    """The API's port, the multi-node rendezvous port and (ray shape) the Ray head's port; on the host network they
+    must differ."""
+    ports = {name: _port(env, name) for name in ("VLLM_PORT", "MASTER_PORT", "RAY_PORT")}
+    pairs = [("VLLM_PORT", "MASTER_PORT", "give the API and the multi-node rendezvous different ports")]
+    if shape == "ray":
+        pairs += [(other, "RAY_PORT", "give the Ray head a port of its own (RAY_PORT in launcher.env)") for other in ("VLLM_PORT", "MASTER_PORT")]
+    for first, second, fix in pairs:
+        if ports[first] == ports[second]:
+            raise LaunchInputError(f"{first} and {second} are both {ports[first]}", fix)
+    return ports["VLLM_PORT"], ports["MASTER_PORT"], ports["RAY_PORT"]
 
 
 def read_tensor_parallel_size(env: Mapping[str, str], nnodes: int) -> int:
@@ -459,6 +502,8 @@ def own_options(s: LaunchSettings) -> list[str]:
     model = [MODEL_MOUNT] if s.topology.role == "worker" else ["--model", MODEL_MOUNT]
     wanted = [("--served-model-name", s.served_model_name), ("--host", s.host), ("--port", str(s.port)),
               ("--tensor-parallel-size", str(s.tensor_parallel_size))]
+    if s.shape == "ray":
+        wanted.append(RAY_BACKEND)
     given = given_options(s.preset_args)
     return model + [item for option, value in wanted if option not in given for item in (option, value)]
 
@@ -466,7 +511,7 @@ def own_options(s: LaunchSettings) -> list[str]:
 def multi_node_options(s: LaunchSettings) -> list[str]:
     """vLLM's multi-node options for one tensor-parallel group across KVBAKE_NNODES nodes; none on a single node."""
     t = s.topology
-    if t.nnodes == 1:
+    if t.nnodes == 1 or s.shape == "ray":  # Ray places the other nodes' workers itself
         return []
     options = ["--nnodes", str(t.nnodes), "--node-rank", str(t.node_rank), "--master-addr", t.head_address]
     if "--master-port" not in given_options(s.preset_args):
@@ -485,8 +530,16 @@ def vllm_args(s: LaunchSettings) -> tuple[str, ...]:
     return (*own_options(s), *s.preset_args, *s.drafter_args, *multi_node_options(s))
 
 
+def ray_node_command(s: LaunchSettings) -> tuple[str, ...]:
+    """The ray shape's main process: the head's Ray node on RAY_PORT, or a worker's joining it."""
+    if s.topology.role == "head":
+        return ("ray", "start", "--block", "--head", f"--port={s.ray_port}")
+    return ("ray", "start", "--block", f"--address={s.topology.head_address}:{s.ray_port}")
+
+
 def docker_run(s: LaunchSettings) -> DockerRun:
-    """The plan for one rank: the operator's settings, then the node's own (its shm_size wins over SHM_SIZE)."""
+    """The plan for one rank: the operator's settings, then the node's own (its shm_size wins over SHM_SIZE). In the
+    ray shape a worker's container is its Ray node alone."""
     node = s.node_launch
     labels = {LABEL_PREFIX + "preset": s.preset, LABEL_PREFIX + "node": s.node, LABEL_PREFIX + "role": s.topology.role,
               LABEL_PREFIX + "shape": s.shape}
@@ -495,7 +548,9 @@ def docker_run(s: LaunchSettings) -> DockerRun:
                      gpus=None if s.gpus == "none" else s.gpus, shm_size=node.shm_size or s.shm_size,
                      mounts=(Mount(s.model_dir, MODEL_MOUNT), *s.extra_mounts, *node.cache_mounts),
                      envs={**s.container_env, **node.env}, labels=labels, shape=s.shape, devices=node.devices,
-                     cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()))
+                     cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()),
+                     cluster_command=ray_node_command(s) if s.shape == "ray" else CLUSTER_COMMAND,
+                     starts_vllm=s.shape != "ray" or s.topology.role == "head")
 
 
 def plan(env: Mapping[str, str]) -> DockerRun | StopServe:

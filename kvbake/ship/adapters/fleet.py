@@ -80,12 +80,20 @@ class Fleet:
             return RankCheck(tuple(failures), (tuple((image or {}).get("RootFS", {}).get("Layers", [])), ()), {})
         serve = read_rank(self.engines[name], container)
         layers = tuple((image or {}).get("RootFS", {}).get("Layers", []))
-        if release.adopted and release.adopted.get("shape") == RAY_WORKER:
-            failures += ray_worker_failures(name, serve.reading)
-            return RankCheck(tuple(failures), (layers, RAY_WORKER), dict(release.switches) if switches is None else switches)
-        failures += self.process_failures(name, serve, release, dict(release.switches) if switches is None else switches, image)
+        expected = dict(release.switches) if switches is None else switches
+        if self.runs_as_ray_worker(name, release):
+            failures += ray_worker_failures(name, serve.reading, None if release.adopted else expected, self.switch_names)
+            return RankCheck(tuple(failures), (layers, RAY_WORKER), expected)
+        failures += self.process_failures(name, serve, release, expected, image)
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
+
+    def runs_as_ray_worker(self, name: str, release: Release) -> bool:
+        """Whether the rank serves through its Ray node alone: an adopted Ray worker, or a worker node of a deployment
+        whose launcher starts the ray shape (SHAPE=ray: vLLM runs on the head, its workers here are Ray actors)."""
+        if release.adopted:
+            return release.adopted.get("shape") == RAY_WORKER
+        return self.deployment.launcher.env.get("SHAPE") == "ray" and self.node(name).role == "worker"
 
     def process_failures(self, name: str, serve: RankServe, release: Release, switches: dict[str, str], image: dict | None) -> list[str]:
         image_env = tuple(((image or {}).get("Config") or {}).get("Env") or ())

@@ -65,7 +65,8 @@ def read_node(node: str, host: str, named: str | None, source_root: str) -> Node
     rank = read_rank(engine, container)
     serving = require_serving(node, rank.reading.serving, runs_ray_node(rank.reading.main))
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
-    return NodeServe(node, host, container, serving, engine.require_image(container["Image"]), changes)
+    ray_node = tuple(rank.reading.main.argv) if runs_ray_node(rank.reading.main) else ()
+    return NodeServe(node, host, container, serving, engine.require_image(container["Image"]), changes, ray_node)
 
 
 def host_of(nodes: Sequence[tuple[str, str]], node: str) -> str:

@@ -72,6 +72,8 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
         env["SERVED_MODEL_NAME"] = described.model  # vLLM names the model by the path it was given; clients use that name
     if described.master_port:
         env["MASTER_PORT"] = described.master_port
+    if described.shape == "ray" and described.ray_port:
+        env["RAY_PORT"] = described.ray_port
     if described.shm_size:
         env["SHM_SIZE"] = described.shm_size
     container_env = dict(described.env)

@@ -129,9 +129,15 @@ def process_signature(reading: ServeReading, names: Sequence[str]) -> tuple:
     return tuple(sorted(signature))
 
 
-def ray_worker_failures(node: str, reading: ServeReading) -> list[str]:
-    """An adopted Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors)."""
-    if runs_ray_node(reading.main):
+def ray_worker_failures(node: str, reading: ServeReading, switches: Mapping[str, str] | None = None, names: Sequence[str] = ()) -> list[str]:
+    """A Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors). Given
+    the release's switch set, the Ray node's environment (which its actors inherit) must hold exactly that set."""
+    if not runs_ray_node(reading.main):
+        main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
+        return [f"{node}: the Ray worker rank runs no Ray node (its main process is {main})"]
+    if switches is None or reading.main is None:
         return []
-    main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
-    return [f"{node}: the adopted Ray worker runs no Ray node (its main process is {main})"]
+    found = switch_set(reading.main.env, names)
+    differing = sorted(name for name in {*found, *switches} if found.get(name) != switches.get(name))
+    return [f"{node}: the Ray node runs {name}={found.get(name, '(unset)')}, the release sets {switches.get(name, '(unset)')}"
+            for name in differing]

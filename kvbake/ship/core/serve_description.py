@@ -30,6 +30,7 @@ class NodeServe:
     serving: ServingProcess | None
     image: Mapping[str, Any]
     changes: tuple[str, ...] = ()
+    ray_node: tuple[str, ...] = ()  # the container's main process when it is a Ray node (`ray start --block …`)
 
     @property
     def name(self) -> str:
@@ -97,6 +98,25 @@ class ServeDescription:
     changes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     node_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     node_launch: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ray_port: str = ""
+
+
+def ray_port_of(argv: Sequence[str]) -> str:
+    """The port a head's `ray start --head` listens on (`--port N` or `--port=N`), "" when it keeps Ray's default."""
+    for at, token in enumerate(argv):
+        if token.startswith("--port="):
+            return token.partition("=")[2]
+        if token == "--port" and at + 1 < len(argv):
+            return argv[at + 1]
+    return ""
+
+
+def serve_shape(head: NodeServe) -> str:
+    """How the head's serve runs: a Ray cluster (the container is a Ray node, vLLM exec'd beside it), vLLM started by
+    docker exec in a waiting container, or vLLM as the container's main process."""
+    if head.ray_node:
+        return "ray"
+    return "exec" if head.serving.execd else "main"
 
 
 def choose_container(node: str, serving: Sequence[str], cluster: Sequence[str]) -> str:
@@ -237,7 +257,7 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     return ServeDescription(
         base=base, head=head.node, max_model_len=length, launcher_args=launcher_args, switches=switches, env=env,
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
-        shape=("exec" if head.serving.execd else "main"), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
+        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env,
         node_launch={n.node: launch for n in nodes if (launch := node_launch(n, node_env.get(n.node, {}), source_root))})
