@@ -4,10 +4,10 @@ serve). Prints figures; asserts no timing.
 
     python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process,compose"]
 
-The serves are the rig's stand-in (kvbake/rig/serve_shapes.py) started by hand as operators start them; the deploy uses
-the deployment file init wrote, with the stand-in launcher (`init --launcher`) and without the readiness probe, which
-the stand-in shapes do not answer (they run with no network). With --profile, the build engine and both nodes run
-that engine profile.
+The serves are the rig's stand-in (kvbake/rig/serve_shapes.py) started by hand on the host network as operators start
+them; every step uses the manifest and deployment file init wrote, as written (readiness probe included), with the
+reference launcher's stand-in twin (`init --launcher scripts/standin_reference_launcher.py`: the same plan, the stand-in
+programs in place of vLLM and Ray). With --profile, the build engine and both nodes run that engine profile.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from kvbake.engines.adapters.client import Engine  # noqa: E402
 from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
-from kvbake.rig.serve_shapes import BASE, SHAPES  # noqa: E402
+from kvbake.rig.ports import free_port  # noqa: E402
+from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("init", "config --check", "adopt", "deploy control", "rollback")
@@ -62,21 +63,23 @@ def clear(nodes: dict[str, NodeEngine], repository: str) -> None:
 
 
 def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path) -> dict[str, float]:
-    """One shape: start it, then time each step an operator runs."""
+    """One shape: start it on the host network, then time each step an operator runs, with the files init wrote."""
     start, _ = SHAPES[shape]
-    for key, node in nodes.items():
-        start(node.client(), key)
-    time.sleep(2)  # an exec'd serve takes a moment to appear
     project = folder / shape.replace(" ", "-").strip("-")
-    launcher = f"{sys.executable} {ROOT / 'scripts' / 'standin_launcher.py'}"
+    (project / "model").mkdir(parents=True)
+    ports = ShapePorts(free_port(), free_port(), free_port(), project / "model")
+    for key, node in nodes.items():
+        start(node.client(), key, ports)
+    time.sleep(2)  # an exec'd serve takes a moment to appear
+    launcher = f"{sys.executable} {ROOT / 'scripts' / 'standin_reference_launcher.py'}"
+    registry = str(yaml.safe_load(manifest.read_text())["output"]["repository"]).split("/", 1)[0]
     figures = {"init": timed("init", *(f"--node=spark-{key}={node.host}" for key, node in nodes.items()), "--template", str(manifest),
-                             "--out", str(project), "--launcher", launcher)}
-    deploy = project / "deploy.yaml"
-    document = yaml.safe_load(deploy.read_text())
-    document.pop("readiness", None)
-    deploy.write_text(yaml.safe_dump(document, sort_keys=False))
-    ship = ("--manifest", str(manifest), "--deploy", str(deploy))
-    figures["config --check"] = timed("config", "--check", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+                             "--out", str(project), "--launcher", launcher, "--registry", registry)}
+    # lock, build and push of this very chain already ran beside the template: their lock and records stand for them
+    shutil.copyfile(manifest.with_name("manifest.lock.json"), project / "manifest.lock.json")
+    shutil.copytree(manifest.parent / ".kvbake", project / ".kvbake")
+    ship = ("--manifest", str(project / "manifest.yaml"), "--deploy", str(project / "deploy.yaml"))
+    figures["config --check"] = timed("config", "--check", *ship)
     figures["adopt"] = timed("adopt", *ship)
     figures["deploy control"] = timed("deploy", "--preset", "control", "--reason", "bench", *ship)
     figures["rollback"] = timed("rollback", *ship)

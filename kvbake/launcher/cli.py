@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from python_on_whales import DockerClient
@@ -84,14 +84,16 @@ def checked_plan(env: Mapping[str, str]) -> DockerRun | StopServe:
     return step
 
 
-def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def run(argv: Sequence[str], env: Mapping[str, str],
+        plan_of: Callable[[Mapping[str, str]], DockerRun | StopServe] = checked_plan) -> int:
     """`--print`/`--dry-run` prints the engine calls and touches no engine; KVBAKE_STOP=1 stops the serve. Exit 0 on
-    success, 2 for an input the launcher cannot use, 1 when the engine refuses; a failure is one line on stderr."""
+    success, 2 for an input the launcher cannot use, 1 when the engine refuses; a failure is one line on stderr.
+    (`plan_of` lets a development launcher change the programs of the checked plan.)"""
     if any(arg not in PRINT_FLAGS for arg in argv):
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        step = checked_plan(env)
+        step = plan_of(env)
         if argv:
             print_plan(step)
             return 0

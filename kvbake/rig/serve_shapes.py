@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,65 +17,92 @@ BASE = "kvbake-standin/vllm-base:0.33.0"
 STANDIN_VLLM_DIR = Path(__file__).resolve().parents[2] / "scripts" / "standin_vllm"
 STANDIN_VLLM = ["type=bind", f"source={STANDIN_VLLM_DIR}", "target=/opt/kvbake-standin", "readonly"]
 CONTROL_LENGTH = 163840  # the stand-in's control preset
+MODEL = "/models/standin"
+
+
+@dataclass(frozen=True)
+class ShapePorts:
+    """Where a pair started by hand serves on the host network (ports free on this machine) and the model folder it
+    mounts read-only: the API on the head, the multi-node rendezvous, the Ray head."""
+
+    api: int
+    rendezvous: int
+    ray: int
+    model_dir: Path
+
+    @property
+    def serve_args(self) -> tuple[str, ...]:
+        return ("--port", str(self.api))
+
+    @property
+    def model_mount(self) -> list[str]:
+        return ["type=bind", f"source={self.model_dir}", f"target={MODEL}", "readonly"]
 
 
 def standin_serve(max_model_len: int = CONTROL_LENGTH, *extra: str) -> list[str]:
     """The stand-in vLLM serve's command line, as a serve started by hand runs it (mount STANDIN_VLLM)."""
-    return ["python3", "/opt/kvbake-standin/vllm", "serve", "/models/standin", "--max-model-len", str(max_model_len), *extra]
+    return ["python3", "/opt/kvbake-standin/vllm", "serve", MODEL, "--max-model-len", str(max_model_len), *extra]
 
 
-HEAD_ARGS = ("--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1")
-WORKER_ARGS = ("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--headless")
 SERVED = ("--served-model-name", "standin", "--enable-prompt-tokens-details")
 
 
-def run(client, name: str, command: list[str], **options: Any) -> str:
-    return client.run(BASE, command[1:], entrypoint=command[0], name=name, detach=True, networks=["none"], mounts=[STANDIN_VLLM],
-                      **options).id
+def multi_node_args(key: str, ports: ShapePorts) -> tuple[str, ...]:
+    """vLLM's per-node options of a two-node serve: the head (node a) leads the rendezvous, the worker runs headless."""
+    rank = ("--node-rank", "0") if key == "a" else ("--node-rank", "1")
+    return ("--nnodes", "2", *rank, "--master-addr", "127.0.0.1", "--master-port", str(ports.rendezvous),
+            *(() if key == "a" else ("--headless",)))
 
 
-def main_process(client, key: str) -> str:
+def run(client, name: str, command: list[str], ports: ShapePorts, **options: Any) -> str:
+    return client.run(BASE, command[1:], entrypoint=command[0], name=name, detach=True, networks=["host"],
+                      mounts=[STANDIN_VLLM, ports.model_mount], **options).id
+
+
+def main_process(client, key: str, ports: ShapePorts) -> str:
     """(a) vLLM as the container's main process, multi-node: the head serves, the worker runs headless."""
-    args = HEAD_ARGS if key == "a" else WORKER_ARGS
-    return run(client, "vllm-serve", standin_serve(CONTROL_LENGTH, *SERVED, *args), restart="unless-stopped")
+    command = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+    return run(client, "vllm-serve", command, ports, restart="unless-stopped")
 
 
 RAY_ARGS = ("--distributed-executor-backend", "ray")
 
 
-def ray_cluster(client, key: str) -> str:
+def ray_cluster(client, key: str, ports: ShapePorts) -> str:
     """(b) run_cluster.sh: a container `node` whose main process is `ray start --block` on every node; vLLM started by
     docker exec on the head only, its workers placed on the other node as Ray actors (no vLLM serve process there)."""
-    ray = ["python3", "/opt/kvbake-standin/ray", "start", "--block", "--head" if key == "a" else "--address=127.0.0.1:6379"]
-    container = run(client, "node", ray, restart="no", shm_size="1g")
+    role = f"--head --port={ports.ray}" if key == "a" else f"--address=127.0.0.1:{ports.ray}"
+    ray = ["python3", "/opt/kvbake-standin/ray", "start", "--block", *role.split()]
+    container = run(client, "node", ray, ports, restart="no", shm_size="1g")
     if key == "a":
-        client.container.execute("node", standin_serve(CONTROL_LENGTH, *SERVED, *RAY_ARGS), detach=True,
+        client.container.execute("node", standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *RAY_ARGS), detach=True,
                                  envs={"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "lo"})
     return container
 
 
-def eugr_cluster(client, key: str) -> str:
+def eugr_cluster(client, key: str, ports: ShapePorts) -> str:
     """(b) launch-cluster.sh: `vllm_node` running `sleep infinity`; vLLM started by `docker exec -d … bash -c "eval
     <exports from /root/.bashrc> && vllm serve …"`, so part of its environment comes from a file in the container."""
-    container = run(client, "vllm_node", ["sleep", "infinity"], restart="unless-stopped", init=True)
+    container = run(client, "vllm_node", ["sleep", "infinity"], ports, restart="unless-stopped", init=True)
     client.container.execute("vllm_node", ["sh", "-c", "echo 'export VLLM_USE_V1=1' >> /root/.bashrc"])
-    serve = " ".join(standin_serve(CONTROL_LENGTH, *SERVED, *(HEAD_ARGS if key == "a" else WORKER_ARGS)))
+    serve = " ".join(standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports)))
     client.container.execute("vllm_node", ["bash", "-c", f'eval "$(grep ^export /root/.bashrc)" && exec {serve}'], detach=True)
     return container
 
 
-def rm_wrapper(client, key: str) -> str:
+def rm_wrapper(client, key: str, ports: ShapePorts) -> str:
     """(c) a --rm container whose entrypoint is a mounted wrapper script (its Cmd never names vLLM), named per node."""
-    args = [*SERVED, "--max-model-len", str(CONTROL_LENGTH), *(HEAD_ARGS if key == "a" else WORKER_ARGS)]
-    return run(client, f"serve-{key}", ["sh", "/opt/kvbake-standin/serve.sh", *args], remove=True)
+    args = [*SERVED, "--max-model-len", str(CONTROL_LENGTH), *ports.serve_args, *multi_node_args(key, ports)]
+    return run(client, f"serve-{key}", ["sh", "/opt/kvbake-standin/serve.sh", *args], ports, remove=True)
 
 
-def compose_managed(client, key: str) -> str:
-    """(c) a compose-managed serve: `docker-compose up -d` of one service (host-less: network_mode none, so compose
-    creates no network), vLLM as its main process, its container name set by the compose file."""
-    command = standin_serve(CONTROL_LENGTH, *SERVED, *(HEAD_ARGS if key == "a" else WORKER_ARGS))
-    service = {"image": BASE, "container_name": "vllm-compose", "network_mode": "none", "restart": "unless-stopped",
-               "entrypoint": command[:2], "command": command[2:], "volumes": [f"{STANDIN_VLLM_DIR}:/opt/kvbake-standin:ro"]}
+def compose_managed(client, key: str, ports: ShapePorts) -> str:
+    """(c) a compose-managed serve: `docker-compose up -d` of one service (network_mode host, so compose creates no
+    network), vLLM as its main process, its container name set by the compose file."""
+    command = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+    service = {"image": BASE, "container_name": "vllm-compose", "network_mode": "host", "restart": "unless-stopped",
+               "entrypoint": command[:2], "command": command[2:],
+               "volumes": [f"{STANDIN_VLLM_DIR}:/opt/kvbake-standin:ro", f"{ports.model_dir}:{MODEL}:ro"]}
     with tempfile.TemporaryDirectory() as folder:
         compose_file = Path(folder) / "docker-compose.yml"
         compose_file.write_text(json.dumps({"version": "2.4", "services": {"vllm": service}}))
@@ -85,7 +113,7 @@ def compose_managed(client, key: str) -> str:
     return str(client.container.inspect("vllm-compose").id)
 
 
-SHAPES: dict[str, tuple[Callable[[Any, str], str], dict[str, str]]] = {
+SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] = {
     "main process": (main_process, {"a": "vllm-serve", "b": "vllm-serve"}),
     "ray cluster": (ray_cluster, {"a": "node", "b": "node"}),
     "eugr cluster": (eugr_cluster, {"a": "vllm_node", "b": "vllm_node"}),

@@ -10,16 +10,24 @@ from typing import Any
 from kvbake.engines.adapters.client import Engine
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.rig.serve_shapes import SHAPES
+from kvbake.rig.ports import free_port
+from kvbake.rig.serve_shapes import SHAPES, ShapePorts
 from kvbake.ship.core.serve_reading import read_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
 
 
-def start_shape(rig: dict, shape: str) -> dict[str, str]:
+def shape_ports(folder: Path) -> ShapePorts:
+    """Free ports on this machine for a pair on the host network, and a model folder to mount."""
+    model = folder / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    return ShapePorts(free_port(), free_port(), free_port(), model)
+
+
+def start_shape(rig: dict, shape: str, ports: ShapePorts) -> dict[str, str]:
     """Start one shape on both nodes; each node's container ID."""
     start, _ = SHAPES[shape]
-    return {key: start(rig[key].client(), key) for key in NODES}
+    return {key: start(rig[key].client(), key, ports) for key in NODES}
 
 
 def with_node_containers(deploy_file: Path, names: dict[str, str]) -> Path:

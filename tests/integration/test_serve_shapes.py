@@ -1,23 +1,32 @@
-"""Every serve shape the field runs, on two real node engines: adopt it, deploy control, roll back to it, deploy control
-and packing, roll back to control, `rollback --to adopted`; and a first deploy that fails brings it back. Every step is
-asserted on the whole node state: each container by name, what its vLLM serve runs process by process, tags, records."""
+"""Every serve shape the field runs, on two real node engines and the host network: `init` reads it, then with the files
+init wrote, as written: adopt it, deploy control, roll back to it, deploy control and packing, roll back to control,
+`rollback --to adopted`, each probed for readiness; and a first deploy that fails brings it back. Every step is asserted
+on the whole node state: each container by name, what its vLLM serve runs process by process, tags, records."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from kvbake.engines.adapters.client import Engine
+from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
 from kvbake.rig.serve_shapes import RAY_ARGS, SERVED, SHAPES
-from serveshapes import NODES, clear_nodes, serves, start_shape, whole_node, with_node_containers
+from serveshapes import NODES, clear_nodes, serves, shape_ports, start_shape, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
+# The reference launcher with the stand-in programs in place of vLLM and Ray (the stand-in base runs neither): what
+# `init --launcher` names, so that the deployment file init writes is used as written.
+STANDIN_REFERENCE_LAUNCHER = f"{sys.executable} {Path(__file__).resolve().parents[2] / 'scripts' / 'standin_reference_launcher.py'}"
 
 
 def serving_keys(shape: str) -> tuple[str, ...]:
@@ -48,24 +57,30 @@ class Walk:
         self.capsys, self.shipped, self.rig = capsys, shipped, rig
         self.names = SHAPES[shape][1]
         host = operator_host(tmp_path, rig, "ops", launcher) if launcher else operator_host(tmp_path, rig, "ops")
-        self.deploy_file = with_node_containers(host, self.names)
-        self.ids = start_shape(rig, shape)
+        self.deploy_file, self.manifest, self.container = with_node_containers(host, self.names), shipped["manifest"], CONTAINER
+        self.ports = shape_ports(tmp_path)
+        self.ids = start_shape(rig, shape, self.ports)
         self.serving = serving_keys(shape)
         wait_for_serves(rig, self.names, self.serving)
         self.original = self.state()
 
     def run(self, *argv: str) -> str:
-        code, out, err = ship_with(self.capsys, self.shipped, self.deploy_file, *argv)
+        code, out, err = run(self.capsys, *argv, "--manifest", str(self.manifest), "--deploy", str(self.deploy_file))
         assert code == 0, f"{argv}: {err}"
         return out
 
     def init(self, folder) -> dict:
-        """`init` against both nodes, the containers found by their processes; then `config --check` against what runs."""
+        """`init` against both nodes, the containers found by their processes; then `config --check` against what runs.
+        From here on the walk uses the files init wrote, as written; the lock beside them is the shipped one (lock,
+        build and push of the same chain, which the shipped fixture already ran)."""
         nodes = [f"--node={NODES[key]}={self.rig[key].host}" for key in NODES]
         code, out, err = run(self.capsys, "init", *nodes, "--template", str(self.shipped["manifest"]), "--out", str(folder),
-                             "--registry", "127.0.0.1:5000", "--json")
+                             "--registry", self.rig["registry"].address, "--launcher", STANDIN_REFERENCE_LAUNCHER, "--json")
         assert code == 0, err
         written = json.loads(out)
+        shutil.copyfile(self.shipped["manifest"].with_name("manifest.lock.json"), folder / "manifest.lock.json")
+        self.manifest, self.deploy_file = folder / "manifest.yaml", folder / "deploy.yaml"
+        self.container = yaml.safe_load(self.deploy_file.read_text())["launcher"]["container"]
         code, out, err = run(self.capsys, "config", "--check", "--manifest", str(folder / "manifest.yaml"),
                              "--deploy", str(folder / "deploy.yaml"), "--json")
         assert code == 0, err
@@ -75,15 +90,29 @@ class Walk:
     def deploy(self, preset: str) -> str:
         return self.run("deploy", "--preset", preset, "--image", self.shipped["digest"], "--reason", preset)
 
+    def serves_the_api(self) -> bool:
+        """Whether the head answers its health probe on the host network (the pair serves)."""
+        return httpx.get(f"http://127.0.0.1:{self.ports.api}/health", timeout=5).status_code == 200
+
     def state(self) -> dict:
-        names = tuple(sorted({*self.names.values(), CONTAINER}))
+        names = tuple(sorted({*self.names.values(), CONTAINER, LAUNCHER_CONTAINER}))  # the rig's launcher's, init's
         return {key: whole_node(self.rig, key, self.shipped["repository"], names) for key in NODES}
 
     def adopted_serves(self, state: dict) -> dict:
         return {key: state[key]["serves"][self.names[key]] for key in NODES}
 
     def kvbake_serves(self, state: dict) -> set:
-        return {tuple(sorted({e for p in state[key]["serves"][CONTAINER] for e in p[1]})) for key in NODES}
+        """The switch sets kvbake's serves run (other VLLM_* variables, which init carries from the serve it read, are
+        no switches)."""
+        names = yaml.safe_load(self.shipped["manifest"].read_text())["switches"]
+        return {tuple(sorted({e for p in state[key]["serves"][self.container] for e in p[1] if e[0] in names}))
+                for key in self.serving}
+
+    def kvbake_gone(self, state: dict, key: str) -> bool:
+        """No kvbake serve on the node: its container is gone, or (under the same name) the adopted serve is back."""
+        if self.container == self.names[key]:
+            return f"{self.container}-kvbake-adopted" not in state[key]["containers"]
+        return self.container not in state[key]["containers"]
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -91,15 +120,22 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     walk = Walk(capsys, shipped, rig, tmp_path, shape)
     original = walk.original
     assert [key for key in NODES if walk.adopted_serves(original)[key]] == list(walk.serving), "the nodes serve in this shape"
+    assert walk.serves_the_api(), "the pair serves before kvbake"
     described = walk.init(tmp_path / "project")
     assert walk.state() == original, "init changes nothing on the nodes"
     assert described["check"]["nodes"] == {NODES[key]: "control" for key in walk.serving}
     control = described["manifest"]["presets"]["control"]
-    assert (control["max_model_len"], control["launcher_args"]) == (CONTROL_LENGTH, list(SERVED) + (list(RAY_ARGS) if shape == "ray cluster" else []))
+    served = [*SERVED, "--port", str(walk.ports.api), *(RAY_ARGS if shape == "ray cluster" else ())]
+    assert (control["max_model_len"], control["launcher_args"]) == (CONTROL_LENGTH, served)
     assert {n["name"]: n["container"] for n in described["deploy"]["nodes"]} == {NODES[k]: walk.names[k] for k in NODES}
     assert [n["role"] for n in described["deploy"]["nodes"]] == ["head", "worker"]
     assert described["init"]["switches"] == {} and described["init"]["changes"] == {}
     assert described["manifest"]["base"]["image"] == BASE, "the template's pin names the image the nodes run: kept"
+    launch = described["deploy"]["launcher"]["env"]
+    expected_shape = {"ray cluster": "ray", "eugr cluster": "exec"}.get(shape, "main")
+    assert (launch["SHAPE"], launch["MODEL_DIR"], launch["VLLM_PORT"]) == (expected_shape, str(walk.ports.model_dir), str(walk.ports.api))
+    assert launch.get("RAY_PORT" if shape == "ray cluster" else "MASTER_PORT") == str(walk.ports.ray if shape == "ray cluster" else walk.ports.rendezvous)
+    assert described["deploy"]["readiness"]["url"] == f"http://127.0.0.1:{walk.ports.api}/health"
     walk.run("adopt", "--reason", shape)
     adopted = walk.state()
     adopted_id = adopted["a"]["records"][0]
@@ -113,16 +149,17 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     removed = shape == "--rm wrapper"
     for key in NODES:
         name = walk.names[key]
-        assert control[key]["serves"][name] is None and control[key]["serves"][CONTAINER]
+        assert name == walk.container or control[key]["serves"][name] is None
         kept = control[key]["containers"].get(f"{name}-kvbake-adopted")
         assert kept is None if removed else kept == (False, "no"), "set aside, never started at boot"
-        assert f"--max-model-len {CONTROL_LENGTH}" in " ".join(control[key]["serves"][CONTAINER][0][0])
-    assert walk.kvbake_serves(control) == {()}
+    for key in walk.serving:  # in the ray shape the worker's container is its Ray node alone
+        assert f"--max-model-len {CONTROL_LENGTH}" in " ".join(control[key]["serves"][walk.container][0][0])
+    assert walk.kvbake_serves(control) == {()} and walk.serves_the_api()
     walk.run("rollback")
     back = walk.state()
     assert walk.adopted_serves(back) == walk.adopted_serves(original)
     for key in NODES:
-        assert CONTAINER not in back[key]["containers"] and back[key]["records"] == (adopted_id, control[key]["records"][0], adopted_id)
+        assert walk.kvbake_gone(back, key) and back[key]["records"] == (adopted_id, control[key]["records"][0], adopted_id)
         assert back[key]["containers"][walk.names[key]] == original[key]["containers"][walk.names[key]], "its restart policy is back"
     walk.deploy("control")
     walk.deploy("packing-327680")
@@ -132,7 +169,8 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     walk.run("rollback", "--to", "adopted")
     final = walk.state()
     assert walk.adopted_serves(final) == walk.adopted_serves(original)
-    assert all(CONTAINER not in final[key]["containers"] and final[key]["records"][0] == adopted_id for key in NODES)
+    assert all(walk.kvbake_gone(final, key) and final[key]["records"][0] == adopted_id for key in NODES)
+    assert walk.serves_the_api(), "the original serve answers again"
     walk.run("verify-running")
 
 

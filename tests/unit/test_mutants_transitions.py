@@ -631,6 +631,21 @@ def test_readiness_is_awaited_once_with_a_probe_that_names_a_dead_rank(tmp_path:
     assert [r.getMessage() for r in caplog.records] == ["the serve answered http://127.0.0.1:8000/health after 1.5 s"]
 
 
+def test_an_adopted_serve_under_its_own_name_is_probed_for_death_by_that_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollback to an adopted serve named otherwise than the launcher's container (a Ray cluster's `node`) waits
+    for that serve: the launcher's container is gone by design, which is no dead rank."""
+    fleet = ready_fleet(tmp_path)
+    adopted = dataclasses.replace(adopted_release(), adopted={"container_id": "n-1", "kept_as": "node-kvbake-adopted", "name": "node"})
+    seen = []
+    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank: seen.append(dead_rank()) or 0.0)
+    for key in ("a", "b"):
+        serving_container(fleet.engines[key], f"{key}-node", name="node")
+    transitions.await_readiness(fleet, {"a": adopted, "b": adopted})
+    fleet.engines["b"].containers["node"]["State"] = {"Running": False, "ExitCode": 1}
+    transitions.await_readiness(fleet, {"a": adopted, "b": adopted})
+    assert seen == [None, "the serving container node on b is not running (exit code 1: no output)"]
+
+
 def test_a_rank_without_a_release_is_not_probed_for_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet = ready_fleet(tmp_path)
     seen = []
