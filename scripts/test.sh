@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything, build the stand-in bases (cached), and run the tests against real engines: the whole suite on the
-# machine's default engine, then every docker test (all but those marked default_engine_only) on every other engine
-# profile this machine has, those profiles in parallel (Debian 12: Docker 20.10 by default, plus Docker 26.1 classic
+# machine's default engine and, at the same time, every docker test (all but those marked default_engine_only) on every
+# other engine profile this machine has (Debian 12: Docker 20.10 by default, plus Docker 26.1 classic
 # and containerd store; Debian 13: Docker 26.1 classic by default, plus the containerd store). Tests marked
 # field_engines_only are left out of a Docker 20.10 pass. KVBAKE_PROFILES=default runs the default engine only.
 set -euo pipefail
@@ -19,8 +19,8 @@ if [ "$default" = docker-20.10-classic ]; then
   selection=(-m "not field_engines_only")
 fi
 # Every other profile runs the docker tests (all but those marked default_engine_only), each with its own engines and
-# temporary folder, at the same time as the whole suite on the default engine: the passes wait on engines more than
-# they compute. Their output follows the default pass, one profile after the other.
+# temporary folder, at the same time as the whole suite on the default engine. Their output follows the default pass,
+# one profile after the other.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 pids=()
