@@ -51,11 +51,16 @@ class Fleet:
         """The Id this node's store gives the release's image, and its meaning."""
         return expected_image_id(self.engines[name].profile().store, release.config_digest, release.image)
 
+    def serving_container_name(self, release: Release | None = None) -> str:
+        """The name of the container that serves a release: the launcher's, or an adopted serve's own."""
+        launcher_name = self.deployment.launcher.container
+        return adopted_serve.serve_name(release, launcher_name) if release is not None and release.adopted else launcher_name
+
     def observe(self, name: str, release: Release | None = None) -> tuple[dict | None, dict | None]:
         """The container serving on a node (for an adopted release, the adopted serve's own) and its image."""
         engine, launcher_name = self.engines[name], self.deployment.launcher.container
         if release is not None and release.adopted:
-            container = adopted_serve.find(engine, release, launcher_name) or engine.container_inspect(adopted_serve.serve_name(release, launcher_name))
+            container = adopted_serve.find(engine, release, launcher_name) or engine.container_inspect(self.serving_container_name(release))
         else:
             container = engine.container_inspect(launcher_name)
         image = engine.inspect_image(container["Image"]) if container else None

@@ -87,12 +87,6 @@ def launch(fleet: Fleet, name: str, release: Release) -> None:
                            "every node was reverted")
 
 
-def serving_container_of(fleet: Fleet, release: Release) -> str:
-    """The container that serves a release: the launcher's, or an adopted serve's own (brought back under its name)."""
-    launcher_name = fleet.deployment.launcher.container
-    return adopted_serve.serve_name(release, launcher_name) if release.adopted else launcher_name
-
-
 def not_running(fleet: Fleet, name: str, replaced: str | None = None, container: str | None = None) -> str | None:
     """Why the node's serving container (the launcher's unless named) is not running (absent, still the container
     `replaced`, or exited with its code and last log line), or None."""
@@ -138,7 +132,7 @@ def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
 
     def dead_rank() -> str | None:
         return next((reason for name, release in releases.items()
-                     if release is not None and (reason := not_running(fleet, name, container=serving_container_of(fleet, release)))), None)
+                     if release is not None and (reason := not_running(fleet, name, container=fleet.serving_container_name(release)))), None)
 
     waited = wait_until_ready(readiness, dead_rank)
     log.info("the serve answered %s after %.1f s", readiness.url, waited)
