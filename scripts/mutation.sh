@@ -1,36 +1,45 @@
 #!/usr/bin/env bash
-# Mutation-testing run over kvbake's pure core with mutmut, in a scratch copy of the repository.
+# Mutation-testing run over kvbake with mutmut, in a scratch copy of the repository.
 #
 # The run is a measurement, not part of CI: mutmut lives in its own virtual environment (never the
 # project's), its configuration is written into the scratch copy only, and only tests/unit runs. A unit
 # test that already fails on the unmutated copy is named and left out (it would "kill" every mutant).
+# Every module outside kvbake/rig/ (the development rig) is mutated unless --modules narrows it.
 #
-#   bash scripts/mutation.sh                          # every module below
-#   bash scripts/mutation.sh --modules ship/core/running,bake/core/thin_layer  # a subset
+#   bash scripts/mutation.sh                          # every module outside kvbake/rig/
+#   bash scripts/mutation.sh --modules ship,secretscan  # stage folders or modules (paths below kvbake/)
+#   bash scripts/mutation.sh --workdir DIR            # a run that can stop and go on later in DIR
 #   bash scripts/mutation.sh --keep                   # leave the scratch copy for `mutmut show NAME`
 #
 # Options:
-#   --modules a,b,...   modules to mutate, as paths below kvbake/ without ".py" (default: all of MODULES)
-#   --workdir DIR       use DIR (absent or empty) as the scratch copy, and keep it afterwards
+#   --modules a,b,...   folders or modules to mutate, as paths below kvbake/ without ".py" (default: all)
+#   --workdir DIR       use DIR as the scratch copy and keep it. When DIR holds an earlier run, the work tree is
+#                       copied over it again and mutmut goes on: a mutant keeps its result while the function it
+#                       mutates is unchanged, so a long run can be stopped and resumed
+#   --report-only       with --workdir: print the figures of what DIR holds, run nothing
 #   --keep              keep the temporary scratch copy and print where it is
 #   --children N        mutmut workers at a time (default 1: the machine is shared)
 #   --min-score P       exit 3 when the total score is below P percent
 # Environment:
 #   KVBAKE_MUTATION_VENV  the virtual environment holding mutmut (default: ~/.cache/kvbake/mutation-venv);
 #                         created and filled on first use.
+#   KVBAKE_MODEL_STEPS    the rollout model's steps per mutant (default here 400, not CI's 10,000: every ship
+#                         mutant runs it)
 set -euo pipefail
 
 MUTMUT_VERSION="3.8.1"
-MODULES=(bake/core/image_checks ship/core/running operate/core/presets operate/core/prefix_identity bake/core/thin_layer
-         bake/core/plan bake/core/derived_image ship/core/journal ship/adapters/transitions)
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# every module outside the development rig, as paths below kvbake/ without ".py"
+mapfile -t MODULES < <(cd "$repo" && git ls-files 'kvbake/*.py' | grep -v '^kvbake/rig/' | sed -e 's|^kvbake/||' -e 's|\.py$||' | sort)
+export KVBAKE_MODEL_STEPS="${KVBAKE_MODEL_STEPS:-400}"
 venv="${KVBAKE_MUTATION_VENV:-$HOME/.cache/kvbake/mutation-venv}"
 selected=""
 workdir=""
 keep=0
 children=1
 min_score=""
+report_only=0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -43,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --children=*) children="${1#*=}"; shift ;;
     --min-score) min_score="$2"; shift 2 ;;
     --min-score=*) min_score="${1#*=}"; shift ;;
+    --report-only) report_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "mutation.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -50,9 +60,15 @@ done
 
 if [[ -n "$selected" ]]; then
   IFS=',' read -r -a chosen <<<"$selected"
-  for module in "${chosen[@]}"; do
-    if [[ ! " ${MODULES[*]} " == *" $module "* ]]; then
-      echo "mutation.sh: $module is not one of: ${MODULES[*]}" >&2
+  wanted=("${chosen[@]}")
+  chosen=()
+  for want in "${wanted[@]}"; do
+    found=0
+    for module in "${MODULES[@]}"; do
+      if [[ "$module" == "$want" || "$module" == "$want"/* ]]; then chosen+=("$module"); found=1; fi
+    done
+    if [[ $found -eq 0 ]]; then
+      echo "mutation.sh: $want names no module or folder below kvbake/ outside rig/" >&2
       exit 2
     fi
   done
@@ -70,15 +86,28 @@ if [[ ! -x "$venv/bin/mutmut" ]] || [[ "$("$venv/bin/python" -c 'import importli
 fi
 
 # --- the scratch copy ------------------------------------------------------------------------
+resuming=0
 if [[ -n "$workdir" ]]; then
   keep=1
   if [[ -e "$workdir" ]] && [[ -n "$(ls -A "$workdir")" ]]; then
-    echo "mutation.sh: --workdir $workdir is not empty; every run starts from a fresh copy" >&2
-    exit 2
+    if [[ ! -d "$workdir/mutants" ]]; then
+      echo "mutation.sh: --workdir $workdir is not empty and holds no earlier run; name an empty or absent folder" >&2
+      exit 2
+    fi
+    resuming=1
   fi
   mkdir -p "$workdir"
   scratch="$(cd "$workdir" && pwd)"
+  if [[ $report_only -eq 1 ]]; then
+    [[ $resuming -eq 1 ]] || { echo "mutation.sh: --report-only needs a --workdir with an earlier run" >&2; exit 2; }
+    cd "$scratch" && exec "$venv/bin/python" "$repo/scripts/mutation_report.py" --stages "${chosen[@]}"
+  fi
+  if [[ $resuming -eq 1 ]]; then
+    echo "== going on with the run in $scratch: its copy of the work tree is replaced, mutmut's results are kept"
+    find "$scratch" -mindepth 1 -maxdepth 1 ! -name mutants -exec rm -rf {} +
+  fi
 else
+  [[ $report_only -eq 0 ]] || { echo "mutation.sh: --report-only needs --workdir" >&2; exit 2; }
   scratch="$(mktemp -d "${TMPDIR:-/tmp}/kvbake-mutation.XXXXXX")"
 fi
 cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$scratch"; fi; }
@@ -140,7 +169,7 @@ if [[ $status -ne 0 ]]; then
 fi
 
 # --- the figures -----------------------------------------------------------------------------
-report_args=(--seconds "$((finished - started))" --json mutants/mutation-summary.json)
+report_args=(--stages --seconds "$((finished - started))" --json mutants/mutation-summary.json)
 [[ -n "$min_score" ]] && report_args+=(--min-score "$min_score")
 status=0
 (cd "$scratch" && "$venv/bin/python" "$repo/scripts/mutation_report.py" "${report_args[@]}" "${chosen[@]}") || status=$?

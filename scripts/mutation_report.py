@@ -157,12 +157,27 @@ def format_score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} %"
 
 
+def stage_of(module: str) -> str:
+    """The stage folder a module belongs to (`ship/`, `kvarith/`, ...), or `top level` for kvbake/*.py."""
+    folder, _, rest = module.partition("/")
+    return f"{folder}/" if rest else "top level"
+
+
+def stage_counts(per_module: dict[str, Counter[str]]) -> dict[str, Counter[str]]:
+    """The per-module counts summed per stage folder, in name order."""
+    stages: dict[str, Counter[str]] = {}
+    for module, counts in per_module.items():
+        stages.setdefault(stage_of(module), Counter()).update(counts)
+    return dict(sorted(stages.items()))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("modules", nargs="+", help="modules as paths below kvbake/, without .py")
     parser.add_argument("--seconds", type=int, default=None, help="how long the run took")
     parser.add_argument("--min-score", type=float, default=None, help="exit 3 below this total score")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--stages", action="store_true", help="also print one row per stage folder")
     args = parser.parse_args(argv)
 
     per_module: dict[str, Counter[str]] = {}
@@ -192,6 +207,13 @@ def main(argv: list[str]) -> int:
         cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
         label = f"**{module}**" if module == "total" else f"`{module}.py`"
         print(f"| {label} | {cells} | {format_score(score(counts))} |")
+    per_stage = stage_counts(per_module)
+    if args.stages:
+        print("\n| stage | generated | killed | survived | no tests | timeout | suspicious | skipped | score |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for stage, counts in per_stage.items():
+            cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
+            print(f"| `{stage}` | {cells} | {format_score(score(counts))} |")
     if total["unchecked"]:
         print(f"\n{total['unchecked']} mutant(s) were never checked (the run was interrupted).")
     print(
@@ -229,6 +251,7 @@ def main(argv: list[str]) -> int:
     if args.json is not None:
         figures = {
             "modules": {m: dict(c) for m, c in per_module.items()},
+            "stages": {m: dict(c) for m, c in per_stage.items()},
             "total": dict(total),
             "score": score(total),
             "adjusted_score": score(adjusted),

@@ -1,10 +1,12 @@
-"""docs/production.md walked on the stand-in rig: every line of the `console` blocks of §4–§7, in the runbook's order,
-as the runbook writes it (doctor, lock from the donor clone, build, deep verify, push, base sync, adopt, deploy with
-readiness, validate, rollback to the adopted serve, packing, validate, rollback), each one run for real and followed
-by a check of its exit code and the state it leads to.
+"""docs/production.md walked on the stand-in rig: every line of the `console` blocks of §3–§7, in the runbook's order,
+as the runbook writes it (init against the nodes that serve, config --check, doctor, lock from the donor clone, build,
+deep verify, push, base sync, adopt, deploy with readiness, validate, rollback to the adopted serve, packing, validate,
+rollback, adopt --release), each one run for real and followed by a check of its exit code and the state it leads to.
 
-The only changes to a command are the runbook's own table of rig values (a whole word each: the donor clone's path and
-the validation endpoint); nothing is appended. The commands run in the manifest's folder, as an operator runs them."""
+A command changes only by the runbook's own table of rig values (a whole word each: the nodes, the registry, the donor
+commit and clone, the project folder, the validation endpoint) and by the two options its table says the rig adds to
+init (the stand-in chain and the stand-in programs). The files init writes are used as written; every command from
+`cd` on runs in the project's folder, as an operator runs them."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -24,17 +26,25 @@ import pytest
 import yaml
 
 from kvbake.engines.adapters.client import Engine
+from kvbake.rig.serve_shapes import CONTROL_LENGTH, SERVED, ShapePorts, multi_node_args, run as run_shape, standin_serve
+from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 from tests.doubles.openai_double import OpenAIDouble
 
 from conftest import run
-from shiprig import BAKED, BASE, CONTAINER, PACKING_ENV, STANDIN_LAUNCHER, STANDIN_VLLM, fleet_snapshot, reset_nodes, serving_env, standin_serve, write_deploy
+from serveshapes import NODES, shape_ports, whole_node
+from shiprig import BAKED, PACKING_ENV, reset_nodes
 
 pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # engine-independent: the default engine is enough
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "production.md"
 STANDIN = ROOT / "examples" / "standin"
-WALKED_SECTIONS = ("4.", "5.", "6.", "7.")
-KEPT = f"{CONTAINER}-kvbake-adopted"
+WALKED_SECTIONS = ("3.", "4.", "5.", "6.", "7.")
+SERVE = LAUNCHER_CONTAINER  # the seed's serve and kvbake's run under the same name
+KEPT = f"{SERVE}-kvbake-adopted"
+# What the rig adds to init's line (the runbook's table says so): the stand-in chain in place of the production one, and
+# the reference launcher with the stand-in programs in place of vLLM (the stand-in base runs no real vLLM).
+INIT_ADDITIONS = ["--template", str(STANDIN / "manifest.yaml"),
+                  "--launcher", f"{sys.executable} {ROOT / 'scripts' / 'standin_reference_launcher.py'}"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -48,20 +58,24 @@ def sections() -> dict[str, str]:
 
 
 def runbook_commands() -> list[str]:
-    """Every line of the `console` blocks of §4–§7, in order; each must be a kvbake command (nothing is skipped)."""
+    """Every line of the `console` blocks of §3–§7, in order; each must be a kvbake command or a `cd` (nothing is
+    skipped)."""
     lines = []
     for heading, body in sections().items():
         if heading.startswith(WALKED_SECTIONS):
             for block in re.findall(r"^```console\n(.*?)^```$", body, re.MULTILINE | re.DOTALL):
                 lines += [line for line in block.splitlines() if line.strip()]
-    assert all(line.startswith("kvbake ") for line in lines), f"a walked block holds a line that is not a kvbake command: {lines}"
+    assert all(line.startswith(("kvbake ", "cd ")) for line in lines), f"a walked block holds a line that is not a kvbake command: {lines}"
     return lines
+
+
+def walk_through_section() -> str:
+    return next(body for heading, body in sections().items() if heading.startswith("Walk-through on the stand-in rig"))
 
 
 def documented_rig_values() -> list[str]:
     """The runbook values the walk replaces: the first column of the table under "Walk-through on the stand-in rig"."""
-    body = next(body for heading, body in sections().items() if heading.startswith("Walk-through on the stand-in rig"))
-    return re.findall(r"^\| `([^`]+)` \|", body, re.MULTILINE)
+    return re.findall(r"^\| `([^`]+)` \|", walk_through_section(), re.MULTILINE)
 
 
 def signature(argv: list[str]) -> str:
@@ -73,30 +87,13 @@ def signature(argv: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The rig: an operator's checkout of the stand-in, a donor clone, the nodes running the bind-mount serve.
+# The rig: a donor clone, and the nodes running the seed's bind-mount serve.
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def operator_checkout(folder: Path, registry: str) -> Path:
-    """The stand-in as an operator's checkout holds it: the manifest and its patches, no lock and no overlay yet;
-    its release repository in the rig's registry."""
-    shutil.copytree(STANDIN, folder, ignore=shutil.ignore_patterns(".kvbake", "manifest.lock.json", "overlay"))
-    manifest = folder / "manifest.yaml"
-    text = manifest.read_text(encoding="utf-8")
-    assert "127.0.0.1:5000/kvbake/standin-kvpack" in text
-    manifest.write_text(text.replace("127.0.0.1:5000/kvbake/standin-kvpack", f"{registry}/kvbake/standin-kvpack"), encoding="utf-8")
-    return manifest
-
-
-def donor_clone(folder: Path, manifest: Path) -> Path:
-    """A clean git clone holding the chain's patches, committed; the manifest pins its revision."""
+def donor_clone(folder: Path) -> tuple[Path, str]:
+    """A clean git clone holding the stand-in chain's patches, committed; its revision is the reviewed donor commit."""
     (folder / "patches").mkdir(parents=True)
-    for patch in (manifest.parent / "patches").glob("*.patch"):
+    for patch in (STANDIN / "patches").glob("*.patch"):
         shutil.copyfile(patch, folder / "patches" / patch.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -105,38 +102,34 @@ def donor_clone(folder: Path, manifest: Path) -> Path:
     for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the chain"]):
         subprocess.run(["git", "-C", str(folder), *argv], env=env, check=True, capture_output=True)
     revision = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    pinned = yaml.safe_load(manifest.read_text(encoding="utf-8"))["donor"]["revision"]
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(pinned, revision), encoding="utf-8")
-    return folder
+    return folder, revision
 
 
-def start_bind_mount_serve(rig: dict, env: dict[str, str], patched: Path) -> dict[str, str]:
-    """The serve the seed runs on each node: the base image, a patched file bind-mounted over the source, started by
-    hand; here the serve stand-in, so that it answers the readiness probe too. Returns each node's container ID."""
-    ids = {}
-    for key, role in (("a", "head"), ("b", "worker")):
-        serve = {"STANDIN_ROLE": role, "STANDIN_API_PORT": env["STANDIN_API_PORT"], "STANDIN_RENDEZVOUS_PORT": env["STANDIN_RENDEZVOUS_PORT"],
-                 "STANDIN_WORKERS": "1", "STANDIN_HEAD": "127.0.0.1", "STANDIN_NODE": f"spark-{key}"}
-        command = standin_serve()
-        ids[key] = rig[key].client().run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["host"],
-                                         envs=serve, volumes=[(str(patched), BAKED, "ro")], mounts=[STANDIN_VLLM], restart="unless-stopped").id
-    return ids
+def start_bind_mount_serve(rig: dict, ports: ShapePorts, patched: Path) -> dict[str, str]:
+    """The serve the seed runs on each node: the base image started by hand as a two-node vLLM serve (main process,
+    the worker headless), a patched file bind-mounted over the source. Returns each node's container ID."""
+    command = lambda key: standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+    return {key: run_shape(rig[key].client(), SERVE, command(key), ports, restart="unless-stopped", volumes=[(str(patched), BAKED, "ro")])
+            for key in NODES}
 
 
 @dataclass
 class Walk:
-    """What the checks look at: the rig, the project folder, its deployment file and the bind-mount serve."""
+    """What the checks look at: the rig, the project folder init writes, and the bind-mount serve."""
 
     capsys: pytest.CaptureFixture
     rig: dict
     engine: Engine
     project: Path
-    deploy: Path
     repository: str
-    api: int
+    ports: ShapePorts
     adopted: dict[str, str]
     rig_values: dict[str, str]
-    initial: dict | None = None
+    initial: dict = field(default_factory=dict)
+
+    @property
+    def deploy(self) -> Path:
+        return self.project / "deploy.yaml"
 
     def status(self) -> dict:
         code, out, err = run(self.capsys, "status", "--json", "--deploy", str(self.deploy))
@@ -150,13 +143,18 @@ class Walk:
                 [n["previous"]["preset"] if n["previous"] else None for n in nodes])
 
     def serving(self, key: str) -> dict:
-        return Engine(self.rig[key].host).container_inspect(CONTAINER)
+        return Engine(self.rig[key].host).container_inspect(SERVE)
 
     def kept(self, key: str) -> dict | None:
         return Engine(self.rig[key].host).container_inspect(KEPT)
 
+    def switches(self, key: str) -> set[str]:
+        """The manifest's switches the node's serving container is created with."""
+        names = yaml.safe_load((self.project / "manifest.yaml").read_text())["switches"]
+        return {e for e in self.serving(key)["Config"]["Env"] if e.split("=", 1)[0] in names}
+
     def snapshot(self) -> dict:
-        return fleet_snapshot(self.rig, {"repository": self.repository}, self.deploy)
+        return {key: whole_node(self.rig, key, self.repository, (SERVE, KEPT)) for key in NODES}
 
     def record(self, folder: str) -> dict:
         found = sorted((self.project / ".kvbake" / folder).glob("*.json"))
@@ -173,27 +171,48 @@ class Walk:
 def walk(capsys, rig, engine, tmp_path, monkeypatch):
     repository = f"{rig['registry'].address}/kvbake/standin-kvpack"
     reset_nodes(rig, repository)
-    manifest = operator_checkout(tmp_path / "kvbake", rig["registry"].address)
-    donor = donor_clone(tmp_path / "vllm-patches", manifest)
-    api = free_port()
-    env = {"STANDIN_SERVE": "1", "STANDIN_API_PORT": str(api), "STANDIN_RENDEZVOUS_PORT": str(free_port()), "STANDIN_DELAY_S": "1"}
-    deploy_file = write_deploy(manifest.parent, rig, STANDIN_LAUNCHER, env=env, start="workers-first",
-                               readiness={"url": f"http://127.0.0.1:{api}/health", "timeout_s": 60, "interval_s": 0.2})
-    assert deploy_file == manifest.parent / "deploy.yaml", "deploy.yaml beside the manifest, as the runbook keeps it"
+    donor, revision = donor_clone(tmp_path / "vllm-patches")
+    ports = shape_ports(tmp_path)
     patched = tmp_path / "kv_cache_interface.py"
     patched.write_text("# the bind-mounted file of the seed's serve\n")
-    adopted = start_bind_mount_serve(rig, env, patched)
-    monkeypatch.chdir(manifest.parent)
+    adopted = start_bind_mount_serve(rig, ports, patched)
+    project = tmp_path / "dsv41"
+    monkeypatch.chdir(tmp_path)
     with OpenAIDouble() as double:
-        yield Walk(capsys, rig, engine, manifest.parent, deploy_file, repository, api, adopted,
-                   {"~/src/vllm-patches": str(donor), "http://10.0.0.11:8000": double.url})
-    for key in ("a", "b"):
-        Engine(rig[key].host).remove_container(KEPT)
+        yield Walk(capsys, rig, engine, project, repository, ports, adopted,
+                   {"spark-a=ssh://ops@spark-a": f"spark-a={rig['a'].host}", "spark-b=ssh://ops@spark-b": f"spark-b={rig['b'].host}",
+                    "registry.lan:5000": rig["registry"].address, "<reviewed-donor-commit>": revision, "~/dsv41": str(project),
+                    "~/src/vllm-patches": str(donor), "http://10.0.0.11:8000": double.url})
+    for key in NODES:
+        for name in (SERVE, KEPT):
+            Engine(rig[key].host).remove_container(name)
     reset_nodes(rig, repository)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # What each step leads to.
+
+
+def after_init(w: Walk, out: str) -> None:
+    assert (w.project / "manifest.yaml").is_file() and w.deploy.is_file()
+    assert w.snapshot() == w.initial, "init changes nothing on the nodes"
+    deploy = yaml.safe_load(w.deploy.read_text())
+    assert [(n["name"], n["role"], n["container"]) for n in deploy["nodes"]] == [("spark-a", "head", SERVE), ("spark-b", "worker", SERVE)]
+    assert deploy["readiness"]["url"] == f"http://127.0.0.1:{w.ports.api}/health"
+    manifest = yaml.safe_load((w.project / "manifest.yaml").read_text())
+    assert manifest["output"]["repository"] == w.repository and manifest["donor"]["revision"] == w.rig_values["<reviewed-donor-commit>"]
+    assert (manifest["presets"]["control"]["max_model_len"], manifest["presets"]["control"]["launcher_args"]) == (
+        CONTROL_LENGTH, [*SERVED, *w.ports.serve_args])
+    assert BAKED.rsplit("/", 1)[1] in out, f"init names the file the serve mounts over the source: {out}"
+
+
+def in_project(w: Walk, out: str) -> None:
+    assert Path.cwd() == w.project
+
+
+def after_config_check(w: Walk, out: str) -> None:
+    assert "spark-a serves preset control, spark-b serves preset control" in out, out
+    assert w.snapshot() == w.initial, "config --check changes nothing"
 
 
 def after_doctor(w: Walk, out: str) -> None:
@@ -221,24 +240,24 @@ def after_push(w: Walk, out: str) -> None:
 
 
 def after_base_sync(w: Walk, out: str) -> None:
-    for node in ("spark-a", "spark-b"):
+    for node in NODES.values():
         assert re.search(rf"^{node}: (already held it|pulled it) as ", out, re.MULTILINE), out
-    for key in ("a", "b"):
-        assert Engine(w.rig[key].host).image_id_of(BASE) is not None
-    assert w.releases() == ([None, None], [None, None]) and w.snapshot()["a"]["serving"] == w.initial["a"]["serving"]
+    assert w.releases() == ([None, None], [None, None])
+    assert {key: w.serving(key)["Id"] for key in NODES} == w.adopted, "base sync leaves the serve running as it was"
 
 
 def after_adopt(w: Walk, out: str) -> None:
     assert w.releases() == (["adopted"] * 2, [None] * 2)
-    assert {key: w.serving(key)["Id"] for key in ("a", "b")} == w.adopted, "adopt leaves the serve running as it was"
+    assert {key: w.serving(key)["Id"] for key in NODES} == w.adopted, "adopt leaves the serve running as it was"
 
 
 def on_control_over_adopted(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["adopted"] * 2)
-    assert serving_env(w.rig["a"]) == serving_env(w.rig["b"]) == set()
-    for key in ("a", "b"):
+    assert w.switches("a") == w.switches("b") == set()
+    for key in NODES:
         kept = w.kept(key)
         assert kept["Id"] == w.adopted[key] and not kept["State"]["Running"], "the adopted serve is kept, stopped"
+        assert BAKED not in {m["Destination"] for m in w.serving(key)["Mounts"]}, "kvbake's serve mounts nothing over the source"
 
 
 def validated(preset: str) -> Callable[[Walk, str], None]:
@@ -252,32 +271,36 @@ def validated(preset: str) -> Callable[[Walk, str], None]:
 
 def after_rollback_to_adopted(w: Walk, out: str) -> None:
     assert w.releases() == (["adopted"] * 2, ["control"] * 2)
-    for key in ("a", "b"):
+    for key in NODES:
         serving = w.serving(key)
         assert serving["Id"] == w.adopted[key] and serving["State"]["Running"], "the adopted serve is back"
-        assert sorted(m["Destination"] for m in serving["Mounts"]) == ["/opt/kvbake-standin", BAKED] and w.kept(key) is None
+        assert sorted(m["Destination"] for m in serving["Mounts"]) == sorted(["/opt/kvbake-standin", "/models/standin", BAKED])
+        assert w.kept(key) is None
 
 
 def after_packing(w: Walk, out: str) -> None:
     assert w.releases() == (["packing-327680"] * 2, ["control"] * 2)
-    assert serving_env(w.rig["a"]) == serving_env(w.rig["b"]) == PACKING_ENV
-    for key in ("a", "b"):
+    assert w.switches("a") == w.switches("b") == PACKING_ENV
+    for key in NODES:
         kept = w.kept(key)
         assert kept["Id"] == w.adopted[key] and not kept["State"]["Running"], "the adopted serve stays restorable"
 
 
 def after_rollback_to_control(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
-    assert serving_env(w.rig["a"]) == serving_env(w.rig["b"]) == set()
+    assert w.switches("a") == w.switches("b") == set()
 
 
 def after_release(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
     assert w.kept("a") is None and w.kept("b") is None, "adopt --release removed the kept serve"
-    assert all(w.serving(key)["State"]["Running"] for key in ("a", "b")), "the serve is untouched"
+    assert all(w.serving(key)["State"]["Running"] for key in NODES), "the serve is untouched"
 
 
 STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
+    ("init", after_init),
+    ("cd", in_project),
+    ("config", after_config_check),
     ("doctor", after_doctor),
     ("lock", after_lock),
     ("build", after_build),
@@ -296,22 +319,36 @@ STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
 ]
 
 
+def as_walked(line: str, rig_values: dict[str, str]) -> list[str]:
+    """A runbook line as the rig runs it: each rig value replaced, whole word by whole word; init gets the rig's two
+    additions; `kvbake` itself is dropped (the walk calls its entry point)."""
+    words = [rig_values.get(word, word) for word in shlex.split(line, comments=True)]
+    argv = words[1:] if words[0] == "kvbake" else words
+    return [*argv, *INIT_ADDITIONS] if argv[0] == "init" else argv
+
+
 def test_the_runbook_walks_from_the_bind_mount_serve_to_packing_and_back(walk: Walk):
     assert sorted(documented_rig_values()) == sorted(walk.rig_values), "the runbook's table of rig values is the walk's"
+    assert all(f"`{option}`" in walk_through_section() for option in INIT_ADDITIONS[::2]), "the runbook names what the rig adds to init"
     commands = runbook_commands()
-    steps = [[walk.rig_values.get(word, word) for word in shlex.split(line, comments=True)[1:]] for line in commands]
+    steps = [as_walked(line, walk.rig_values) for line in commands]
     assert [signature(step) for step in steps] == [name for name, _ in STEPS]
     used = {word for line in commands for word in shlex.split(line, comments=True)}
     assert set(walk.rig_values) <= used, "every rig value stands for a word of a command"
     walk.initial = walk.snapshot()
+    assert httpx.get(f"http://127.0.0.1:{walk.ports.api}/health", timeout=5).status_code == 200, "the pair serves before kvbake"
     for number, (line, argv, (_, check)) in enumerate(zip(commands, steps, STEPS), 1):
-        code, out, err = run(walk.capsys, *argv)
-        assert code == 0, f"runbook step {number} ({line}) failed: {out[-1500:]} {err}"
+        if argv[0] == "cd":
+            os.chdir(argv[1])
+            out = ""
+        else:
+            code, out, err = run(walk.capsys, *argv)
+            assert code == 0, f"runbook step {number} ({line}) failed: {out[-1500:]} {err}"
         check(walk, out)
         if argv[0] == "deploy":
             reason = argv[argv.index("--reason") + 1]
             assert {node["current"]["reason"] for node in walk.status()["nodes"]} == {reason}, "the runbook's --reason is recorded"
-        health = httpx.get(f"http://127.0.0.1:{walk.api}/health", timeout=5)
+        health = httpx.get(f"http://127.0.0.1:{walk.ports.api}/health", timeout=5)
         assert health.status_code == 200, f"not serving after step {number} ({line})"
     code, _, err = run(walk.capsys, "verify-running", "--deploy", "deploy.yaml")
     assert code == 0, err
