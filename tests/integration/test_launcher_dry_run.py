@@ -1,6 +1,7 @@
 """`deploy --dry-run` on the rig's node engines: it changes nothing, and what it prints is what kvbake-launch-vllm then
 creates with the same variables, option by option (devices, capabilities, ulimits, /dev/shm, mounts, variables,
-restart policy, entrypoint and arguments), in both serve shapes."""
+restart policy, entrypoint and arguments), in every serve shape: main, exec, and the Ray cluster (with the reference
+launcher's own plan run with the stand-in programs, since the stand-in base has no Ray)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import time
+
 import pytest
 
 from kvbake.engines.adapters.client import Engine
+from kvbake.rig.ports import free_port
+from kvbake.ship.core.serve_reading import read_serve
 
 from shiprig import CONTAINER, fleet_snapshot, reset_nodes, ship_with, write_deploy
 
 pytestmark = pytest.mark.docker
 
 LAUNCH_VLLM = str(Path(sys.executable).parent / "kvbake-launch-vllm")
+# The Ray shape runs `ray start --block` as each container's main process; the stand-in base has no Ray, so that shape
+# is launched by the reference launcher's own checked plan with the stand-in programs (scripts/standin_reference_launcher.py).
+STANDIN_REFERENCE_LAUNCHER = [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "standin_reference_launcher.py")]
 SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"
 # Settings a CPU-only engine accepts: no GPU, no InfiniBand; the loopback interface; limits no higher than the host's
 # hard limits (an engine that may not raise memlock refuses memlock=-1 when it starts the container).
@@ -33,9 +41,11 @@ SIZES = {"b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
 def deployment(folder: Path, rig: dict, shape: str) -> Path:
     """The rig's two nodes served by kvbake-launch-vllm, each with its own launch settings and a writable cache."""
     (folder / "model").mkdir(parents=True, exist_ok=True)
-    path = write_deploy(folder, rig, [LAUNCH_VLLM], env={
-        "MODEL_DIR": str(folder / "model"), "GPUS": "none", "SOURCE_ROOT": SOURCE_ROOT, "SHAPE": shape,
-        "VLLM_HOST": "127.0.0.1", "VLLM_PORT": "18431", "MASTER_PORT": "18432"})
+    env = {"MODEL_DIR": str(folder / "model"), "GPUS": "none", "SOURCE_ROOT": SOURCE_ROOT, "SHAPE": shape,
+           "VLLM_HOST": "127.0.0.1", "VLLM_PORT": "18431", "MASTER_PORT": "18432"}
+    if shape == "ray":  # its Ray node and the head's serve listen on the host network: ports free on this machine
+        env.update({"VLLM_PORT": str(free_port()), "MASTER_PORT": str(free_port()), "RAY_PORT": str(free_port())})
+    path = write_deploy(folder, rig, STANDIN_REFERENCE_LAUNCHER if shape == "ray" else [LAUNCH_VLLM], env=env)
     document = json.loads(path.read_text())
     for node in document["nodes"]:
         cache = folder / "cache" / node["name"]
@@ -68,13 +78,13 @@ def tag_current(engine: Engine, digest: str, repository: str) -> None:
     engine.tag(engine.image_id_of(digest), f"{repository}:current")
 
 
-def launch_as_printed(node: dict) -> str:
+def launch_as_printed(node: dict, launcher: list[str]) -> str:
     """Run kvbake-launch-vllm with the variables the dry run printed, its switches file where they point (the dry run
     wrote it to a temporary folder it removed; its lines are in the report)."""
     env_file = Path(node["variables"]["KVBAKE_ENV_FILE"])
     env_file.parent.mkdir(parents=True, exist_ok=True)
     env_file.write_text("# the dry run's switches\n" + "".join(f"{line}\n" for line in node["ranks_env"]))
-    done = subprocess.run([LAUNCH_VLLM], env={**os.environ, **node["variables"]}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(launcher, env={**os.environ, **node["variables"]}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -106,7 +116,20 @@ def assert_container_is_the_printed_call(engine: Engine, call: list[str], node: 
     return found
 
 
-@pytest.mark.parametrize("shape", ["main", "exec"])
+def exec_serve_of(engine: Engine) -> list[str]:
+    """The argv of the vLLM serve docker exec started in the container (it takes a moment to appear)."""
+    deadline = time.monotonic() + 20
+    while not (serving := read_serve(engine.processes(CONTAINER)).serving):
+        assert time.monotonic() < deadline, "the exec'd serve never ran"
+        time.sleep(0.2)
+    return list(serving[0].process.argv)
+
+
+CALLS = {"main": [["docker", "run"]], "exec": [["docker", "run"], ["docker", "exec"]],
+         "ray": [["docker", "run"], ["docker", "exec"]]}
+
+
+@pytest.mark.parametrize("shape", ["main", "exec", "ray"])
 def test_the_dry_run_changes_nothing_and_the_launcher_then_creates_what_it_printed(shape, capsys, shipped, rig, tmp_path):
     reset_nodes(rig, shipped["repository"])
     folder = tmp_path / "deployment"
@@ -123,12 +146,24 @@ def test_the_dry_run_changes_nothing_and_the_launcher_then_creates_what_it_print
         for node, key in zip(nodes, ("a", "b")):
             tag_current(Engine(rig[key].host), shipped["digest"], shipped["repository"])
             calls = [shlex.split(line) for line in node["calls"]]
-            assert [c[:2] for c in calls] == ([["docker", "run"]] if shape == "main" else [["docker", "run"], ["docker", "exec"]])
+            # a Ray worker's container is its Ray node alone: the head's vLLM places the worker's rank there
+            assert [c[:2] for c in calls] == (CALLS[shape][:1] if (shape, key) == ("ray", "b") else CALLS[shape])
             assert node["variables"]["DOCKER_HOST"] == (rig["a"].host if key == "a" else rig["b_host"])
-            started = launch_as_printed(node)
+            started = launch_as_printed(node, STANDIN_REFERENCE_LAUNCHER if shape == "ray" else [LAUNCH_VLLM])
             found = assert_container_is_the_printed_call(Engine(rig[key].host), calls[0], node)
             switches = {line for line in node["ranks_env"]}
-            if shape == "main":
+            if shape == "ray":
+                ray_port = node["variables"]["RAY_PORT"]
+                ray_node = ["start", "--block", *(["--head", f"--port={ray_port}"] if key == "a" else [f"--address=127.0.0.1:{ray_port}"])]
+                assert found["Config"]["Cmd"][-len(ray_node):] == ray_node and found["State"]["Running"]
+                assert calls[0][calls[0].index("--env-file") + 1] == node["variables"]["KVBAKE_ENV_FILE"]
+                assert switches <= set(found["Config"]["Env"]), "the Ray node carries the switches its actors inherit"
+                if key == "a":
+                    served = exec_serve_of(Engine(rig[key].host))
+                    assert served[served.index("--distributed-executor-backend") + 1] == "ray" and "--nnodes" not in served
+                    assert served[served.index("--port") + 1] == node["variables"]["VLLM_PORT"]
+                    assert calls[1][calls[1].index("--env-file") + 1] == node["variables"]["KVBAKE_ENV_FILE"]
+            elif shape == "main":
                 assert calls[0][calls[0].index("--env-file") + 1] == node["variables"]["KVBAKE_ENV_FILE"]
                 assert switches <= set(found["Config"]["Env"])
             else:
