@@ -5,6 +5,8 @@
 #
 #   bash scripts/debian13_chroot.sh            # create the root once, then run; the log goes to stdout
 #   KVBAKE_CHROOT=/srv/other bash scripts/debian13_chroot.sh
+#   bash scripts/debian13_chroot.sh tests/integration/test_serve_shapes.py   # scripts/test.sh with these pytest
+#                                              # arguments (set-up, bases and every engine profile) instead of .ci/run
 #
 # The run gets its own mount and PID namespaces and pivots into the Debian 13 root, so `/` is a real mount point as on
 # a Debian 13 machine (a plain chroot is not: dockerd cannot remount it, and containers then cannot pivot into their
@@ -43,10 +45,14 @@ rm -rf "$ROOT/root/kvbake"
 git clone -q . "$ROOT/root/kvbake"
 echo "debian13: Debian $(cat "$ROOT/etc/debian_version"), testing $(git rev-parse --short HEAD)"
 
-unshare --mount --pid --fork --propagation private /bin/bash -s "$ROOT" "$run_path" "${PIP_FIND_LINKS:-}" "${binds[@]}" <<'INSIDE'
+tests=".ci/run"
+if [ $# -gt 0 ]; then
+  tests="scripts/test.sh -p no:cacheprovider$(printf ' %q' "$@")"
+fi
+unshare --mount --pid --fork --propagation private /bin/bash -s "$ROOT" "$run_path" "${PIP_FIND_LINKS:-}" "$tests" "${binds[@]}" <<'INSIDE'
 set -euo pipefail
-root=$1 run_path=$2 find_links=$3
-shift 3
+root=$1 run_path=$2 find_links=$3 tests=$4
+shift 4
 mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
@@ -62,5 +68,5 @@ cd /
 umount -l /.old-root
 exec /usr/bin/env -i HOME=/root TERM=dumb CI=true PATH="$run_path" SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
   PIP_CERT=/etc/ssl/certs/ca-certificates.crt ${find_links:+PIP_FIND_LINKS=$find_links} \
-  bash -c 'cd /root/kvbake && bash .ci/run'
+  bash -c "cd /root/kvbake && bash $tests"
 INSIDE
