@@ -51,7 +51,7 @@ COMMANDS_HELP = """commands:
 COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "bake", "dockerfile": "bake",
                   "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
                   "verify-running": "ship", "status": "ship",
-                  "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate"}
+                  "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase"}
 BEFORE = "before_command_"
 PROG = "python build.py"  # how build.py is run; the console script is CONSOLE_PROG
 CONSOLE_PROG = "kvbake"
@@ -198,6 +198,11 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--mem-interval", type=float, default=5.0, metavar="S", help="seconds between background memory samples; 0: only between steps")
     validate.add_argument("--meminfo-path", default="/proc/meminfo", help="meminfo file read inside the serving container")
     validate.add_argument("--rollback-on-failure", action="store_true", help="on a stop, roll every rank back to the previous release (needs --deploy)")
+    rebase = sub.add_parser("rebase", parents=[common], help="report, hunk by hunk, how the locked chain moves to a new local base; "
+                            "write a refreshed candidate chain beside the manifest; change nothing else")
+    rebase.add_argument("--to", required=True, metavar="IMAGE:TAG", help="the new base, already on this engine (never pulled)")
+    rebase.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="the candidate folder to create (default: rebase-<target config> beside the manifest)")
     capacity = sub.add_parser("capacity", parents=[common], help="predict a preset's KV capacity line; with --deploy compare every rank's log")
     capacity.add_argument("preset", help="the preset")
     capacity.add_argument("--model-config", type=Path, required=True, metavar="PATH", help="the model's config.json, or its folder")
@@ -246,9 +251,10 @@ def handler_of(command: str) -> Callable[[argparse.Namespace], tuple[dict, str]]
     """The function of its stage's commands module that runs `command`."""
     from kvbake.bake import commands as bake
     from kvbake.operate import commands as operate
+    from kvbake.rebase import commands as rebase
     from kvbake.ship import commands as ship
 
-    stage = {"bake": bake, "ship": ship, "operate": operate}[COMMAND_STAGES[command]]
+    stage = {"bake": bake, "ship": ship, "operate": operate, "rebase": rebase}[COMMAND_STAGES[command]]
     return getattr(stage, "cmd_" + command.replace("-", "_"))
 
 

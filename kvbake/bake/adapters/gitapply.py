@@ -24,7 +24,8 @@ FUZZ = re.compile(r"with fuzz", re.IGNORECASE)
 @dataclass(frozen=True)
 class GitResult:
     returncode: int
-    output: str
+    output: str  # stdout and stderr, as text
+    stdout: bytes = b""  # stdout alone, as git wrote it
 
 
 def isolated_env(tree: Path) -> dict[str, str]:
@@ -43,7 +44,7 @@ def run_git(args: list[str], tree: Path, stdin: bytes | None = None) -> GitResul
         done = subprocess.run(["git", *args], cwd=tree, env=isolated_env(tree), input=stdin, capture_output=True, check=False)
     except FileNotFoundError:
         raise PatchError("git is not installed", "install it: apt-get install -y git") from None
-    return GitResult(done.returncode, (done.stdout + done.stderr).decode("utf-8", "replace"))
+    return GitResult(done.returncode, (done.stdout + done.stderr).decode("utf-8", "replace"), done.stdout)
 
 
 def check_strict_output(label: str, output: str) -> None:

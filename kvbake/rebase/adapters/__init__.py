@@ -1,0 +1,1 @@
+"""Rebase's adapters: the scratch git tree, the two chains' file states, the candidate folder."""

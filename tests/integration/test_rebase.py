@@ -1,0 +1,136 @@
+"""`rebase --to` on a real engine: the locked stand-in chain moved onto a new local base that upstream changed in three
+ways (lines inserted above a patch's hunks, a context line edited next to a hunk, a line a hunk replaces edited), the
+report asserted hunk by hunk, the candidate folder checked, and nothing else changed; the bad inputs refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvbake.bake.adapters.extract import Extractor
+from kvbake.bake.core.diffs import normalized_patch
+from kvbake.cli import main
+from kvbake.engines.adapters.client import Engine
+
+from conftest import run
+
+pytestmark = pytest.mark.docker
+STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
+BASE = "kvbake-standin/vllm-base:0.33.0"
+MOVED = "kvbake-test/standin-moved:1"
+SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"
+UTILS, WORKER = "vllm/v1/core/kv_cache_utils.py", "vllm/v1/worker/gpu_worker.py"
+OLD_IMPORT = "from vllm.v1.worker.workspace import init_workspace_manager\n"
+NEW_IMPORT = "from vllm.v1.worker.workspace import init_workspace_manager, workspace_stats\n"
+OLD_CONTEXT = "            self.model_runner._init_kv_zero_meta()\n"
+NEW_CONTEXT = "            self.model_runner._init_kv_zero_meta()  # zeroed once per start-up\n"
+
+
+def upstream_edits(files: dict[str, bytes]) -> dict[str, bytes]:
+    """What "upstream" changed in the new base: four lines above kv_cache_utils' hunks, and in gpu_worker the import
+    line 0076 replaces and a context line two lines above 0076's second hunk's insertion."""
+    worker = files[WORKER].decode()
+    assert worker.count(OLD_IMPORT) == 1 and worker.count(OLD_CONTEXT) == 1
+    return {UTILS: b"# upstream: four new lines\n" * 4 + files[UTILS],
+            WORKER: worker.replace(OLD_IMPORT, NEW_IMPORT).replace(OLD_CONTEXT, NEW_CONTEXT).encode()}
+
+
+@pytest.fixture(scope="module")
+def moved_base(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The new base: the stand-in base with upstream's edits copied over (no RUN step: the engine has no network)."""
+    context = tmp_path_factory.mktemp("moved-base")
+    with engine.created_container(BASE) as container:
+        extractor = Extractor(engine, container, SOURCE_ROOT)
+        originals = {path: extractor.file(path).data for path in (UTILS, WORKER)}
+    for path, data in upstream_edits(originals).items():
+        (context / "tree" / path).parent.mkdir(parents=True, exist_ok=True)
+        (context / "tree" / path).write_bytes(data)
+    (context / "Dockerfile").write_text(f"FROM {BASE}\nCOPY tree/ {SOURCE_ROOT}/\n")
+    engine.legacy_build(context, context / "Dockerfile", MOVED)
+    yield MOVED
+    engine.remove_image(MOVED)
+
+
+@pytest.fixture(scope="module")
+def locked_standin(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("rebase-template") / "standin"
+    shutil.copytree(STANDIN, root, ignore=shutil.ignore_patterns(".kvbake"))
+    assert main(["lock", "--manifest", str(root / "manifest.yaml"), "--rebase-base"]) == 0  # this machine's own base build
+    return root
+
+
+@pytest.fixture()
+def project(locked_standin: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "standin"
+    shutil.copytree(locked_standin, root)
+    return root
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_report_says_hunk_by_hunk_how_the_chain_moves_and_the_candidate_is_written(capsys, project, moved_base):
+    before = tree_hashes(project)
+    code, out, err = run(capsys, "rebase", "--to", moved_base, "--manifest", str(project / "manifest.yaml"), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    candidate = Path(report["candidate"])
+    assert candidate.parent == project and candidate.name.startswith("rebase-")
+    assert {k: v for k, v in tree_hashes(project).items() if not k.startswith(candidate.name + "/")} == before, "nothing else changes"
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(".kvbake-rebase")) == [], "no scratch folder is left"
+
+    states = {f["path"]: f["state"] for f in report["files"]}
+    assert states[UTILS] == states[WORKER] == "changed"
+    assert {s for p, s in states.items() if p not in (UTILS, WORKER)} <= {"unchanged", "absent"}
+    assert states["vllm/models/deepseek_v41/kv_pack.py"] == "absent", "a file the chain creates is still free to create"
+
+    hunks = {(p["id"], h["path"], h["number"]): h for p in report["patches"] for h in p["hunks"]}
+    utils_hunks = [h for (pid, path, _), h in hunks.items() if path == UTILS]
+    assert utils_hunks and all(h["status"] == "offset" and h["offset"] == 4 for h in utils_hunks), utils_hunks
+    conflict = hunks[("0076", WORKER, 1)]
+    assert conflict["status"] == "conflict" and conflict["reason"] == "both sides change these lines"
+    assert f"-{OLD_IMPORT}" in conflict["upstream"]["diff"] and f"+{NEW_IMPORT}" in conflict["upstream"]["diff"]
+    old_start = int(conflict["header"].split()[1].lstrip("-").split(",")[0])
+    assert conflict["upstream"]["conflicting_lines"] == [old_start + 3], "the import line the hunk replaces, named by its old number"
+    merged = hunks[("0076", WORKER, 2)]
+    assert merged["status"] == "merged" and f"+{NEW_CONTEXT}" in merged["upstream"]["diff"]
+    others = {key: h["status"] for key, h in hunks.items() if key[1] not in (UTILS, WORKER)}
+    assert set(others.values()) == {"clean"}, others
+    assert report["counts"] == {"clean": len(others), "offset": len(utils_hunks), "merged": 1, "conflict": 1}
+    assert report["needs_person"] == ["0076"]
+    assert {p["id"]: p["status"] for p in report["patches"]} == {
+        "0051": "clean", "0053": "offset", "0057": "clean", "0059": "clean", "0060": "clean", "0076": "conflict"}
+
+    for patch in report["patches"]:
+        original = (project / patch["file"]).read_text()
+        refreshed = (candidate / patch["file"]).read_text()
+        assert refreshed.startswith(original[:original.index("diff --git ")]), "the header, message and id are kept"
+        if patch["status"] == "clean":
+            assert normalized_patch(patch["id"], refreshed) == normalized_patch(patch["id"], original)
+    refreshed_0053 = (candidate / "patches/0053-standin-packed-allocator-grouping.patch").read_text()
+    assert "<<<<<<< " not in refreshed_0053
+    refreshed_0076 = (candidate / "patches/0076-standin-prompt-scratch-lifetime.patch").read_text()
+    assert "+<<<<<<< new base" in refreshed_0076 and f"+{NEW_CONTEXT}" not in refreshed_0076
+    markdown = (candidate / "report.md").read_text()
+    assert "## 0076: conflict" in markdown and "1 merged, 1 conflicted" in markdown
+    assert json.loads((candidate / "report.json").read_text())["counts"] == report["counts"]
+
+
+@pytest.mark.parametrize("case", ["absent", "same", "unlocked", "out-exists"])
+def test_bad_input_is_one_line_with_its_exit_code_and_nothing_is_written(capsys, project, moved_base, case):
+    target = {"absent": "kvbake-test/no-such-base:1", "same": BASE}.get(case, moved_base)
+    if case == "unlocked":
+        (project / "manifest.lock.json").unlink()
+    if case == "out-exists":
+        (project / "taken").mkdir()
+    before = tree_hashes(project) | {"dirs": sorted(p.name for p in project.iterdir())}
+    extra = ["--out", str(project / "taken")] if case == "out-exists" else []
+    code, out, err = run(capsys, "rebase", "--to", target, "--manifest", str(project / "manifest.yaml"), *extra)
+    assert code == {"absent": 6, "same": 6, "unlocked": 4, "out-exists": 2}[case], err
+    assert len(err.strip().splitlines()) == 1 and "fix:" in err, err
+    assert tree_hashes(project) | {"dirs": sorted(p.name for p in project.iterdir())} == before
