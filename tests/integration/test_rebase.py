@@ -134,3 +134,24 @@ def test_bad_input_is_one_line_with_its_exit_code_and_nothing_is_written(capsys,
     assert code == {"absent": 6, "same": 6, "unlocked": 4, "out-exists": 2}[case], err
     assert len(err.strip().splitlines()) == 1 and "fix:" in err, err
     assert tree_hashes(project) | {"dirs": sorted(p.name for p in project.iterdir())} == before
+
+
+def test_build_over_a_moved_base_tag_names_both_images_and_points_to_rebase(capsys, engine, project, moved_base):
+    """The project pins its own tag of the stand-in base; upstream then re-pushes that tag with other content."""
+    own_tag = "kvbake-test/standin-base-tag:1"
+    engine.tag(engine.image_id_of(BASE), own_tag)
+    try:
+        manifest = project / "manifest.yaml"
+        manifest.write_text(manifest.read_text().replace(f"image: {BASE}", f"image: {own_tag}"))
+        assert run(capsys, "lock", "--manifest", str(manifest), "--rebase-base")[0] == 0
+        pinned = json.loads((project / "manifest.lock.json").read_text())["base"]["config_digest"]
+        engine.tag(engine.image_id_of(moved_base), own_tag)
+        now = engine.config_digest_of(engine.inspect_image(own_tag), own_tag)
+        before = tree_hashes(project)
+        code, _, err = run(capsys, "build", "--manifest", str(manifest))
+        assert code == 6 and len(err.strip().splitlines()) == 1, err
+        assert f"{own_tag} now names another image (config {now}), not the one the lock pins (config {pinned})" in err
+        assert f"rebase --to {own_tag}" in err
+        assert tree_hashes(project) == before, "nothing is built or written"
+    finally:
+        engine.untag(own_tag)

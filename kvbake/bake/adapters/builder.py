@@ -17,7 +17,7 @@ from kvbake.bake.adapters.pinning import check_switch_coverage
 from kvbake.bake.core.chain import apply_chain
 from kvbake.bake.core.derived_image import archive_members, oci_layout_members, write_archive
 from kvbake.bake.core.dockerfile import render
-from kvbake.bake.core.image_checks import Expectation, base_failures, image_failures, raise_if_failed
+from kvbake.bake.core.image_checks import Expectation, base_failures, image_failures, moved_tag, raise_if_failed
 from kvbake.bake.core.plan import Plan, check_plan_matches_lock, compare_three_ways, layer_files, make_plan, read_overlay
 from kvbake.bake.core.provenance import switch_names
 from kvbake.engines.adapters import manifestcache
@@ -92,6 +92,8 @@ def check_base(engine: Engine, manifest: Manifest, lock: Lock) -> BaseOnEngine:
     inspect = engine.require_image(manifest.base.image)
     profile = engine.profile()
     inspect["ConfigDigest"] = engine.config_digest_of(inspect, manifest.base.image)
+    if manifest.base.image == lock.base.reference and inspect["ConfigDigest"] != lock.base.config_digest:
+        raise BaseImageError(*moved_tag(manifest.base.image, inspect["ConfigDigest"], lock.base.config_digest))
     failures = base_failures(inspect, lock.base.config_digest, lock.base.diff_ids, lock.base.platform)
     if failures:
         raise BaseImageError(f"{manifest.base.image} on {engine.label} ({profile.name}) differs from the lock: {'; '.join(failures)}",

@@ -24,7 +24,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, IntegrityError, LockError, PatchError
 from kvbake.lock import (Derived, Lock, LockedBase, LockedDir, LockedFile, LockedPatch, check_lock_matches, load_lock_file, lock_bytes,
                          locked_source_date_epoch, pinned_manifest_sha256, write_lock)
-from kvbake.bake.core.image_checks import platform_of
+from kvbake.bake.core.image_checks import moved_tag, platform_of
 from kvbake.bake.core.overlayswap import exclusive, recover_overlay, swap_overlay
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.engines.core.detection import store_named
@@ -203,10 +203,8 @@ def refuse_silent_repin(engine: Engine, manifest: Manifest, rebase: bool) -> Non
     inspect = engine.require_image(manifest.base.image)
     now = engine.config_digest_of(inspect, manifest.base.image)
     if now != previous.config_digest:
-        raise BaseImageError(f"{manifest.base.image} now names another image (config {now[:19]}), not the one "
-                             f"{manifest.lock_path.name} pins (config {previous.config_digest[:19]})",
-                             "to move to the new base on purpose, run python build.py lock --rebase-base and review the diff; "
-                             "to keep the pinned base, load or pull it again (better: pin base.image by digest)")
+        cause, fix = moved_tag(manifest.base.image, now, previous.config_digest)
+        raise BaseImageError(cause, fix.replace("rebase --to", "lock --rebase-base (no report) or python build.py rebase --to", 1))
 
 
 def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False, donor: Path | None = None) -> Lock:

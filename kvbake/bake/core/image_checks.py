@@ -88,6 +88,13 @@ def raise_if_failed(what: str, failures: Sequence[str]) -> None:
                              "do not use this image; rebuild it with python build.py")
 
 
+def moved_tag(reference: str, now: str, pinned: str) -> tuple[str, str]:
+    """The cause and fix when the base reference the lock pinned names another image now: the upstream tag moved."""
+    return (f"{reference} now names another image (config {now}), not the one the lock pins (config {pinned})",
+            f"to move the chain to the new image, run python build.py rebase --to {reference} and review its report; to keep "
+            "the locked base, load that image again (better: pin base.image by digest)")
+
+
 def platform_of(inspect: Mapping[str, Any]) -> str:
     return f"{inspect.get('Os')}/{inspect.get('Architecture')}"
 
