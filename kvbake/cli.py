@@ -33,6 +33,7 @@ COMMANDS_HELP = """commands:
   lock              pin the local base and the patches; write the lock and overlay/
   verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
   dockerfile        render Dockerfile.overlay next to the manifest
+  rebase            --to IMAGE:TAG: report hunk by hunk how the chain moves to a new base; --accept DIR: take the candidate
   push              push the built image to the registry and read it back
   init              read the serve every node runs and write manifest.yaml and deploy.yaml describing it (no node changes)
   base sync         put the locked base in the registry once and on every node of --deploy (by digest)
@@ -200,7 +201,10 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--rollback-on-failure", action="store_true", help="on a stop, roll every rank back to the previous release (needs --deploy)")
     rebase = sub.add_parser("rebase", parents=[common], help="report, hunk by hunk, how the locked chain moves to a new local base; "
                             "write a refreshed candidate chain beside the manifest; change nothing else")
-    rebase.add_argument("--to", required=True, metavar="IMAGE:TAG", help="the new base, already on this engine (never pulled)")
+    moves = rebase.add_mutually_exclusive_group(required=True)
+    moves.add_argument("--to", metavar="IMAGE:TAG", help="the new base, already on this engine (never pulled)")
+    moves.add_argument("--accept", type=Path, metavar="DIR", help="take the candidate in DIR (conflicts resolved): point the manifest "
+                       "at its base, replace the changed patches, lock; show the manifest's diff and the replaced patches first")
     rebase.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="the candidate folder to create (default: rebase-<target config> beside the manifest)")
     capacity = sub.add_parser("capacity", parents=[common], help="predict a preset's KV capacity line; with --deploy compare every rank's log")

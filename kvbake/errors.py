@@ -141,6 +141,13 @@ class KvArithError(KvbakeError):
     title = "kv arithmetic"
 
 
+class RebaseError(KvbakeError):
+    """A rebase candidate that cannot be accepted: another manifest's, stale, or with a conflict marker left."""
+
+    exit_code = 18
+    title = "rebase"
+
+
 EXIT_CODES: tuple[type[KvbakeError], ...] = (
     KvbakeError,
     UsageError,
@@ -159,4 +166,5 @@ EXIT_CODES: tuple[type[KvbakeError], ...] = (
     ValidationStop,
     CorpusError,
     KvArithError,
+    RebaseError,
 )

@@ -19,16 +19,44 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, UsageError
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest, load_manifest
+from kvbake.rebase.adapters.accept import accept, plan_acceptance
 from kvbake.rebase.adapters.patch_tree import Files
 from kvbake.rebase.adapters.rebaser import Refreshed, base_hashes, old_chain, refresh
-from kvbake.rebase.core.candidate_patch import refreshed_patch
+from kvbake.rebase.core.candidate_patch import BEFORE, RECORD, RESOLVE, refreshed_patch
 from kvbake.rebase.core.report import FileState, RebaseReport, report_json, report_markdown
 
 Result = tuple[dict[str, Any], str]
-RECORD = "rebase.json"  # what the candidate was made from: --accept checks it
 
 
 def cmd_rebase(args: argparse.Namespace) -> Result:
+    if args.accept is not None:
+        if args.out is not None:
+            raise UsageError("--out goes with --to, not with --accept", "drop --out")
+        return accept_candidate(args)
+    return report_candidate(args)
+
+
+def accept_candidate(args: argparse.Namespace) -> Result:
+    """`rebase --accept DIR`: the manifest's diff and the replaced patches are printed first, then written and locked."""
+    from kvbake.bake.adapters.pinning import create_lock
+
+    manifest = load_manifest(args.manifest)
+    engine = Engine(args.host)
+    acceptance = plan_acceptance(engine, manifest, args.accept)
+    preview = (f"{acceptance.manifest_diff}replaced patches: {', '.join(acceptance.replaced) or 'none'}; "
+               f"the others stay byte for byte")
+    if not args.json:
+        print(preview, flush=True)
+    lock = accept(manifest, acceptance, lambda: create_lock(engine, load_manifest(manifest.path), rebase=True))
+    data = {"base": acceptance.target, "manifest_diff": acceptance.manifest_diff, "replaced": list(acceptance.replaced),
+            "lock": {"base_config_digest": lock.base.config_digest, "image_id": lock.derived.image_id}}
+    text = (f"accepted: base.image is {acceptance.target}, {len(acceptance.replaced)} patch(es) replaced, locked (base "
+            f"{lock.base.config_digest[:19]}, expected image {lock.derived.image_id[:19]}); the replaced patches are not "
+            f"in the donor repository: commit them there and set donor.revision before the next lock --donor")
+    return data, text
+
+
+def report_candidate(args: argparse.Namespace) -> Result:
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest)
     engine = Engine(args.host)
@@ -94,6 +122,13 @@ def new_base_files(engine: Engine, target: str, source_root: str, paths: list[st
     return {path: (file.data if file is not None else None) for path, file in found.items()}
 
 
+def write_files(root: Path, files: Files) -> None:
+    for path, data in files.items():
+        if data is not None:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(data)
+
+
 def write_candidate(manifest: Manifest, out: Path, refreshed: list[Refreshed], report: RebaseReport) -> None:
     """The candidate folder, whole or not at all: refreshed patches under their chain file names, the report, the record."""
     scratch = Path(tempfile.mkdtemp(prefix=".kvbake-rebase-", dir=out.parent))
@@ -102,10 +137,15 @@ def write_candidate(manifest: Manifest, out: Path, refreshed: list[Refreshed], r
             target = scratch / patch.file
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(refreshed_patch(patch.path.read_text(encoding="utf-8"), moved.body), encoding="utf-8")
+        for moved in refreshed:
+            if moved.report.id in report.needs_person:
+                write_files(scratch / RESOLVE / moved.report.id / BEFORE, moved.before)
+                write_files(scratch / RESOLVE / moved.report.id, moved.after)
         (scratch / "report.md").write_text(report_markdown(report), encoding="utf-8")
         (scratch / "report.json").write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
         record = {"manifest": str(manifest.path.resolve()), "target": report.to_image, "target_config": report.to_config,
-                  "base_config": report.from_config, "chain": [p.id for p in manifest.chain], "needs_person": list(report.needs_person)}
+                  "base_config": report.from_config, "chain": [p.id for p in manifest.chain], "needs_person": list(report.needs_person),
+                  "paths": {moved.report.id: moved.order for moved in refreshed}}
         (scratch / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         fsync_tree(scratch)
         rename_durably(scratch, out)

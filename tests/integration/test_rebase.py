@@ -5,6 +5,7 @@ report asserted hunk by hunk, the candidate folder checked, and nothing else cha
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import shutil
 from pathlib import Path
@@ -153,5 +154,76 @@ def test_build_over_a_moved_base_tag_names_both_images_and_points_to_rebase(caps
         assert f"{own_tag} now names another image (config {now}), not the one the lock pins (config {pinned})" in err
         assert f"rebase --to {own_tag}" in err
         assert tree_hashes(project) == before, "nothing is built or written"
+    finally:
+        engine.untag(own_tag)
+
+
+RESOLVED_IMPORT = ("from vllm.v1.worker.workspace import (\n    init_workspace_manager,\n    prompt_scratch_alias,\n"
+                   "    prompt_scratch_transient,\n    workspace_stats,\n)\n")
+
+
+def rebased(capsys, project: Path, target: str) -> Path:
+    code, out, err = run(capsys, "rebase", "--to", target, "--manifest", str(project / "manifest.yaml"), "--json")
+    assert code == 0, err
+    return Path(json.loads(out)["candidate"])
+
+
+def chain_state(project: Path) -> dict[str, str]:
+    """The files accept may change: the manifest, the patches, the lock and overlay/."""
+    return {k: v for k, v in tree_hashes(project).items() if k.startswith(("manifest", "patches/", "overlay/"))}
+
+
+def test_accept_refuses_a_marker_then_takes_the_resolved_chain_which_builds_and_verifies_deep(capsys, engine, project, moved_base):
+    candidate = rebased(capsys, project, moved_base)
+    conflicted = candidate / "resolve" / "0076" / WORKER
+    assert "<<<<<<< new base" in conflicted.read_text()
+    assert (candidate / "resolve" / "0076" / ".before" / WORKER).read_text().count(NEW_IMPORT) == 1
+    before = chain_state(project)
+    code, _, err = run(capsys, "rebase", "--accept", str(candidate), "--manifest", str(project / "manifest.yaml"))
+    assert code == 18 and f"{conflicted} still holds conflict markers" in err, err
+    assert chain_state(project) == before
+
+    conflicted.write_text(re.sub(r"<<<<<<< new base\n.*?>>>>>>> old patched\n", RESOLVED_IMPORT, conflicted.read_text(), flags=re.S))
+    code, out, err = run(capsys, "rebase", "--accept", str(candidate), "--manifest", str(project / "manifest.yaml"))
+    assert code == 0, err
+    assert f"-  image: {BASE}\n+  image: {moved_base}\n" in out and "replaced patches: 0053, 0076;" in out, out
+    after = chain_state(project)
+    changed = {k for k in before if after.get(k) != before[k]}
+    assert {k for k in changed if k.startswith("patches/")} == {"patches/0053-standin-packed-allocator-grouping.patch",
+                                                                 "patches/0076-standin-prompt-scratch-lifetime.patch"}
+    lock = json.loads((project / "manifest.lock.json").read_text())
+    assert lock["base"]["reference"] == moved_base
+    assert lock["base"]["config_digest"] == engine.config_digest_of(engine.inspect_image(moved_base), moved_base)
+    assert RESOLVED_IMPORT in (project / "overlay" / WORKER).read_text() and NEW_CONTEXT in (project / "overlay" / WORKER).read_text()
+    code, out, err = run(capsys, "build", "--manifest", str(project / "manifest.yaml"), "--json")
+    assert code == 0, err
+    image = json.loads(out)["image"]
+    try:
+        code, _, err = run(capsys, "verify", "--deep", "--manifest", str(project / "manifest.yaml"))
+        assert code == 0, err
+    finally:
+        engine.untag(image)
+
+
+@pytest.mark.parametrize("case", ["not-a-candidate", "another-manifest", "stale-target"])
+def test_accept_refuses_a_candidate_that_does_not_fit_and_changes_nothing(capsys, engine, project, moved_base, tmp_path, case):
+    own_tag = "kvbake-test/standin-target:1"
+    engine.tag(engine.image_id_of(moved_base), own_tag)
+    try:
+        candidate = rebased(capsys, project, own_tag)
+        manifest = project / "manifest.yaml"
+        if case == "not-a-candidate":
+            (candidate / "rebase.json").unlink()
+        if case == "another-manifest":
+            shutil.copytree(project, tmp_path / "other", ignore=shutil.ignore_patterns("rebase-*"))
+            manifest = tmp_path / "other" / "manifest.yaml"
+        if case == "stale-target":
+            engine.tag(engine.image_id_of(BASE), own_tag)  # the target tag moved after the report
+        before = chain_state(manifest.parent)
+        code, _, err = run(capsys, "rebase", "--accept", str(candidate), "--manifest", str(manifest))
+        assert code == 18 and len(err.strip().splitlines()) == 1, err
+        assert {"not-a-candidate": "holds no readable rebase.json", "another-manifest": "was made for",
+                "stale-target": f"{own_tag} now names config"}[case] in err, err
+        assert chain_state(manifest.parent) == before
     finally:
         engine.untag(own_tag)

@@ -33,7 +33,12 @@ class Refreshed:
 
     report: PatchReport
     body: str
+    before: Files
     after: Files
+
+    @property
+    def order(self) -> list[str]:
+        return [f.path for f in self.report.files]
 
 
 def old_chain(manifest: Manifest, lock: Lock) -> tuple[Files, list[OldStep]]:
@@ -85,6 +90,8 @@ def refresh(step: OldStep, current: Files, text: bytes) -> Refreshed:
         if section not in applicable:
             reason = "the new base has no such file" if current[path] is None else "the new base already has this file"
             hunks += [HunkReport(path, n, hunk_header(h), CONFLICT, reason=reason) for n, h in enumerate(section, 1)]
+            # both sides changed the whole file (one removed or added it): the merge holds it all between markers
+            after[path] = merge_three(current[path] or b"", step.before[path] or b"", step.after[path] or b"")[0]
             conflicted.add(path)
             continue
         rejected = []
@@ -105,7 +112,8 @@ def refresh(step: OldStep, current: Files, text: bytes) -> Refreshed:
     order = [s.path for s in sections]
     body = diff_body({p: current[p] for p in order}, {p: after[p] for p in order}, order)
     files = tuple(PatchedFile(p, digest(current[p]), None if p in conflicted else digest(after[p])) for p in order)
-    return Refreshed(PatchReport(step.patch.id, step.patch.file, tuple(hunks), files), body, after)
+    return Refreshed(PatchReport(step.patch.id, step.patch.file, tuple(hunks), files), body,
+                     {p: current[p] for p in order}, {p: after[p] for p in order})
 
 
 def merge_file(step: OldStep, path: str, current: bytes | None, rejected) -> tuple[tuple[bytes, int], list[HunkReport]]:

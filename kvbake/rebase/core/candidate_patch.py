@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# The candidate folder: patches/ as the chain names them, report.md, report.json, and
+RECORD = "rebase.json"  # what the candidate was made from: --accept checks it
+RESOLVE = "resolve"  # resolve/<patch id>/<path>: a conflicted patch's files after it, markers and all, for a person to edit
+BEFORE = ".before"  # resolve/<patch id>/.before/<path>: the same files before the patch, on the new base
 MARKER = re.compile(r"^[+ -]?(<{7} |={7}$|>{7} |\|{7} )", re.MULTILINE)
 
 
