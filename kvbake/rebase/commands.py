@@ -23,6 +23,7 @@ from kvbake.rebase.adapters.accept import accept, plan_acceptance
 from kvbake.rebase.adapters.patch_tree import Files
 from kvbake.rebase.adapters.rebaser import Refreshed, base_hashes, old_chain, refresh
 from kvbake.rebase.core.candidate_patch import BEFORE, RECORD, RESOLVE, refreshed_patch
+from kvbake.rebase.core.switch_names import switch_changes
 from kvbake.rebase.core.report import FileState, RebaseReport, report_json, report_markdown
 
 Result = tuple[dict[str, Any], str]
@@ -64,7 +65,7 @@ def report_candidate(args: argparse.Namespace) -> Result:
     config = target_identity(engine, lock, target)
     out = candidate_folder(manifest, args.out, config)
     paths = list(first_touches(manifest))
-    _, steps = old_chain(manifest, lock)
+    old_base, steps = old_chain(manifest, lock)
     current = new_base_files(engine, target, lock.source_root, paths)
     states = tuple(FileState(p, change, base_hashes(lock).get(p), None if current[p] is None else sha256_hex(current[p]))
                    for p, change in first_touches(manifest).items())
@@ -73,8 +74,12 @@ def report_candidate(args: argparse.Namespace) -> Result:
         moved = refresh(step, current, normalized_bytes(step.patch.path))
         current.update(moved.after)
         refreshed.append(moved)
+    old_files = dict(old_base)
+    for step in steps:
+        old_files.update(step.after)
+    new_switches, unread = switch_changes(old_files, current, manifest.switches)
     report = RebaseReport(manifest.path.name, lock.base.reference, lock.base.config_digest, target, config, states,
-                          tuple(r.report for r in refreshed))
+                          tuple(r.report for r in refreshed), new_switches, unread)
     write_candidate(manifest, out, refreshed, report)
     counts = report.counts()
     text = (f"rebase {lock.base.reference} → {target}: {counts['clean']} clean, {counts['offset']} offset, "

@@ -31,12 +31,15 @@ OLD_CONTEXT = "            self.model_runner._init_kv_zero_meta()\n"
 NEW_CONTEXT = "            self.model_runner._init_kv_zero_meta()  # zeroed once per start-up\n"
 
 
+UPSTREAM_KNOB = b'# upstream: a new knob\nimport os\n_KNOB = os.environ.get("VLLM_KV_UPSTREAM_KNOB", "")\n\n'  # four lines
+
+
 def upstream_edits(files: dict[str, bytes]) -> dict[str, bytes]:
     """What "upstream" changed in the new base: four lines above kv_cache_utils' hunks, and in gpu_worker the import
     line 0076 replaces and a context line two lines above 0076's second hunk's insertion."""
     worker = files[WORKER].decode()
     assert worker.count(OLD_IMPORT) == 1 and worker.count(OLD_CONTEXT) == 1
-    return {UTILS: b"# upstream: four new lines\n" * 4 + files[UTILS],
+    return {UTILS: UPSTREAM_KNOB + files[UTILS],
             WORKER: worker.replace(OLD_IMPORT, NEW_IMPORT).replace(OLD_CONTEXT, NEW_CONTEXT).encode()}
 
 
@@ -104,6 +107,7 @@ def test_the_report_says_hunk_by_hunk_how_the_chain_moves_and_the_candidate_is_w
     assert set(others.values()) == {"clean"}, others
     assert report["counts"] == {"clean": len(others), "offset": len(utils_hunks), "merged": 1, "conflict": 1}
     assert report["needs_person"] == ["0076"]
+    assert report["new_switches"] == ["VLLM_KV_UPSTREAM_KNOB"] and report["unread_switches"] == []
     assert {p["id"]: p["status"] for p in report["patches"]} == {
         "0051": "clean", "0053": "offset", "0057": "clean", "0059": "clean", "0060": "clean", "0076": "conflict"}
 

@@ -97,3 +97,12 @@ def test_a_patch_takes_its_worst_hunk_and_the_report_counts_every_hunk():
     assert document["patches"][0]["hunks"][2] == {"path": "g", "number": 1, "header": "@@", "status": "offset", "offset": 2, "line": 9}
     assert "| `g` | 1 | offset | at line 9 (+2 lines) |" in report_markdown(report)
     assert "needs a person: 0002" in report_markdown(report)
+
+
+def test_the_switch_names_a_rebase_moves_are_the_new_reads_and_the_declared_ones_no_longer_read():
+    from kvbake.rebase.core.switch_names import names_read, switch_changes
+
+    old = {"vllm/a.py": b'import os\nX = os.environ.get("VLLM_OLD_ONE")\nY = os.getenv("VLLM_KEPT")\n', "vllm/gone.py": None}
+    new = {"vllm/a.py": b'import os\nY = os.getenv("VLLM_KEPT")\nZ = os.environ["VLLM_NEW_ONE"]\nW = os.getenv("HOME")\n'}
+    assert names_read(new) == {"VLLM_KEPT", "VLLM_NEW_ONE", "HOME"}
+    assert switch_changes(old, new, ["VLLM_OLD_ONE", "VLLM_KEPT", "VLLM_NEVER_READ"]) == (("HOME", "VLLM_NEW_ONE"), ("VLLM_OLD_ONE",))

@@ -78,6 +78,7 @@ class RebaseReport:
     files: tuple[FileState, ...]
     patches: tuple[PatchReport, ...]
     new_switches: tuple[str, ...] = ()
+    unread_switches: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
         statuses = [hunk.status for patch in self.patches for hunk in patch.hunks]
@@ -98,6 +99,7 @@ def report_json(report: RebaseReport) -> dict[str, Any]:
         "counts": report.counts(),
         "needs_person": list(report.needs_person),
         "new_switches": list(report.new_switches),
+        "unread_switches": list(report.unread_switches),
     }
 
 
@@ -128,7 +130,12 @@ def report_markdown(report: RebaseReport) -> str:
            "## Files on the new base", "", "| file | change | state |", "|---|---|---|"]
     out += [f"| `{f.path}` | {f.change} | {f.state} |" for f in report.files]
     if report.new_switches:
-        out += ["", f"New environment names read on the new base: {', '.join(f'`{n}`' for n in report.new_switches)}"]
+        out += ["", f"Environment names the chain's files read on the new base and did not before (review them; `lock` "
+                f"refuses one the chain's own lines read without a declaration): {', '.join(f'`{n}`' for n in report.new_switches)}"]
+    if report.unread_switches:
+        out += ["", f"Declared switches the chain's files no longer read on the new base (`lock` refuses a declared switch "
+                f"nothing reads): "
+                f"{', '.join(f'`{n}`' for n in report.unread_switches)}"]
     for patch in report.patches:
         out += ["", f"## {patch.id}: {patch.status}", "", f"`{patch.file}`", "", "| file | hunk | status | detail |", "|---|---:|---|---|"]
         out += [f"| `{h.path}` | {h.number} | {h.status} | {hunk_detail(h)} |" for h in patch.hunks]
