@@ -1,5 +1,4 @@
-"""The switch names a rebase moves: names the chain's files read on the new base and not on the old, and declared
-switches that nothing in those files reads any more."""
+"""The switch names a rebase moves: names read on the new base and not the old, declared ones no longer read."""
 
 from __future__ import annotations
 
