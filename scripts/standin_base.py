@@ -1,4 +1,4 @@
-"""Build the stand-in base image locally: Debian bookworm + Python 3.11 + the real vLLM 0.33.0 sources, in two layers."""
+"""Build the stand-in base image locally: Debian bookworm + Python 3.11 + a real vLLM release's sources, in two layers."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class Options:
     cache_dir: Path
     rebuild: bool
     mirror: str | None
+    version: str = lib.VLLM_VERSION
 
 
 @dataclass(frozen=True)
@@ -79,14 +80,17 @@ class Report:
 def parse_args(argv: Sequence[str] | None) -> Options:
     """Turn argv into Options."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tag", default=lib.DEFAULT_TAG, help="image tag to build (default: %(default)s)")
+    parser.add_argument("--vllm-version", choices=list(lib.RELEASES), default=lib.VLLM_VERSION,
+                        help="the vLLM release whose sources the base holds (default: %(default)s, the example's base)")
+    parser.add_argument("--tag", default=None, help="image tag to build (default: kvbake-standin/vllm-base:<version>)")
     parser.add_argument("--cache-dir", type=Path, default=lib.DEFAULT_CACHE_DIR,
                         help="where the wheel and the OS tar are kept (default: %(default)s)")
     parser.add_argument("--rebuild", action="store_true", help="build even if the tag exists")
     parser.add_argument("--mirror", default=None,
                         help="Debian mirror for debootstrap (default: the one apt is configured with)")
     args = parser.parse_args(argv)
-    return Options(tag=args.tag, cache_dir=args.cache_dir.expanduser(), rebuild=args.rebuild, mirror=args.mirror)
+    return Options(tag=args.tag or lib.tag_for(args.vllm_version), cache_dir=args.cache_dir.expanduser(), rebuild=args.rebuild,
+                   mirror=args.mirror, version=args.vllm_version)
 
 
 def require_tool(name: str, package: str) -> str:
@@ -124,11 +128,11 @@ def fetch_wheel(cache_dir: Path, pin: lib.WheelPin) -> Path:
     if not wheel.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   f"vllm=={lib.VLLM_VERSION}", "-d", str(folder), "--quiet"]
+                   f"vllm=={pin.version}", "-d", str(folder), "--quiet"]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0 or not wheel.is_file():
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise KvbakeError(f"pip could not download vllm=={lib.VLLM_VERSION}: {last}",
+            raise KvbakeError(f"pip could not download vllm=={pin.version}: {last}",
                               fix="check that PyPI is reachable, or place the wheel in " + str(folder))
     lib.check_wheel(wheel, pin)
     return wheel
@@ -215,10 +219,10 @@ def os_image(docker: DockerClient, tar_path: Path, base_tag: str) -> str:
     return os_tag
 
 
-def stage_sources(wheel_path: Path, context: Path) -> int:
+def stage_sources(wheel_path: Path, context: Path, version: str = lib.VLLM_VERSION) -> int:
     """Extract every vllm/**.py of the wheel into the build context; checks the pinned tree hash."""
     with zipfile.ZipFile(wheel_path) as wheel:
-        lib.check_tree(wheel)
+        lib.check_tree(wheel, version)
         names = lib.python_members(wheel)
         lib.extract_members(wheel, names, context)
     for folder in [context / "vllm", *(p for p in (context / "vllm").rglob("*") if p.is_dir())]:
@@ -249,9 +253,9 @@ def image_labels(pin: lib.WheelPin) -> dict[str, str]:
     return {
         lib.STANDIN_LABEL: "true",
         f"{lib.STANDIN_LABEL}.note": "stand-in base for the kvbake example; not a vLLM release image",
-        f"{lib.STANDIN_LABEL}.vllm-version": lib.VLLM_VERSION,
+        f"{lib.STANDIN_LABEL}.vllm-version": pin.version,
         f"{lib.STANDIN_LABEL}.wheel-sha256": pin.sha256,
-        f"{lib.STANDIN_LABEL}.py-tree-sha256": lib.PY_TREE_SHA256,
+        f"{lib.STANDIN_LABEL}.py-tree-sha256": lib.RELEASES[pin.version].tree_sha256,
         f"{lib.STANDIN_LABEL}.source-root": lib.SOURCE_ROOT,
         f"{lib.STANDIN_LABEL}.debian-suite": lib.DEBIAN_SUITE,
     }
@@ -263,7 +267,7 @@ def build_sources_layer(docker: DockerClient, os_tag: str, wheel: Path, options:
     with tempfile.TemporaryDirectory(dir=options.cache_dir, prefix="context-") as work:
         context = Path(work)
         with phase(timings, "stage sources"):
-            stage_sources(wheel, context)
+            stage_sources(wheel, context, pin.version)
         with phase(timings, "compile"):
             compile_sources(docker, os_tag, context)
         with phase(timings, "build sources layer"):
@@ -272,7 +276,7 @@ def build_sources_layer(docker: DockerClient, os_tag: str, wheel: Path, options:
                                 network="none", pull=False, cache=False)
 
 
-def check_image(docker: DockerClient, tag: str) -> dict[str, object]:
+def check_image(docker: DockerClient, tag: str, version: str = lib.VLLM_VERSION) -> dict[str, object]:
     """Fail unless the image has two or more layers and every module has bytecode Python will use."""
     layers = docker.image.inspect(tag).root_fs.layers
     if len(layers) < 2:
@@ -280,7 +284,7 @@ def check_image(docker: DockerClient, tag: str) -> dict[str, object]:
     output = docker.run(tag, ["python3", "-c", PYC_CHECK, f"{lib.SOURCE_ROOT}/vllm"],
                         networks=["none"], remove=True, pull="never")
     result = ast.literal_eval(str(output).strip().splitlines()[-1])
-    if result["stale_count"] or result["modules"] != lib.PY_FILE_COUNT or not result["on_path"]:
+    if result["stale_count"] or result["modules"] != lib.RELEASES[version].file_count or not result["on_path"]:
         raise IntegrityError(f"{tag}: bytecode check failed: {json.dumps(result)}")
     return result
 
@@ -288,7 +292,7 @@ def check_image(docker: DockerClient, tag: str) -> dict[str, object]:
 def build(options: Options, docker: DockerClient) -> Report:
     """Every phase of the build, in order."""
     timings: dict[str, float] = {}
-    pin = lib.wheel_pin(lib.host_arch())
+    pin = lib.wheel_pin(lib.host_arch(), options.version)
     options.cache_dir.mkdir(parents=True, exist_ok=True)
     if not os_tar_path(options, pin.arch).is_file():
         require_bootstrap_tools()
@@ -300,7 +304,7 @@ def build(options: Options, docker: DockerClient) -> Report:
         os_tag = os_image(docker, tar_path, options.tag)
     build_sources_layer(docker, os_tag, wheel, options, pin, timings)
     with phase(timings, "check"):
-        pyc_check = check_image(docker, options.tag)
+        pyc_check = check_image(docker, options.tag, options.version)
     image = docker.image.inspect(options.tag)
     return Report(tag=options.tag, image_id=image.id, layers=len(image.root_fs.layers),
                   size_bytes=image.size, timings=timings, pyc_check=pyc_check)

@@ -14,22 +14,44 @@ from pathlib import Path
 
 from kvbake.errors import IntegrityError, KvbakeError
 
-VLLM_VERSION = "0.33.0"
 PYTHON_VERSION = "3.11"
 DEBIAN_SUITE = "bookworm"
 SOURCE_ROOT = f"/usr/local/lib/python{PYTHON_VERSION}/dist-packages"
-DEFAULT_TAG = f"kvbake-standin/vllm-base:{VLLM_VERSION}"
 DEFAULT_CACHE_DIR = Path("~/.cache/kvbake/standin")
 STANDIN_LABEL = "org.kvbake.standin"
 
-# sha256 of the vLLM 0.33.0 wheels on PyPI, one per machine architecture.
-WHEEL_SHA256: dict[str, str] = {
-    "x86_64": "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
-    "aarch64": "e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606",
+
+@dataclass(frozen=True)
+class Release:
+    """One vLLM release a stand-in base can hold: its wheels' sha256 per machine architecture (PyPI), and the hash of
+    its vllm/**.py tree (sorted "path\0sha256\n" lines, the same in every architecture's wheel) with the file count."""
+
+    version: str
+    wheel_sha256: dict[str, str]
+    tree_sha256: str
+    file_count: int
+
+
+RELEASES: dict[str, Release] = {
+    "0.33.0": Release("0.33.0", {"x86_64": "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
+                                 "aarch64": "e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606"},
+                      "34b6e1b8a87fdd63057a8f1170592972da8dac692146078821d05709c2f312d2", 3231),
+    # the next release, the stand-in's rebase target (docs: README, "When the base moves")
+    "0.34.0": Release("0.34.0", {"x86_64": "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2",
+                                 "aarch64": "7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405"},
+                      "27fc9b76673c91b58ca7085b7f4d8aa30a28b93eb10976e7f47083b76ee6f29e", 3604),
 }
-# Tree hash of every vllm/**.py member (sorted "path\0sha256\n" lines); the same for both wheels.
-PY_TREE_SHA256 = "34b6e1b8a87fdd63057a8f1170592972da8dac692146078821d05709c2f312d2"
-PY_FILE_COUNT = 3231
+VLLM_VERSION = "0.33.0"  # the stand-in example's base
+WHEEL_SHA256 = RELEASES[VLLM_VERSION].wheel_sha256
+PY_TREE_SHA256 = RELEASES[VLLM_VERSION].tree_sha256
+PY_FILE_COUNT = RELEASES[VLLM_VERSION].file_count
+
+
+def tag_for(version: str) -> str:
+    return f"kvbake-standin/vllm-base:{version}"
+
+
+DEFAULT_TAG = tag_for(VLLM_VERSION)
 # sha256 of single base files that checks and tests look at directly.
 BASE_FILE_SHA256: dict[str, str] = {
     "vllm/v1/kv_cache_interface.py": "1e0b5027cc13ed845488ff3f671292e6c57fcae99c5b7130ad92c9d176a38684",
@@ -58,6 +80,7 @@ class WheelPin:
     arch: str
     filename: str
     sha256: str
+    version: str = VLLM_VERSION
 
 
 def host_arch() -> str:
@@ -66,15 +89,18 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-def wheel_pin(arch: str) -> WheelPin:
-    """The pinned wheel for an architecture, or an error naming the pinned ones."""
-    if arch not in WHEEL_SHA256:
+def wheel_pin(arch: str, version: str = VLLM_VERSION) -> WheelPin:
+    """The pinned wheel of a release for an architecture, or an error naming the pinned ones."""
+    release = RELEASES.get(version)
+    if release is None:
+        raise KvbakeError(f"no vLLM {version} release is pinned for the stand-in", fix=f"use one of: {', '.join(RELEASES)}")
+    if arch not in release.wheel_sha256:
         raise KvbakeError(
-            f"no vLLM {VLLM_VERSION} wheel is pinned for architecture {arch!r}",
-            fix=f"build the stand-in on one of: {', '.join(sorted(WHEEL_SHA256))}",
+            f"no vLLM {version} wheel is pinned for architecture {arch!r}",
+            fix=f"build the stand-in on one of: {', '.join(sorted(release.wheel_sha256))}",
         )
-    filename = f"vllm-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_{arch}.whl"
-    return WheelPin(arch=arch, filename=filename, sha256=WHEEL_SHA256[arch])
+    filename = f"vllm-{version}-cp38-abi3-manylinux_2_28_{arch}.whl"
+    return WheelPin(arch=arch, filename=filename, sha256=release.wheel_sha256[arch], version=version)
 
 
 def file_sha256(path: Path) -> str:
@@ -113,13 +139,14 @@ def tree_sha256(wheel: zipfile.ZipFile) -> tuple[str, int]:
     return digest.hexdigest(), len(names)
 
 
-def check_tree(wheel: zipfile.ZipFile) -> None:
-    """Fail unless the wheel's Python tree matches the pinned tree hash and file count."""
+def check_tree(wheel: zipfile.ZipFile, version: str = VLLM_VERSION) -> None:
+    """Fail unless the wheel's Python tree matches the release's pinned tree hash and file count."""
     actual, count = tree_sha256(wheel)
-    if (actual, count) != (PY_TREE_SHA256, PY_FILE_COUNT):
+    release = RELEASES[version]
+    if (actual, count) != (release.tree_sha256, release.file_count):
         raise IntegrityError(
-            f"vllm .py tree hashes to {actual} over {count} files, "
-            f"pinned {PY_TREE_SHA256} over {PY_FILE_COUNT}",
+            f"vllm {version} .py tree hashes to {actual} over {count} files, "
+            f"pinned {release.tree_sha256} over {release.file_count}",
         )
 
 

@@ -64,11 +64,11 @@ def report_candidate(args: argparse.Namespace) -> Result:
     target = args.to
     config = target_identity(engine, lock, target)
     out = candidate_folder(manifest, args.out, config)
-    paths = list(first_touches(manifest))
     old_base, steps = old_chain(manifest, lock)
-    current = new_base_files(engine, target, lock.source_root, paths)
+    touches = first_touches(manifest)
+    current = new_base_files(engine, target, lock.source_root, list(touches), [p for p, change in touches.items() if change != "create"])
     states = tuple(FileState(p, change, base_hashes(lock).get(p), None if current[p] is None else sha256_hex(current[p]))
-                   for p, change in first_touches(manifest).items())
+                   for p, change in touches.items())
     refreshed: list[Refreshed] = []
     for step in steps:
         moved = refresh(step, current, normalized_bytes(step.patch.path))
@@ -116,14 +116,15 @@ def candidate_folder(manifest: Manifest, chosen: Path | None, config: str) -> Pa
     return out
 
 
-def new_base_files(engine: Engine, target: str, source_root: str, paths: list[str]) -> Files:
-    """Every file the chain touches, as the target holds it (None: absent), copied out of a never-started container."""
+def new_base_files(engine: Engine, target: str, source_root: str, paths: list[str], modified: list[str]) -> Files:
+    """Every file the chain touches, as the target holds it (None: absent), copied out of a never-started container one
+    by one (never the whole source root). A target that holds none of the files the chain edits has no such tree."""
     with engine.created_container(target) as container:
         extractor = Extractor(engine, container, source_root)
-        if extractor.listing(".") is None:
-            raise BaseImageError(f"the rebase target {target} has no {source_root} (the manifest's source root)",
-                                 "rebase onto an image of the same layout, or change base.source_root in the manifest first")
         found = {path: extractor.file(path) for path in paths}
+    if modified and all(found[path] is None for path in modified):
+        raise BaseImageError(f"the rebase target {target} holds none of the chain's files under {source_root} (the manifest's "
+                             "source root)", "rebase onto an image of the same layout, or change base.source_root in the manifest first")
     return {path: (file.data if file is not None else None) for path, file in found.items()}
 
 

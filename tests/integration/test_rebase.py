@@ -126,9 +126,10 @@ def test_the_report_says_hunk_by_hunk_how_the_chain_moves_and_the_candidate_is_w
     assert json.loads((candidate / "report.json").read_text())["counts"] == report["counts"]
 
 
-@pytest.mark.parametrize("case", ["absent", "same", "unlocked", "out-exists"])
-def test_bad_input_is_one_line_with_its_exit_code_and_nothing_is_written(capsys, project, moved_base, case):
-    target = {"absent": "kvbake-test/no-such-base:1", "same": BASE}.get(case, moved_base)
+@pytest.mark.parametrize("case", ["absent", "same", "unlocked", "out-exists", "no-tree", "other-platform"])
+def test_bad_input_is_one_line_with_its_exit_code_and_nothing_is_written(capsys, project, moved_base, tiny_base, case):
+    target = {"absent": "kvbake-test/no-such-base:1", "same": BASE, "no-tree": tiny_base,
+              "other-platform": BASE + "-arm64"}.get(case, moved_base)
     if case == "unlocked":
         (project / "manifest.lock.json").unlink()
     if case == "out-exists":
@@ -136,7 +137,11 @@ def test_bad_input_is_one_line_with_its_exit_code_and_nothing_is_written(capsys,
     before = tree_hashes(project) | {"dirs": sorted(p.name for p in project.iterdir())}
     extra = ["--out", str(project / "taken")] if case == "out-exists" else []
     code, out, err = run(capsys, "rebase", "--to", target, "--manifest", str(project / "manifest.yaml"), *extra)
-    assert code == {"absent": 6, "same": 6, "unlocked": 4, "out-exists": 2}[case], err
+    assert code == {"absent": 6, "same": 6, "unlocked": 4, "out-exists": 2, "no-tree": 6, "other-platform": 6}[case], err
+    if case == "other-platform":
+        assert f"{BASE}-arm64 is linux/arm64, the locked base is linux/amd64" in err, err
+    if case == "no-tree":
+        assert "holds none of the chain's files under /usr/local/lib/python3.11/dist-packages" in err, err
     assert len(err.strip().splitlines()) == 1 and "fix:" in err, err
     assert tree_hashes(project) | {"dirs": sorted(p.name for p in project.iterdir())} == before
 
@@ -231,3 +236,78 @@ def test_accept_refuses_a_candidate_that_does_not_fit_and_changes_nothing(capsys
         assert chain_state(manifest.parent) == before
     finally:
         engine.untag(own_tag)
+
+
+NEXT_RELEASE = "kvbake-standin/vllm-base:0.34.0"  # python scripts/standin_base.py --vllm-version 0.34.0
+# The stand-in chain written for vLLM 0.33.0, moved onto 0.34.0's real sources: (patch, file, hunk) -> status and offset.
+EXPECTED_HUNKS = {
+    ("0051", "vllm/models/deepseek_v41/attention.py", 1): ("offset", 8),
+    ("0051", "vllm/models/deepseek_v41/attention.py", 2): ("offset", 50),
+    ("0051", "vllm/v1/kv_cache_interface.py", 1): ("clean", 0),
+    **{("0051", "vllm/v1/kv_cache_interface.py", n): ("offset", 12) for n in (2, 3, 4, 5)},
+    ("0051", "vllm/v1/kv_cache_interface.py", 6): ("offset", 13),
+    ("0053", UTILS, 1): ("offset", 2),
+    ("0053", UTILS, 2): ("offset", 21),
+    ("0053", UTILS, 3): ("offset", 21),
+    ("0053", "vllm/v1/kv_cache_interface.py", 1): ("offset", 12),
+    ("0057", "vllm/envs.py", 1): ("conflict", 0),
+    ("0057", "vllm/envs.py", 2): ("offset", 132),
+    ("0057", "vllm/models/deepseek_v41/kv_pack.py", 1): ("clean", 0),
+    ("0059", "vllm/models/deepseek_v41/kv_pack.py", 1): ("clean", 0),
+    ("0059", "vllm/v1/worker/workspace.py", 1): ("clean", 0),
+    ("0060", "vllm/models/deepseek_v41/attention.py", 1): ("clean", 0),
+    ("0060", "vllm/models/deepseek_v41/attention.py", 2): ("merged", 0),
+    ("0060", "vllm/models/deepseek_v41/attention.py", 3): ("offset", 49),
+    ("0060", "vllm/models/deepseek_v41/kv_pack.py", 1): ("clean", 0),
+    ("0060", "vllm/models/deepseek_v41/nvidia/model.py", 1): ("conflict", 0),
+    ("0076", WORKER, 1): ("offset", 16),
+    ("0076", WORKER, 2): ("offset", 46),
+    ("0076", "vllm/v1/worker/workspace.py", 1): ("clean", 0),
+    ("0076", "vllm/v1/worker/workspace.py", 2): ("conflict", 0),
+}
+MARKED = re.compile(r"<<<<<<< new base\n(?P<new>.*?)=======\n(?P<old>.*?)>>>>>>> old patched\n", re.S)
+# 0.34.0 computes whether the MTP hidden-state buffer is needed in a helper; 0060's switch then turns it off.
+MTP_RESOLVED = ("        needs_mtp_hidden_states = needs_mtp_hidden_buffer(spec_config)\n"
+                "        # kvbake stand-in (0060): VLLM_DSV41_DROP_MTP_BUFFER=1 skips this\n"
+                "        # buffer on a rank whose drafter reads hidden states elsewhere.\n"
+                "        if envs.VLLM_DSV41_DROP_MTP_BUFFER and needs_mtp_hidden_states:\n"
+                '            logger.info_once("DeepSeek V4.1: MTP hidden-state buffer dropped")\n'
+                "            needs_mtp_hidden_states = False\n"
+                "        if get_pp_group().is_last_rank and needs_mtp_hidden_states:\n")
+
+
+def resolve(path: Path, keep_both: bool) -> None:
+    """A person's resolution: upstream's lines and the patch's both (each side added its own), or 0060's rewrite."""
+    text = path.read_text()
+    assert MARKED.search(text), path
+    path.write_text(MARKED.sub(lambda m: m["new"] + m["old"] if keep_both else MTP_RESOLVED, text))
+
+
+def test_the_chain_moves_between_two_real_vllm_releases_and_the_resolved_chain_builds_and_verifies(capsys, engine, project):
+    assert engine.inspect_image(NEXT_RELEASE) is not None, "build it: python scripts/standin_base.py --vllm-version 0.34.0"
+    candidate = rebased(capsys, project, NEXT_RELEASE)
+    report = json.loads((candidate / "report.json").read_text())
+    found = {(p["id"], h["path"], h["number"]): (h["status"], h.get("offset", 0)) for p in report["patches"] for h in p["hunks"]}
+    assert found == EXPECTED_HUNKS
+    assert report["counts"] == {"clean": 7, "offset": 15, "merged": 1, "conflict": 3} and report["needs_person"] == ["0057", "0060", "0076"]
+    assert {f["path"]: f["state"] for f in report["files"]} == {
+        **{path: "changed" for (_, path, _) in EXPECTED_HUNKS if path != "vllm/models/deepseek_v41/kv_pack.py"},
+        "vllm/models/deepseek_v41/kv_pack.py": "absent"}
+    mtp = next(h for p in report["patches"] for h in p["hunks"] if (p["id"], h["number"]) == ("0060", 1) and h["path"].endswith("model.py"))
+    assert "+        if get_pp_group().is_last_rank and needs_mtp_hidden_buffer(spec_config):" in mtp["upstream"]["diff"]
+
+    resolve(candidate / "resolve" / "0057" / "vllm/envs.py", keep_both=True)
+    resolve(candidate / "resolve" / "0060" / "vllm/models/deepseek_v41/nvidia/model.py", keep_both=False)
+    resolve(candidate / "resolve" / "0076" / "vllm/v1/worker/workspace.py", keep_both=True)
+    code, out, err = run(capsys, "rebase", "--accept", str(candidate), "--manifest", str(project / "manifest.yaml"))
+    assert code == 0, err
+    assert "replaced patches: 0051, 0053, 0057, 0060, 0076;" in out, out
+    assert json.loads((project / "manifest.lock.json").read_text())["base"]["reference"] == NEXT_RELEASE
+    code, out, err = run(capsys, "build", "--manifest", str(project / "manifest.yaml"), "--json")
+    assert code == 0, err
+    image = json.loads(out)["image"]
+    try:
+        code, _, err = run(capsys, "verify", "--deep", "--manifest", str(project / "manifest.yaml"))
+        assert code == 0, err
+    finally:
+        engine.untag(image)
