@@ -1,4 +1,5 @@
-"""Build the stand-in base image locally: Debian bookworm + Python 3.11 + a real vLLM release's sources, in two layers."""
+"""Build the stand-in base image locally: Debian bookworm + Python 3.11 + a real vLLM release's sources and exllamav3's,
+in two layers."""
 
 from __future__ import annotations
 
@@ -26,13 +27,15 @@ from python_on_whales.exceptions import DockerException  # noqa: E402
 import standin_lib as lib  # noqa: E402
 from kvbake.errors import EngineError, IntegrityError, KvbakeError, ResourceError  # noqa: E402
 
+SOURCES = "sources"  # the build context's folder holding every package, copied into the source root as one layer
 OS_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Runs inside the image, whose python3-minimal has no json: it prints a dict literal.
 PYC_CHECK = """
 import importlib.util, os, struct, sys
-root = sys.argv[1]
+roots = sys.argv[1:]
+root = roots[0]
 total, stale = 0, []
-for folder, _, names in os.walk(root):
+for folder, _, names in (entry for top in roots for entry in os.walk(top)):
     for name in names:
         if not name.endswith(".py"):
             continue
@@ -138,6 +141,23 @@ def fetch_wheel(cache_dir: Path, pin: lib.WheelPin) -> Path:
     return wheel
 
 
+def fetch_package_wheel(cache_dir: Path, package: lib.PurePackage = lib.EXLLAMAV3) -> Path:
+    """The pinned pure-Python wheel of a package every stand-in base holds, from the cache or pip."""
+    pin = lib.WheelPin(arch="any", filename=package.filename, sha256=package.wheel_sha256, version=package.version)
+    wheel = cache_dir / "wheels" / package.filename
+    if not wheel.is_file():
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   f"{package.name}=={package.version}", "-d", str(wheel.parent), "--quiet"]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not wheel.is_file():
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise KvbakeError(f"pip could not download {package.name}=={package.version}: {last}",
+                              fix="check that PyPI is reachable, or place the wheel in " + str(wheel.parent))
+    lib.check_wheel(wheel, pin)
+    return wheel
+
+
 def bootstrap_rootfs(rootfs: Path, mirror: str | None) -> None:
     """Run debootstrap for a minimal bookworm with python3-minimal."""
     debootstrap = require_tool("debootstrap", "debootstrap")
@@ -219,31 +239,40 @@ def os_image(docker: DockerClient, tar_path: Path, base_tag: str) -> str:
     return os_tag
 
 
-def stage_sources(wheel_path: Path, context: Path, version: str = lib.VLLM_VERSION) -> int:
-    """Extract every vllm/**.py of the wheel into the build context; checks the pinned tree hash."""
+def stage_sources(wheel_path: Path, context: Path, version: str = lib.VLLM_VERSION, package_wheel: Path | None = None) -> int:
+    """Extract every vllm/**.py of the wheel (and exllamav3/**.py of its wheel) into the build context; checks the pinned
+    tree hashes."""
     with zipfile.ZipFile(wheel_path) as wheel:
         lib.check_tree(wheel, version)
         names = lib.python_members(wheel)
-        lib.extract_members(wheel, names, context)
-    for folder in [context / "vllm", *(p for p in (context / "vllm").rglob("*") if p.is_dir())]:
-        folder.chmod(0o755)
+        lib.extract_members(wheel, names, context / SOURCES)
+    if package_wheel is not None:
+        with zipfile.ZipFile(package_wheel) as wheel:
+            lib.check_package_tree(wheel)
+            extra = lib.python_members(wheel, lib.EXLLAMAV3.name)
+            lib.extract_members(wheel, extra, context / SOURCES)
+            names += extra
+    for package in lib.PACKAGES:
+        if (context / SOURCES / package).is_dir():
+            for folder in [context / SOURCES / package, *(p for p in (context / SOURCES / package).rglob("*") if p.is_dir())]:
+                folder.chmod(0o755)
     return len(names)
 
 
 def compile_sources(docker: DockerClient, os_tag: str, context: Path) -> None:
-    """Byte-compile the sources at their final path with the image's own interpreter."""
-    target = f"{lib.SOURCE_ROOT}/vllm"
+    """Byte-compile the sources at their final paths with the image's own interpreter."""
+    targets = [f"{lib.SOURCE_ROOT}/{package}" for package in lib.PACKAGES]
     # No -j: python3-minimal lacks concurrent.futures. Timestamp pycs, as pip writes them.
-    command = ["python3", "-m", "compileall", "-q", "--invalidation-mode", "timestamp", target]
-    docker.run(os_tag, command, volumes=[(str(context / "vllm"), target)], networks=["none"],
-               remove=True, pull="never")
+    command = ["python3", "-m", "compileall", "-q", "--invalidation-mode", "timestamp", *targets]
+    docker.run(os_tag, command, volumes=[(str(context / SOURCES / package), target) for package, target in zip(lib.PACKAGES, targets)],
+               networks=["none"], remove=True, pull="never")
 
 
 def write_dockerfile(context: Path, os_tag: str) -> None:
-    """A Dockerfile that adds the sources as one layer on top of the OS image."""
+    """A Dockerfile that adds the sources (every package) as one layer on top of the OS image."""
     (context / "Dockerfile").write_text(
         f"FROM {os_tag}\n"
-        f"COPY vllm {lib.SOURCE_ROOT}/vllm\n"
+        f"COPY {SOURCES}/ {lib.SOURCE_ROOT}/\n"
     )
     (context / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")
 
@@ -256,18 +285,21 @@ def image_labels(pin: lib.WheelPin) -> dict[str, str]:
         f"{lib.STANDIN_LABEL}.vllm-version": pin.version,
         f"{lib.STANDIN_LABEL}.wheel-sha256": pin.sha256,
         f"{lib.STANDIN_LABEL}.py-tree-sha256": lib.RELEASES[pin.version].tree_sha256,
+        f"{lib.STANDIN_LABEL}.exllamav3-version": lib.EXLLAMAV3.version,
+        f"{lib.STANDIN_LABEL}.exllamav3-tree-sha256": lib.EXLLAMAV3.tree_sha256,
+        f"{lib.STANDIN_LABEL}.recipe": lib.recipe(pin.version),
         f"{lib.STANDIN_LABEL}.source-root": lib.SOURCE_ROOT,
         f"{lib.STANDIN_LABEL}.debian-suite": lib.DEBIAN_SUITE,
     }
 
 
 def build_sources_layer(docker: DockerClient, os_tag: str, wheel: Path, options: Options,
-                        pin: lib.WheelPin, timings: dict[str, float]) -> None:
+                        pin: lib.WheelPin, timings: dict[str, float], package_wheel: Path | None = None) -> None:
     """Stage, compile and COPY the vLLM sources on top of the OS image."""
     with tempfile.TemporaryDirectory(dir=options.cache_dir, prefix="context-") as work:
         context = Path(work)
         with phase(timings, "stage sources"):
-            stage_sources(wheel, context, pin.version)
+            stage_sources(wheel, context, pin.version, package_wheel)
         with phase(timings, "compile"):
             compile_sources(docker, os_tag, context)
         with phase(timings, "build sources layer"):
@@ -281,10 +313,11 @@ def check_image(docker: DockerClient, tag: str, version: str = lib.VLLM_VERSION)
     layers = docker.image.inspect(tag).root_fs.layers
     if len(layers) < 2:
         raise IntegrityError(f"{tag} has {len(layers)} layer(s), expected at least 2")
-    output = docker.run(tag, ["python3", "-c", PYC_CHECK, f"{lib.SOURCE_ROOT}/vllm"],
+    output = docker.run(tag, ["python3", "-c", PYC_CHECK, *(f"{lib.SOURCE_ROOT}/{p}" for p in lib.PACKAGES)],
                         networks=["none"], remove=True, pull="never")
     result = ast.literal_eval(str(output).strip().splitlines()[-1])
-    if result["stale_count"] or result["modules"] != lib.RELEASES[version].file_count or not result["on_path"]:
+    expected = lib.RELEASES[version].file_count + lib.EXLLAMAV3.file_count
+    if result["stale_count"] or result["modules"] != expected or not result["on_path"]:
         raise IntegrityError(f"{tag}: bytecode check failed: {json.dumps(result)}")
     return result
 
@@ -298,11 +331,12 @@ def build(options: Options, docker: DockerClient) -> Report:
         require_bootstrap_tools()
     with phase(timings, "wheel"):
         wheel = fetch_wheel(options.cache_dir, pin)
+        package_wheel = fetch_package_wheel(options.cache_dir)
     with phase(timings, "os rootfs tar"):
         tar_path = os_tar(options, pin.arch)
     with phase(timings, "os layer"):
         os_tag = os_image(docker, tar_path, options.tag)
-    build_sources_layer(docker, os_tag, wheel, options, pin, timings)
+    build_sources_layer(docker, os_tag, wheel, options, pin, timings, package_wheel)
     with phase(timings, "check"):
         pyc_check = check_image(docker, options.tag, options.version)
     image = docker.image.inspect(options.tag)
@@ -324,8 +358,11 @@ def run(options: Options) -> int:
     """Build unless the tag is already present (or --rebuild)."""
     docker = connect_engine()
     if docker.image.exists(options.tag) and not options.rebuild:
-        print(f"{options.tag} already exists locally; nothing to do (use --rebuild to build again)")
-        return 0
+        held = (docker.image.inspect(options.tag).config.labels or {}).get(f"{lib.STANDIN_LABEL}.recipe")
+        if held == lib.recipe(options.version):
+            print(f"{options.tag} already exists locally; nothing to do (use --rebuild to build again)")
+            return 0
+        print(f"{options.tag} exists but was built from another recipe ({held or 'none recorded'}); building it again")
     try:
         report = build(options, docker)
     except DockerException as err:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 import standin_lib as lib  # noqa: E402
-from standin_base import connect_engine, fetch_wheel, mounts_under, require_bootstrap_tools, require_tool  # noqa: E402
+from standin_base import connect_engine, fetch_package_wheel, fetch_wheel, mounts_under, require_bootstrap_tools, require_tool  # noqa: E402
 from kvbake.digests import canonical_json, sha256_digest  # noqa: E402
 from kvbake.errors import KvbakeError  # noqa: E402
 
@@ -64,23 +64,31 @@ def _directory(tar: tarfile.TarFile, name: str) -> None:
     tar.addfile(info)
 
 
-def sources_layer(wheel_path: Path, work: Path) -> Path:
-    """The vLLM sources at the source root, with timestamp bytecode compiled by this host's Python 3.11."""
+def sources_layer(wheel_path: Path, work: Path, package_wheel: Path) -> Path:
+    """The vLLM and exllamav3 sources at the source root, with timestamp bytecode compiled by this host's Python 3.11."""
     if sys.version_info[:2] != (3, 11):
         raise KvbakeError(f"the arm64 stand-in's bytecode must come from Python 3.11, this is {sys.version.split()[0]}",
                           fix="run this script with the project's .venv/bin/python (Python 3.11)")
     with zipfile.ZipFile(wheel_path) as wheel:
         lib.check_tree(wheel)
         lib.extract_members(wheel, lib.python_members(wheel), work)
-    final = f"{lib.SOURCE_ROOT}/vllm"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-d", final, "--invalidation-mode", "timestamp", str(work / "vllm")], check=True)
+    with zipfile.ZipFile(package_wheel) as wheel:
+        lib.check_package_tree(wheel)
+        lib.extract_members(wheel, lib.python_members(wheel, lib.EXLLAMAV3.name), work)
+    for package in lib.PACKAGES:
+        final = f"{lib.SOURCE_ROOT}/{package}"
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-d", final, "--invalidation-mode", "timestamp", str(work / package)],
+                       check=True)
     layer = work.parent / "sources.tar"
     prefix = lib.SOURCE_ROOT.strip("/")
     with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tar:
         parts = prefix.split("/")
         for depth in range(1, len(parts) + 1):
             _directory(tar, "/".join(parts[:depth]))
-        for path in sorted(work.joinpath("vllm").rglob("*"), key=lambda p: p.relative_to(work).as_posix()):
+        staged = [path for package in lib.PACKAGES for path in work.joinpath(package).rglob("*")]
+        for package in lib.PACKAGES:
+            _directory(tar, f"{prefix}/{package}")
+        for path in sorted(staged, key=lambda p: p.relative_to(work).as_posix()):
             name = f"{prefix}/{path.relative_to(work).as_posix()}"
             if path.is_dir():
                 _directory(tar, name)
@@ -90,8 +98,8 @@ def sources_layer(wheel_path: Path, work: Path) -> Path:
             info.size, info.mode = len(data), 0o644
             info.mtime = int(path.stat().st_mtime) if path.suffix == ".py" else EPOCH
             tar.addfile(info, io.BytesIO(data))
-    if "vllm" not in os.listdir(work):
-        raise KvbakeError("no vllm sources were staged", fix="check the wheel")
+    if not set(lib.PACKAGES) <= set(os.listdir(work)):
+        raise KvbakeError("the vllm and exllamav3 sources were not both staged", fix="check the wheels")
     return layer
 
 
@@ -103,14 +111,16 @@ def image_config(diff_ids: list[str], wheel_sha256: str) -> bytes:
     labels = {lib.STANDIN_LABEL: "true", f"{lib.STANDIN_LABEL}.note": "arm64 stand-in base for the kvbake example; not a vLLM release image",
               f"{lib.STANDIN_LABEL}.vllm-version": lib.VLLM_VERSION, f"{lib.STANDIN_LABEL}.wheel-sha256": wheel_sha256,
               f"{lib.STANDIN_LABEL}.py-tree-sha256": lib.PY_TREE_SHA256, f"{lib.STANDIN_LABEL}.source-root": lib.SOURCE_ROOT,
-              f"{lib.STANDIN_LABEL}.debian-suite": lib.DEBIAN_SUITE, f"{lib.STANDIN_LABEL}.built-without-emulation": "true"}
+              f"{lib.STANDIN_LABEL}.debian-suite": lib.DEBIAN_SUITE, f"{lib.STANDIN_LABEL}.built-without-emulation": "true",
+              f"{lib.STANDIN_LABEL}.exllamav3-version": lib.EXLLAMAV3.version,
+              f"{lib.STANDIN_LABEL}.exllamav3-tree-sha256": lib.EXLLAMAV3.tree_sha256, f"{lib.STANDIN_LABEL}.recipe": lib.recipe(lib.VLLM_VERSION)}
     return canonical_json({
         "architecture": ARCH, "os": "linux", "created": CREATED,
         "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
                    "Cmd": ["python3"], "Labels": labels},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": [{"created": CREATED, "created_by": "kvbake stand-in: debootstrap --foreign bookworm minbase + python3-minimal (arm64)"},
-                    {"created": CREATED, "created_by": "kvbake stand-in: vLLM 0.33.0 sources with Python 3.11 bytecode"}],
+                    {"created": CREATED, "created_by": "kvbake stand-in: vLLM 0.33.0 and exllamav3 1.6.5 sources with Python 3.11 bytecode"}],
     })
 
 
@@ -138,17 +148,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         docker = connect_engine()
         if docker.image.exists(args.tag) and not args.rebuild:
-            print(f"{args.tag} already exists locally; nothing to do (use --rebuild to build again)")
-            return 0
+            held = (docker.image.inspect(args.tag).config.labels or {}).get(f"{lib.STANDIN_LABEL}.recipe")
+            if held == lib.recipe(lib.VLLM_VERSION):
+                print(f"{args.tag} already exists locally; nothing to do (use --rebuild to build again)")
+                return 0
+            print(f"{args.tag} exists but was built from another recipe ({held or 'none recorded'}); building it again")
         cache_dir = args.cache_dir.expanduser()
         cache_dir.mkdir(parents=True, exist_ok=True)
         pin = lib.wheel_pin(lib.host_arch())  # the .py tree is the same in every architecture's wheel
         wheel = fetch_wheel(cache_dir, pin)
+        package_wheel = fetch_package_wheel(cache_dir)
         os_layer = os_tar(cache_dir, args.mirror)
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix="arm64-") as tmp:
             staged = Path(tmp) / "context"
             staged.mkdir()
-            sources = sources_layer(wheel, staged)
+            sources = sources_layer(wheel, staged, package_wheel)
             config = image_config([file_digest(os_layer), file_digest(sources)], pin.sha256)
             docker.image.load(load_archive([os_layer, sources], config, args.tag, Path(tmp)))
         image = docker.image.inspect(args.tag)

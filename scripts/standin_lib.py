@@ -47,6 +47,36 @@ PY_TREE_SHA256 = RELEASES[VLLM_VERSION].tree_sha256
 PY_FILE_COUNT = RELEASES[VLLM_VERSION].file_count
 
 
+@dataclass(frozen=True)
+class PurePackage:
+    """A pure-Python package whose sources every stand-in base also holds beside vLLM's: its wheel (any platform) and
+    the hash of its <name>/**.py tree, as for vLLM."""
+
+    name: str
+    version: str
+    wheel_sha256: str
+    tree_sha256: str
+    file_count: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.version}-py3-none-any.whl"
+
+
+# turboderp's exllamav3 (MIT): the EXL3 expert plugin of the production chain builds on it, and stand-in patch 0077
+# patches it, so the chain spans two packages under the source root as in production.
+EXLLAMAV3 = PurePackage("exllamav3", "1.6.5", "550c0d04c755f249840e5c1edc26b0e80c7342c33b5d99ad17479abb407e8ded",
+                        "bbe6da0b704b1d91c7fa0b9bf8693e8351afa05c095f47dc43bc54eb5bc71d81", 265)
+PACKAGES = ("vllm", EXLLAMAV3.name)  # the folders every stand-in base holds under the source root
+
+
+def recipe(version: str) -> str:
+    """A short hash of what a stand-in base of this release is made of: a tag whose label differs is built again."""
+    release = RELEASES[version]
+    parts = ["2", release.version, release.tree_sha256, EXLLAMAV3.version, EXLLAMAV3.tree_sha256, DEBIAN_SUITE, PYTHON_VERSION]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def tag_for(version: str) -> str:
     return f"kvbake-standin/vllm-base:{version}"
 
@@ -122,17 +152,17 @@ def check_wheel(path: Path, pin: WheelPin) -> None:
         )
 
 
-def python_members(wheel: zipfile.ZipFile) -> list[str]:
-    """Sorted names of every .py file inside the wheel's vllm/ package."""
+def python_members(wheel: zipfile.ZipFile, package: str = "vllm") -> list[str]:
+    """Sorted names of every .py file inside the wheel's package folder (vllm/ unless named)."""
     return sorted(
-        name for name in wheel.namelist() if name.startswith("vllm/") and name.endswith(".py")
+        name for name in wheel.namelist() if name.startswith(f"{package}/") and name.endswith(".py")
     )
 
 
-def tree_sha256(wheel: zipfile.ZipFile) -> tuple[str, int]:
-    """Hash of the wheel's vllm/**.py tree as sorted path+sha256 lines, and the file count."""
+def tree_sha256(wheel: zipfile.ZipFile, package: str = "vllm") -> tuple[str, int]:
+    """Hash of the wheel's <package>/**.py tree as sorted path+sha256 lines, and the file count."""
     digest = hashlib.sha256()
-    names = python_members(wheel)
+    names = python_members(wheel, package)
     for name in names:
         member_hash = hashlib.sha256(wheel.read(name)).hexdigest()
         digest.update(f"{name}\0{member_hash}\n".encode())
@@ -148,6 +178,14 @@ def check_tree(wheel: zipfile.ZipFile, version: str = VLLM_VERSION) -> None:
             f"vllm {version} .py tree hashes to {actual} over {count} files, "
             f"pinned {release.tree_sha256} over {release.file_count}",
         )
+
+
+def check_package_tree(wheel: zipfile.ZipFile, package: PurePackage = EXLLAMAV3) -> None:
+    """Fail unless a pure package's wheel holds the pinned tree."""
+    actual, count = tree_sha256(wheel, package.name)
+    if (actual, count) != (package.tree_sha256, package.file_count):
+        raise IntegrityError(f"{package.name} {package.version} .py tree hashes to {actual} over {count} files, "
+                             f"pinned {package.tree_sha256} over {package.file_count}")
 
 
 def member_mtime(info: zipfile.ZipInfo) -> int:

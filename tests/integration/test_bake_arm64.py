@@ -49,7 +49,7 @@ def test_lock_build_and_deep_verify_of_an_arm64_base(capsys, engine, arm64_stand
     assert engine.inspect_image(built["image"])["Architecture"] == "arm64"
     code, out, err = run(capsys, "verify", "--deep", "--manifest", str(arm64_standin))
     assert code == 0, err
-    assert "8 files read back" in out and "offline proof: 8 modules, no cached bytecode or shadowing module can win" in out
+    assert "9 files read back" in out and "offline proof: 9 modules, no cached bytecode or shadowing module can win" in out
     assert "interpreter proof skipped: the image is linux/arm64 and this engine cannot run it" in out
     assert "exec format error" not in out + err
 

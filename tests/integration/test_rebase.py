@@ -109,7 +109,7 @@ def test_the_report_says_hunk_by_hunk_how_the_chain_moves_and_the_candidate_is_w
     assert report["needs_person"] == ["0076"]
     assert report["new_switches"] == ["VLLM_KV_UPSTREAM_KNOB"] and report["unread_switches"] == []
     assert {p["id"]: p["status"] for p in report["patches"]} == {
-        "0051": "clean", "0053": "offset", "0057": "clean", "0059": "clean", "0060": "clean", "0076": "conflict"}
+        "0051": "clean", "0053": "offset", "0057": "clean", "0059": "clean", "0060": "clean", "0076": "conflict", "0077": "clean"}
 
     for patch in report["patches"]:
         original = (project / patch["file"]).read_text()
@@ -264,6 +264,8 @@ EXPECTED_HUNKS = {
     ("0076", WORKER, 2): ("offset", 46),
     ("0076", "vllm/v1/worker/workspace.py", 1): ("clean", 0),
     ("0076", "vllm/v1/worker/workspace.py", 2): ("conflict", 0),
+    ("0077", "exllamav3/util/tensor.py", 1): ("clean", 0),  # both bases hold exllamav3 1.6.5: the second package stays
+    ("0077", "exllamav3/util/tensor.py", 2): ("clean", 0),
 }
 MARKED = re.compile(r"<<<<<<< new base\n(?P<new>.*?)=======\n(?P<old>.*?)>>>>>>> old patched\n", re.S)
 # 0.34.0 computes whether the MTP hidden-state buffer is needed in a helper; 0060's switch then turns it off.
@@ -289,10 +291,10 @@ def test_the_chain_moves_between_two_real_vllm_releases_and_the_resolved_chain_b
     report = json.loads((candidate / "report.json").read_text())
     found = {(p["id"], h["path"], h["number"]): (h["status"], h.get("offset", 0)) for p in report["patches"] for h in p["hunks"]}
     assert found == EXPECTED_HUNKS
-    assert report["counts"] == {"clean": 7, "offset": 15, "merged": 1, "conflict": 3} and report["needs_person"] == ["0057", "0060", "0076"]
+    assert report["counts"] == {"clean": 9, "offset": 15, "merged": 1, "conflict": 3} and report["needs_person"] == ["0057", "0060", "0076"]
     assert {f["path"]: f["state"] for f in report["files"]} == {
-        **{path: "changed" for (_, path, _) in EXPECTED_HUNKS if path != "vllm/models/deepseek_v41/kv_pack.py"},
-        "vllm/models/deepseek_v41/kv_pack.py": "absent"}
+        **{path: "changed" for (_, path, _) in EXPECTED_HUNKS if path.startswith("vllm/")},
+        "vllm/models/deepseek_v41/kv_pack.py": "absent", "exllamav3/util/tensor.py": "unchanged"}
     mtp = next(h for p in report["patches"] for h in p["hunks"] if (p["id"], h["number"]) == ("0060", 1) and h["path"].endswith("model.py"))
     assert "+        if get_pp_group().is_last_rank and needs_mtp_hidden_buffer(spec_config):" in mtp["upstream"]["diff"]
 

@@ -63,6 +63,13 @@ def wheel(base_tag: str) -> Iterator[zipfile.ZipFile]:
         yield opened
 
 
+@pytest.fixture(scope="session")
+def package_wheel(base_tag: str) -> Iterator[zipfile.ZipFile]:
+    """The pinned exllamav3 wheel (the chain's second package) from the builder's cache."""
+    with zipfile.ZipFile(builder.fetch_package_wheel(CACHE_DIR)) as opened:
+        yield opened
+
+
 @pytest.fixture()
 def image_file(docker: DockerClient, base_tag: str, tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """Copy one file out of a created, never started, container of the base."""
@@ -98,11 +105,14 @@ def git_apply(tree: Path, patch: Path, *flags: str) -> subprocess.CompletedProce
     )
 
 
-def base_tree(wheel: zipfile.ZipFile, dest: Path) -> Path:
-    """The chain's pre-existing files, extracted from the wheel (not the image)."""
+def base_tree(wheel: zipfile.ZipFile, dest: Path, package_wheel: zipfile.ZipFile) -> Path:
+    """The chain's pre-existing files, extracted from the two wheels (not the image)."""
     touched = {path for patch in PATCHES for path, created in chain_files(patch) if not created}
     created = {path for patch in PATCHES for path, is_new in chain_files(patch) if is_new}
-    lib.extract_members(wheel, sorted(touched - created), dest)
+    wanted = sorted(touched - created)
+    lib.extract_members(wheel, [p for p in wanted if p.startswith("vllm/")], dest)
+    lib.extract_members(package_wheel, [p for p in wanted if p.startswith(f"{lib.EXLLAMAV3.name}/")], dest)
+    assert all(p.startswith(("vllm/", f"{lib.EXLLAMAV3.name}/")) for p in wanted), wanted
     return dest
 
 
@@ -118,6 +128,8 @@ def test_base_has_os_and_sources_layers(docker: DockerClient, base_tag: str) -> 
     assert len(image.root_fs.layers) >= 2
     assert image.config.labels[lib.STANDIN_LABEL] == "true"
     assert image.config.labels[f"{lib.STANDIN_LABEL}.py-tree-sha256"] == lib.PY_TREE_SHA256
+    assert image.config.labels[f"{lib.STANDIN_LABEL}.exllamav3-tree-sha256"] == lib.EXLLAMAV3.tree_sha256
+    assert image.config.labels[f"{lib.STANDIN_LABEL}.recipe"] == lib.recipe(lib.VLLM_VERSION)
     assert image.config.cmd == ["python3"]
     assert any(entry.startswith("PATH=") for entry in image.config.env)
 
@@ -134,12 +146,21 @@ def test_kv_cache_interface_is_pinned_and_compiled(image_file: Callable[[str], P
     assert mtime == int(source.stat().st_mtime)
 
 
-def test_wheel_tree_matches_pin(wheel: zipfile.ZipFile) -> None:
+def test_wheel_tree_matches_pin(wheel: zipfile.ZipFile, package_wheel: zipfile.ZipFile) -> None:
     assert lib.tree_sha256(wheel) == (lib.PY_TREE_SHA256, lib.PY_FILE_COUNT)
+    assert lib.tree_sha256(package_wheel, lib.EXLLAMAV3.name) == (lib.EXLLAMAV3.tree_sha256, lib.EXLLAMAV3.file_count) == (
+        lib.EXLLAMAV3.tree_sha256, 265)
 
 
-def test_chain_applies_strictly_and_compiles(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
-    tree = base_tree(wheel, tmp_path / "tree")
+def test_the_second_package_is_in_the_base_compiled(image_file: Callable[[str], Path]) -> None:
+    source = image_file("exllamav3/util/tensor.py")
+    pyc = image_file("exllamav3/util/__pycache__/tensor.cpython-311.pyc")
+    flags, mtime, size = struct.unpack("<3I", pyc.read_bytes()[4:16])
+    assert (flags, size, mtime) == (0, source.stat().st_size, int(source.stat().st_mtime))
+
+
+def test_chain_applies_strictly_and_compiles(wheel: zipfile.ZipFile, package_wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    tree = base_tree(wheel, tmp_path / "tree", package_wheel)
     for patch in PATCHES:
         assert_strict(git_apply(tree, patch, "--check"), patch)
         assert_strict(git_apply(tree, patch), patch)
@@ -147,8 +168,8 @@ def test_chain_applies_strictly_and_compiles(wheel: zipfile.ZipFile, tmp_path: P
             compile((tree / path).read_text(), path, "exec")
 
 
-def test_dependency_patch_is_needed(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
-    tree = base_tree(wheel, tmp_path / "tree")
+def test_dependency_patch_is_needed(wheel: zipfile.ZipFile, package_wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    tree = base_tree(wheel, tmp_path / "tree", package_wheel)
     dependents = {"0060", "0076"}
     for patch in PATCHES:
         if patch.name.startswith("0059"):
@@ -161,9 +182,9 @@ def test_dependency_patch_is_needed(wheel: zipfile.ZipFile, tmp_path: Path) -> N
 
 
 def test_new_module_imports_in_base_image(
-    docker: DockerClient, base_tag: str, wheel: zipfile.ZipFile, tmp_path: Path
+    docker: DockerClient, base_tag: str, wheel: zipfile.ZipFile, package_wheel: zipfile.ZipFile, tmp_path: Path
 ) -> None:
-    tree = base_tree(wheel, tmp_path / "tree")
+    tree = base_tree(wheel, tmp_path / "tree", package_wheel)
     for patch in PATCHES:
         assert_strict(git_apply(tree, patch), patch)
     module = tree / "vllm" / "models" / "deepseek_v41" / "kv_pack.py"

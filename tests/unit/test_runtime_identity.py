@@ -21,7 +21,7 @@ RUNTIME_EDITS = {
     "a preset's length": ("max_model_len: 163840", "max_model_len: 131072"),
     "a new preset": ("presets:\n", "presets:\n  short:\n    status: untested\n    max_model_len: 4096\n    switches: {}\n    note: new\n"),
     "the drafter limit": ("presets:\n", "drafter: {max_positions: 1048576}\npresets:\n"),
-    "the description": ("STAND-IN example: six patches", "STAND-IN example (edited): six patches"),
+    "the description": ("STAND-IN example: seven patches", "STAND-IN example (edited): seven patches"),
     "a patch summary": ('summary: "KV page packing spec', 'summary: "Packing spec'),
     "a comment": ("format: 1\n", "format: 1\n# reviewed 2026-12-01\n"),
 }
