@@ -278,3 +278,35 @@ def test_a_deepseek_config_for_a_preset_without_a_kv_size_names_the_pool_to_fill
     assert error.fix == (f"scripts/kv_arith.py does its arithmetic: run python -B scripts/kv_arith.py --config {config} "
                          f"--max-model-len {preset.max_model_len} --pool-bytes POOL (POOL: the KV cache bytes of one rank, "
                          "e.g. 10GiB; docs/kv_arith.md)")
+
+
+def with_args(preset, *args: str):
+    return dataclasses.replace(preset, launcher_args=args)
+
+
+def test_serve_settings_read_the_override_and_the_tensor_parallel_size(realserve: Manifest) -> None:
+    control = realserve.presets["control"]
+    settings = serve_settings(realserve, with_args(control, "--block-size", "64", "--dtype", "bfloat16", "--num-gpu-blocks-override", "300",
+                                                   "--tensor-parallel-size", "2"))
+    assert (settings.block_size, settings.dtype_bytes, settings.kv_cache_bytes, settings.num_blocks_override,
+            settings.tensor_parallel_size, settings.max_model_len) == (64, 2, None, 300, 2, control.max_model_len)
+    assert serve_settings(realserve, control).tensor_parallel_size == 1, "one rank unless the preset says otherwise"
+
+
+@pytest.mark.parametrize(("option", "value"), [("--num-gpu-blocks-override", "0"), ("--tensor-parallel-size", "two"),
+                                               ("--block-size", "-8"), ("--kv-cache-memory-bytes", "1e9")])
+def test_a_setting_that_is_not_a_positive_whole_number_is_named_with_its_preset(realserve: Manifest, option: str, value: str) -> None:
+    base = {"--block-size": "128", "--dtype": "float32", "--kv-cache-memory-bytes": "67108864"}
+    given = {**base, option: value}
+    args = [word for pair in given.items() for word in pair]
+    with pytest.raises(KvArithError) as caught:
+        serve_settings(realserve, with_args(realserve.presets["control"], *args))
+    assert caught.value.exit_code == 17
+    assert f"preset control: {option} {value!r} is not a positive whole number" in caught.value.message
+    assert caught.value.fix.startswith(f"write {option} as a whole number")
+
+
+def test_a_preset_without_a_block_size_is_refused_with_the_option_to_add(realserve: Manifest) -> None:
+    with pytest.raises(KvArithError) as caught:
+        serve_settings(realserve, with_args(realserve.presets["control"], "--dtype", "float32", "--kv-cache-memory-bytes", "1024"))
+    assert "gives no --block-size" in caught.value.message and caught.value.fix.startswith("add --block-size")
