@@ -189,3 +189,47 @@ def test_a_layer_that_does_not_hash_to_its_diff_id_is_refused() -> None:
 def test_sniff_reads_magic_bytes_not_names() -> None:
     assert sniff(b"\x1f\x8b\x08") == "gzip" and sniff(b"\x28\xb5\x2f\xfd") == "zstd"
     assert sniff(LOWER[:512]) == "tar" and sniff(b'{"schemaVersion":2}') == "other"
+
+
+def legacy_members() -> list[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(legacy_save())) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar if m.isfile()]
+
+
+def with_manifest(entries) -> bytes:
+    return archive([*(m for m in legacy_members() if m[0] != "manifest.json"), ("manifest.json", json.dumps(entries).encode())])
+
+
+def test_the_layout_and_the_layers_diff_ids_and_compressions_are_reported() -> None:
+    legacy = read_save(chunks(legacy_save()), "x:1", WANTED)
+    oci = read_save(chunks(oci_save(gzip.compress)[0]), "x:1", WANTED)
+    assert (legacy.layout, oci.layout) == ("legacy", "oci-layout")
+    assert legacy.diff_ids == oci.diff_ids == tuple(sha256_digest(x) for x in LAYERS)
+    assert oci.compressions == ("gzip", "gzip") and legacy.compressions == ("tar", "tar")
+
+
+@pytest.mark.parametrize("entries", [[], {"Config": "x"}, [{"Config": "a"}, {"Config": "b"}], ["not an object"]],
+                         ids=["none", "not-a-list", "two-images", "not-an-object"])
+def test_a_manifest_json_that_does_not_describe_one_image_is_refused(entries) -> None:
+    with pytest.raises(BaseImageError) as caught:
+        read_save(chunks(with_manifest(entries)), "x:1")
+    assert caught.value.message == "manifest.json in the docker save of x:1 does not describe one image"
+    assert caught.value.fix == "save exactly one image" and caught.value.exit_code == 6
+
+
+def test_a_save_that_lacks_its_config_or_its_manifest_is_named() -> None:
+    config_name = sha256_digest(CONFIG).split(":")[1] + ".json"
+    without_config = archive([m for m in legacy_members() if m[0] != config_name])
+    with pytest.raises(BaseImageError) as caught:
+        read_save(chunks(without_config), "x:1")
+    assert caught.value.message == f"the docker save of x:1 lacks its config {config_name}"
+    with pytest.raises(BaseImageError) as caught:
+        read_save(chunks(archive([m for m in legacy_members() if m[0] != "manifest.json"])), "x:1")
+    assert caught.value.message == "the docker save of x:1 lacks manifest.json"
+
+
+def test_a_config_that_names_more_layers_than_the_save_holds_is_refused() -> None:
+    config = canonical_json({"rootfs": {"type": "layers", "diff_ids": [sha256_digest(x) for x in LAYERS] + ["sha256:" + "0" * 64]}})
+    with pytest.raises(BaseImageError) as caught:
+        read_save(chunks(oci_save(config=config)[0]), "x:1")
+    assert caught.value.message == "the docker save of x:1 lists 2 layers, its config 3" and caught.value.fix == "check the engine"
