@@ -33,6 +33,8 @@ COMMANDS_HELP = """commands:
   lock              pin the local base and the patches; write the lock and overlay/
   verify [IMAGE]    verify a local image against the manifest and lock (--deep reads files back)
   dockerfile        render Dockerfile.overlay next to the manifest
+  keys              make a cosign key pair for signing releases
+  sign              sign the pushed release and attach its SLSA provenance (cosign)
   rebase            --to IMAGE:TAG: report hunk by hunk how the chain moves to a new base; --accept DIR: take the candidate
   push              push the built image to the registry and read it back
   init              read the serve every node runs and write manifest.yaml and deploy.yaml describing it (no node changes)
@@ -52,7 +54,8 @@ COMMANDS_HELP = """commands:
 COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "bake", "dockerfile": "bake",
                   "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
                   "verify-running": "ship", "status": "ship",
-                  "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase"}
+                  "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase",
+                  "keys": "provenance", "sign": "provenance"}
 BEFORE = "before_command_"
 PROG = "python build.py"  # how build.py is run; the console script is CONSOLE_PROG
 CONSOLE_PROG = "kvbake"
@@ -207,6 +210,11 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
                        "at its base, replace the changed patches, lock; show the manifest's diff and the replaced patches first")
     rebase.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="the candidate folder to create (default: rebase-<target config> beside the manifest)")
+    keys = sub.add_parser("keys", parents=[common], help="make a cosign key pair for signing releases (password: COSIGN_PASSWORD or a prompt)")
+    keys.add_argument("--out", type=Path, default=Path("."), metavar="DIR", help="the folder for NAME.key and NAME.pub (default: here)")
+    keys.add_argument("--name", default="cosign", help="the key files' name (default: cosign)")
+    sign = sub.add_parser("sign", parents=[common], help="sign the pushed release and attach its SLSA provenance (cosign)")
+    sign.add_argument("--key", type=Path, required=True, metavar="PATH", help="the cosign private key (password: COSIGN_PASSWORD or a prompt)")
     capacity = sub.add_parser("capacity", parents=[common], help="predict a preset's KV capacity line; with --deploy compare every rank's log")
     capacity.add_argument("preset", help="the preset")
     capacity.add_argument("--model-config", type=Path, required=True, metavar="PATH", help="the model's config.json, or its folder")
@@ -255,10 +263,11 @@ def handler_of(command: str) -> Callable[[argparse.Namespace], tuple[dict, str]]
     """The function of its stage's commands module that runs `command`."""
     from kvbake.bake import commands as bake
     from kvbake.operate import commands as operate
+    from kvbake.provenance import commands as provenance
     from kvbake.rebase import commands as rebase
     from kvbake.ship import commands as ship
 
-    stage = {"bake": bake, "ship": ship, "operate": operate, "rebase": rebase}[COMMAND_STAGES[command]]
+    stage = {"bake": bake, "ship": ship, "operate": operate, "rebase": rebase, "provenance": provenance}[COMMAND_STAGES[command]]
     return getattr(stage, "cmd_" + command.replace("-", "_"))
 
 

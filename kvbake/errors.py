@@ -148,6 +148,13 @@ class RebaseError(KvbakeError):
     title = "rebase"
 
 
+class SignatureError(KvbakeError):
+    """Signing or checking a signature failed: no cosign, no password, a key in the way, or cosign's refusal."""
+
+    exit_code = 19
+    title = "signature"
+
+
 EXIT_CODES: tuple[type[KvbakeError], ...] = (
     KvbakeError,
     UsageError,
@@ -167,4 +174,5 @@ EXIT_CODES: tuple[type[KvbakeError], ...] = (
     CorpusError,
     KvArithError,
     RebaseError,
+    SignatureError,
 )

@@ -21,31 +21,15 @@ if [ -x "$TARGET/root/usr/sbin/dockerd" ] && "$TARGET/root/usr/sbin/dockerd" --v
   exit 0
 fi
 
-MIRROR=$(python3 "$(dirname "$0")/debian_mirror.py")  # fails in one line naming KVBAKE_DEBIAN_MIRROR
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-if [ ! -f "$keyring" ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debian-archive-keyring >/dev/null
-fi
-state="$TARGET/apt"
-rm -rf "$TARGET.partial"
-mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$TARGET.partial/debs"
-echo "deb [signed-by=$keyring] $MIRROR $SUITE main" > "$state/sources.list"
-apt_private=(-o "Dir::Etc::SourceList=$state/sources.list" -o Dir::Etc::SourceParts=/dev/null
-             -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache" -o Debug::NoLocking=1
-             -o APT::Sandbox::User=root)
 echo "engines: fetching Debian 13's docker.io $VERSION and containerd into $TARGET"
-apt-get "${apt_private[@]}" update -qq
-(cd "$TARGET.partial/debs" && apt-get "${apt_private[@]}" download -qq docker.io containerd)
-for deb in "$TARGET.partial/debs"/*.deb; do
-  dpkg -x "$deb" "$TARGET.partial/root"
-done
-"$TARGET.partial/root/usr/sbin/dockerd" --version | grep -q "version $VERSION" || {
-  echo "engines: the fetched docker.io is not $VERSION: $("$TARGET.partial/root/usr/sbin/dockerd" --version)" >&2; exit 1; }
+bash "$(dirname "$0")/fetch_debs.sh" "$SUITE" "$TARGET.fetched" docker.io containerd
+"$TARGET.fetched/root/usr/sbin/dockerd" --version | grep -q "version $VERSION" || {
+  echo "engines: the fetched docker.io is not $VERSION: $("$TARGET.fetched/root/usr/sbin/dockerd" --version)" >&2; exit 1; }
 command -v runc >/dev/null || PATH="/usr/sbin:$PATH" command -v runc >/dev/null || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; }
 rm -rf "$TARGET/root" "$TARGET/debs"
 mkdir -p "$TARGET"
-mv "$TARGET.partial/root" "$TARGET/root"
-mv "$TARGET.partial/debs" "$TARGET/debs"
-rm -rf "$TARGET.partial"
+mv "$TARGET.fetched/root" "$TARGET/root"
+mv "$TARGET.fetched/debs" "$TARGET/debs"
+rm -rf "$TARGET.fetched" "$TARGET.fetched.apt-$SUITE"
 echo "engines: $("$TARGET/root/usr/sbin/dockerd" --version) unpacked in $TARGET"

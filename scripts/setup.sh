@@ -28,6 +28,8 @@ fi
 
 # The engines of every profile the tests use: Docker 26.1.5 beside Debian 12's 20.10 (unpacked privately).
 bash scripts/install_engines.sh
+# The signing tool: Debian 13's cosign 2.5 (unpacked privately; a static binary).
+bash scripts/install_tools.sh
 
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"

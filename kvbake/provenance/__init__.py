@@ -1,0 +1,1 @@
+"""Provenance: signed releases and their in-toto SLSA provenance, made and checked with cosign."""

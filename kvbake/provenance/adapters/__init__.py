@@ -1,0 +1,1 @@
+"""Provenance's adapters: the cosign program, keys and passwords."""

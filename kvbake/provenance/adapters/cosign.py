@@ -1,0 +1,95 @@
+"""Adapter: the cosign program: make a key pair, sign a pushed digest, attach and check its SLSA provenance."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kvbake.errors import SignatureError
+
+PASSWORD_ENV = "COSIGN_PASSWORD"
+BINARY_ENV = "KVBAKE_COSIGN"
+# Where the developers' set-up unpacks Debian 13's cosign (scripts/install_tools.sh); an operator's PATH comes first.
+CACHED = Path(os.environ.get("KVBAKE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvbake") \
+    / "tools" / "cosign-2.5.0" / "root" / "usr" / "bin" / "cosign"
+LOOPBACK = ("127.", "localhost", "[::1]")
+
+
+def cosign_binary() -> str:
+    """KVBAKE_COSIGN, else cosign on PATH, else the developers' unpacked copy."""
+    given = os.environ.get(BINARY_ENV)
+    found = given or shutil.which("cosign") or (str(CACHED) if CACHED.is_file() else None)
+    if not found or not os.access(found, os.X_OK):
+        raise SignatureError(f"cosign is not installed{f' at {given}' if given else ''}",
+                             "install cosign 2.5 or later (Debian 13: apt-get install cosign) or set KVBAKE_COSIGN to its path")
+    return found
+
+
+def password() -> str:
+    """The key's password: COSIGN_PASSWORD, else asked on the terminal; never logged, recorded or passed as an argument."""
+    given = os.environ.get(PASSWORD_ENV)
+    if given is not None:
+        return given
+    if not sys.stdin.isatty():
+        raise SignatureError("the signing key's password is not given", f"set {PASSWORD_ENV} in the environment, or run on a terminal")
+    return getpass.getpass("cosign key password: ")
+
+
+def registry_options(reference: str) -> list[str]:
+    """Plain HTTP is allowed for a registry on loopback only, as everywhere in kvbake."""
+    return ["--allow-http-registry"] if reference.startswith(LOOPBACK) else []
+
+
+def run_cosign(argv: list[str], what: str, secret: str | None = None) -> str:
+    env = {**os.environ, **({PASSWORD_ENV: secret} if secret is not None else {})}
+    done = subprocess.run([cosign_binary(), *argv], env=env, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit code {done.returncode}")
+        raise SignatureError(f"cosign could not {what} ({last})", "read cosign's reason; check the key, its password and the registry")
+    return done.stdout
+
+
+def generate_key_pair(prefix: Path, secret: str) -> tuple[Path, Path]:
+    """A new key pair, the private key encrypted with `secret`: PREFIX.key and PREFIX.pub."""
+    key, pub = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
+    for path in (key, pub):
+        if path.exists():
+            raise SignatureError(f"{path} already exists; keys are never overwritten", "give another --out folder or name")
+    run_cosign(["generate-key-pair", "--output-key-prefix", str(prefix)], "make a key pair", secret)
+    return key, pub
+
+
+def sign(reference: str, key: Path, secret: str) -> None:
+    """Sign the digest reference (no transparency log: the registry is private)."""
+    run_cosign(["sign", "--key", str(key), "--tlog-upload=false", "--yes", *registry_options(reference), reference],
+               f"sign {reference}", secret)
+
+
+def attest(reference: str, key: Path, secret: str, predicate: dict[str, Any], predicate_type: str) -> None:
+    """Attach an in-toto attestation of the predicate to the digest reference."""
+    with tempfile.TemporaryDirectory(prefix="kvbake-attest-") as scratch:
+        path = Path(scratch) / "predicate.json"
+        path.write_text(json.dumps(predicate, sort_keys=True), encoding="utf-8")
+        run_cosign(["attest", "--key", str(key), "--type", predicate_type, "--predicate", str(path), "--tlog-upload=false", "--yes",
+                    *registry_options(reference), reference], f"attest {reference}", secret)
+
+
+def verify(reference: str, public_key: Path) -> list[dict[str, Any]]:
+    """cosign's own check of the signature against one public key (offline: no transparency log)."""
+    out = run_cosign(["verify", "--key", str(public_key), "--insecure-ignore-tlog", *registry_options(reference), reference],
+                     f"verify the signature of {reference} with {public_key.name}")
+    return json.loads(out)
+
+
+def verify_attestation(reference: str, public_key: Path, predicate_type: str) -> list[dict[str, Any]]:
+    """cosign's check of the attestation's signature; the in-toto statements it holds."""
+    out = run_cosign(["verify-attestation", "--key", str(public_key), "--type", predicate_type, "--insecure-ignore-tlog",
+                      *registry_options(reference), reference], f"verify the attestation of {reference} with {public_key.name}")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
