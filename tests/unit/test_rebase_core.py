@@ -3,6 +3,8 @@ header, conflict markers, and the report's counts and statuses."""
 
 from __future__ import annotations
 
+import pytest
+
 from kvbake.rebase.core.apply_report import CLEAN, OFFSET, REJECTED, HunkApplied, outcome_of, read_apply_report
 from kvbake.rebase.core.candidate_patch import conflict_marker_lines, patch_header, refreshed_patch
 from kvbake.rebase.core.report import FileState, HunkReport, PatchReport, RebaseReport, report_json, report_markdown
@@ -106,3 +108,35 @@ def test_the_switch_names_a_rebase_moves_are_the_new_reads_and_the_declared_ones
     new = {"vllm/a.py": b'import os\nY = os.getenv("VLLM_KEPT")\nZ = os.environ["VLLM_NEW_ONE"]\nW = os.getenv("HOME")\n'}
     assert names_read(new) == {"VLLM_KEPT", "VLLM_NEW_ONE", "HOME"}
     assert switch_changes(old, new, ["VLLM_OLD_ONE", "VLLM_KEPT", "VLLM_NEVER_READ"]) == (("HOME", "VLLM_NEW_ONE"), ("VLLM_OLD_ONE",))
+
+
+MANIFEST = """format: 1
+base:
+  image: "kvbake-standin/vllm-base:0.33.0"   # the locally built stand-in
+  source_root: /usr/lib/py
+output:
+  image: not-the-base
+"""
+
+
+def test_the_manifest_points_at_the_new_base_with_its_quotes_and_comment_kept():
+    from kvbake.rebase.core.manifest_edit import text_diff, with_base_image
+
+    edited = with_base_image(MANIFEST, "kvbake-standin/vllm-base:0.33.0", "kvbake-standin/vllm-base:0.34.0")
+    assert edited == MANIFEST.replace("0.33.0", "0.34.0")
+    assert text_diff("manifest.yaml", MANIFEST, edited) == (
+        "--- a/manifest.yaml\n+++ b/manifest.yaml\n@@ -1,6 +1,6 @@\n format: 1\n base:\n"
+        '-  image: "kvbake-standin/vllm-base:0.33.0"   # the locally built stand-in\n'
+        '+  image: "kvbake-standin/vllm-base:0.34.0"   # the locally built stand-in\n'
+        "   source_root: /usr/lib/py\n output:\n   image: not-the-base\n")
+
+
+def test_a_base_given_on_no_line_or_on_two_is_left_to_a_person():
+    from kvbake.errors import RebaseError
+    from kvbake.rebase.core.manifest_edit import with_base_image
+
+    for text in (MANIFEST.replace('  image: "kvbake-standin/vllm-base:0.33.0"', "  image: other:1"),
+                 MANIFEST + "  other:\n    image: kvbake-standin/vllm-base:0.33.0\n"):
+        with pytest.raises(RebaseError) as caught:
+            with_base_image(text, "kvbake-standin/vllm-base:0.33.0", "new:1")
+        assert caught.value.exit_code == 18 and "lock --rebase-base" in caught.value.fix
