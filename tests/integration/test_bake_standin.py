@@ -59,7 +59,7 @@ def test_deep_verify_of_the_kvbake_builder(capsys, engine, standin):
     code, out, err = run(capsys, "verify", "--deep", "--manifest", str(standin))
     assert code == 0, err
     assert "9 files read back" in out and "9 modules run their patched code" in out
-    assert "offline proof: 8 modules, no cached bytecode or shadowing module can win" in out
+    assert "offline proof: 9 modules, no cached bytecode or shadowing module can win" in out
 
 
 def test_deep_verify_of_the_docker_builder(capsys, engine, standin):
@@ -67,7 +67,7 @@ def test_deep_verify_of_the_docker_builder(capsys, engine, standin):
     assert record["image"].endswith("-dockerbuild")
     code, out, err = run(capsys, "verify", "--deep", "--builder", "docker", "--manifest", str(standin))
     assert code == 0, err
-    assert "8 modules run their patched code" in out
+    assert "9 modules run their patched code" in out
     inspect = engine.inspect_image(record["image"])
     assert inspect["Config"]["Labels"]["org.kvbake.chain"].startswith("0051:")
     assert not {"VLLM_DSV41_KV_PAIR", "VLLM_DSV41_NVFP4_KV"} & {e.split("=")[0] for e in inspect["Config"]["Env"]}
@@ -81,7 +81,7 @@ def test_the_base_bytecode_is_gone_and_would_otherwise_win(capsys, engine, stand
     lock = read_lock(manifest)
     assert any(p.endswith("kv_cache_interface.cpython-311.pyc") for p in lock.file(MODULE).stale_bytecode)
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
-    assert prove_bytecode(engine, image, lock) == (8, True)
+    assert prove_bytecode(engine, image, lock) == (9, True)
 
     original = tmp_path / "kv_cache_interface.py"
     with engine.created_container(BASE) as container:
