@@ -20,7 +20,7 @@ from kvbake.errors import BaseImageError, UsageError
 from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.rebase.adapters.accept import accept, plan_acceptance
-from kvbake.rebase.adapters.patch_tree import Files
+from kvbake.rebase.adapters.patch_tree import Files, write_tree
 from kvbake.rebase.adapters.rebaser import Refreshed, base_hashes, old_chain, refresh
 from kvbake.rebase.core.candidate_patch import BEFORE, RECORD, RESOLVE, refreshed_patch
 from kvbake.rebase.core.switch_names import switch_changes
@@ -128,13 +128,6 @@ def new_base_files(engine: Engine, target: str, source_root: str, paths: list[st
     return {path: (file.data if file is not None else None) for path, file in found.items()}
 
 
-def write_files(root: Path, files: Files) -> None:
-    for path, data in files.items():
-        if data is not None:
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_bytes(data)
-
-
 def write_candidate(manifest: Manifest, out: Path, refreshed: list[Refreshed], report: RebaseReport) -> None:
     """The candidate folder, whole or not at all: refreshed patches under their chain file names, the report, the record."""
     scratch = Path(tempfile.mkdtemp(prefix=".kvbake-rebase-", dir=out.parent))
@@ -145,8 +138,8 @@ def write_candidate(manifest: Manifest, out: Path, refreshed: list[Refreshed], r
             target.write_text(refreshed_patch(patch.path.read_text(encoding="utf-8"), moved.body), encoding="utf-8")
         for moved in refreshed:
             if moved.report.id in report.needs_person:
-                write_files(scratch / RESOLVE / moved.report.id / BEFORE, moved.before)
-                write_files(scratch / RESOLVE / moved.report.id, moved.after)
+                write_tree(scratch / RESOLVE / moved.report.id / BEFORE, moved.before)
+                write_tree(scratch / RESOLVE / moved.report.id, moved.after)
         (scratch / "report.md").write_text(report_markdown(report), encoding="utf-8")
         (scratch / "report.json").write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
         record = {"manifest": str(manifest.path.resolve()), "target": report.to_image, "target_config": report.to_config,
