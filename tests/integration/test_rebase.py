@@ -182,6 +182,18 @@ def chain_state(project: Path) -> dict[str, str]:
     return {k: v for k, v in tree_hashes(project).items() if k.startswith(("manifest", "patches/", "overlay/"))}
 
 
+def builds_and_verifies_deep(capsys, engine, project: Path) -> None:
+    """The accepted chain builds on its new base and `verify --deep` proves the image; the built tag is removed after."""
+    code, out, err = run(capsys, "build", "--manifest", str(project / "manifest.yaml"), "--json")
+    assert code == 0, err
+    image = json.loads(out)["image"]
+    try:
+        code, _, err = run(capsys, "verify", "--deep", "--manifest", str(project / "manifest.yaml"))
+        assert code == 0, err
+    finally:
+        engine.untag(image)
+
+
 def test_accept_refuses_a_marker_then_takes_the_resolved_chain_which_builds_and_verifies_deep(capsys, engine, project, moved_base):
     candidate = rebased(capsys, project, moved_base)
     conflicted = candidate / "resolve" / "0076" / WORKER
@@ -204,14 +216,7 @@ def test_accept_refuses_a_marker_then_takes_the_resolved_chain_which_builds_and_
     assert lock["base"]["reference"] == moved_base
     assert lock["base"]["config_digest"] == engine.config_digest_of(engine.inspect_image(moved_base), moved_base)
     assert RESOLVED_IMPORT in (project / "overlay" / WORKER).read_text() and NEW_CONTEXT in (project / "overlay" / WORKER).read_text()
-    code, out, err = run(capsys, "build", "--manifest", str(project / "manifest.yaml"), "--json")
-    assert code == 0, err
-    image = json.loads(out)["image"]
-    try:
-        code, _, err = run(capsys, "verify", "--deep", "--manifest", str(project / "manifest.yaml"))
-        assert code == 0, err
-    finally:
-        engine.untag(image)
+    builds_and_verifies_deep(capsys, engine, project)
 
 
 @pytest.mark.parametrize("case", ["not-a-candidate", "another-manifest", "stale-target"])
@@ -305,11 +310,4 @@ def test_the_chain_moves_between_two_real_vllm_releases_and_the_resolved_chain_b
     assert code == 0, err
     assert "replaced patches: 0051, 0053, 0057, 0060, 0076;" in out, out
     assert json.loads((project / "manifest.lock.json").read_text())["base"]["reference"] == NEXT_RELEASE
-    code, out, err = run(capsys, "build", "--manifest", str(project / "manifest.yaml"), "--json")
-    assert code == 0, err
-    image = json.loads(out)["image"]
-    try:
-        code, _, err = run(capsys, "verify", "--deep", "--manifest", str(project / "manifest.yaml"))
-        assert code == 0, err
-    finally:
-        engine.untag(image)
+    builds_and_verifies_deep(capsys, engine, project)
