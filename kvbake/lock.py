@@ -26,9 +26,10 @@ class LockedBase:
     platform: str
     config_digest: str
     diff_ids: tuple[str, ...]
-    layer_sizes: tuple[int, ...]
     repo_digest: str | None
     config: dict = field(hash=False)
+    # written by formats 1 and 2 only (from a `docker save`); kept when such a lock is read, so that its hash holds
+    layer_sizes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,10 @@ class Lock:
 
 
 def lock_to_dict(lock: Lock) -> dict[str, Any]:
-    return asdict(lock)
+    document = asdict(lock)
+    if document["base"]["layer_sizes"] is None:
+        del document["base"]["layer_sizes"]
+    return document
 
 
 def lock_bytes(lock: Lock) -> bytes:
@@ -157,7 +161,7 @@ def locked_source_date_epoch(path: Path) -> int:
 
 
 def pinned_manifest_sha256(manifest: Manifest, lock_format: int) -> str:
-    """The manifest hash a lock of this format pins: the file's bytes (format 1) or its image sections (format 2)."""
+    """The manifest hash a lock of this format pins: the file's bytes (format 1) or its image sections (formats 2, 3)."""
     return manifest.sha256 if lock_format == 1 else manifest.image_sha256
 
 
@@ -172,7 +176,8 @@ def check_lock_matches(manifest: Manifest, lock: Lock) -> None:
 
 TOP_KEYS = ("format", "manifest_sha256", "source_root", "source_date_epoch", "donor_url", "donor_revision", "base", "patches",
             "files", "dirs", "new_dirs", "overlay_tree_sha256", "derived")
-BASE_KEYS = ("reference", "platform", "config_digest", "diff_ids", "layer_sizes", "repo_digest", "config")
+BASE_KEYS = ("reference", "platform", "config_digest", "diff_ids", "repo_digest", "config")
+SAVED_SIZES = "layer_sizes"  # a base key of formats 1 and 2
 PATCH_KEYS = ("id", "file", "sha256", "patch_id", "files")
 CHANGE_KEYS = ("path", "change", "before", "after")
 FILE_KEYS = ("path", "base_sha256", "overlay_sha256", "mode", "uid", "gid", "stale_bytecode")
@@ -187,10 +192,11 @@ def lock_from_dict(document: Any, source: str = "the lock") -> Lock:
     if isinstance(document, dict) and type(document.get("format")) is int and document["format"] not in READABLE_FORMATS:
         raise LockError(f"{source} has format {document['format']}, this kvbake writes {FORMAT_VERSION}", "run python build.py lock")
     top = Fields(source, document, "", TOP_KEYS)
+    lock_format = top.number("format")
     return Lock(
-        format=top.number("format"), manifest_sha256=top.text("manifest_sha256"), source_root=top.text("source_root"),
+        format=lock_format, manifest_sha256=top.text("manifest_sha256"), source_root=top.text("source_root"),
         source_date_epoch=top.number("source_date_epoch"), donor_url=top.text("donor_url"), donor_revision=top.text("donor_revision"),
-        base=_base(top.child("base", BASE_KEYS)),
+        base=_base(top.child("base", BASE_KEYS if lock_format >= 3 else (*BASE_KEYS, SAVED_SIZES))),
         patches=tuple(_patch(Fields(source, item, where, PATCH_KEYS)) for where, item in top.items("patches")),
         files=tuple(_file(Fields(source, item, where, FILE_KEYS)) for where, item in top.items("files")),
         dirs=tuple(_dir(Fields(source, item, where, DIR_KEYS)) for where, item in top.items("dirs")),
@@ -207,8 +213,8 @@ def _derived(derived: Fields) -> Derived:
 def _base(base: Fields) -> LockedBase:
     return LockedBase(
         reference=base.text("reference"), platform=base.text("platform"), config_digest=base.text("config_digest"),
-        diff_ids=base.texts("diff_ids"), layer_sizes=tuple(base.check_number(item, where) for where, item in base.items("layer_sizes")),
-        repo_digest=base.text("repo_digest", optional=True), config=base.plain_object("config"),
+        diff_ids=base.texts("diff_ids"), repo_digest=base.text("repo_digest", optional=True), config=base.plain_object("config"),
+        layer_sizes=tuple(base.check_number(item, where) for where, item in base.items(SAVED_SIZES)) if SAVED_SIZES in base.value else None,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.atomicfile import fsync_tree, rename_durably
+from kvbake.bake.adapters.base_source import config_digest
 from kvbake.bake.adapters.extract import Extractor
 from kvbake.bake.adapters.gitapply import normalized_bytes
 from kvbake.bake.core.chain import first_touches
@@ -98,7 +99,7 @@ def target_identity(engine: Engine, lock: Lock, target: str) -> str:
     if platform_of(inspect) != lock.base.platform:
         raise BaseImageError(f"the rebase target {target} is {platform_of(inspect)}, the locked base is {lock.base.platform}",
                              f"pull the target for {lock.base.platform} (docker pull --platform {lock.base.platform} {target})")
-    config = engine.config_digest_of(inspect, target)
+    config = config_digest(engine, target, inspect)
     if config == lock.base.config_digest:
         raise BaseImageError(f"the rebase target {target} is the locked base itself (config {config[:19]})",
                              "name the new base image; nothing moves between an image and itself")

@@ -125,6 +125,10 @@ class FakeEngine:
             self.files[new_name] = self.files.pop(name)
         return True
 
+    def running_containers(self) -> list[str]:
+        self._up()
+        return sorted(name for name, c in self.containers.items() if (c.get("State") or {}).get("Running"))
+
     def container_inspect(self, name: str) -> dict[str, Any] | None:
         self._up()
         found = self._name_of(name)

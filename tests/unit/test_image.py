@@ -1,4 +1,4 @@
-"""Tests of the derived image config and the thin load archive (Docker manifest.json plus OCI layout)."""
+"""Tests of the derived image config and the classic store's thin load archive (Docker manifest.json)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,13 @@ import json
 import tarfile
 
 from kvbake.bake.core.derived_image import (
-    OCI_CONFIG,
-    OCI_LAYER_TAR,
-    OCI_MANIFEST,
     archive_members,
     derived_config,
     image_id,
-    layer_descriptors,
     rfc3339,
     write_archive,
 )
-from tests.unit.helpers_manifest import BASE_DIFF_IDS, BASE_SIZES, base_config
+from tests.unit.helpers_manifest import BASE_DIFF_IDS, base_config
 
 THIN = b"thin layer tar bytes"
 THIN_DIFF_ID = "sha256:" + hashlib.sha256(THIN).hexdigest()
@@ -92,7 +88,7 @@ def test_image_id_is_the_sha256_of_the_config_bytes() -> None:
 
 def test_archive_lists_the_base_layers_but_carries_only_the_thin_blob() -> None:
     config = derived_config(base_config(), THIN_DIFF_ID, LABELS, CREATED, "x")
-    members = dict(archive_members(config, list(BASE_DIFF_IDS), list(BASE_SIZES), THIN, oci=False))
+    members = dict(archive_members(config, list(BASE_DIFF_IDS), THIN))
     assert set(members) == {blob(image_id(config)), blob(THIN_DIFF_ID), "manifest.json"}
     assert members[blob(image_id(config))] == config
     assert members[blob(THIN_DIFF_ID)] == THIN
@@ -102,40 +98,13 @@ def test_archive_lists_the_base_layers_but_carries_only_the_thin_blob() -> None:
 
 def test_archive_members_are_sorted() -> None:
     config = derived_config(base_config(), THIN_DIFF_ID, LABELS, CREATED, "x")
-    names = [name for name, _ in archive_members(config, list(BASE_DIFF_IDS), list(BASE_SIZES), THIN, oci=True)]
+    names = [name for name, _ in archive_members(config, list(BASE_DIFF_IDS), THIN)]
     assert names == sorted(names)
-
-
-def test_oci_archive_has_a_layout_an_index_and_a_correct_manifest_blob() -> None:
-    config = derived_config(base_config(), THIN_DIFF_ID, LABELS, CREATED, "x")
-    members = dict(archive_members(config, list(BASE_DIFF_IDS), list(BASE_SIZES), THIN, oci=True))
-    assert json.loads(members["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
-    index = json.loads(members["index.json"])
-    assert index["schemaVersion"] == 2
-    [entry] = index["manifests"]
-    assert entry["mediaType"] == OCI_MANIFEST
-    manifest_bytes = members[blob(entry["digest"])]
-    assert entry["digest"] == "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
-    assert entry["size"] == len(manifest_bytes)
-    manifest = json.loads(manifest_bytes)
-    assert manifest["mediaType"] == OCI_MANIFEST
-    assert manifest["config"] == {"mediaType": OCI_CONFIG, "digest": image_id(config), "size": len(config)}
-    assert manifest["layers"] == [
-        {"mediaType": OCI_LAYER_TAR, "digest": BASE_DIFF_IDS[0], "size": BASE_SIZES[0]},
-        {"mediaType": OCI_LAYER_TAR, "digest": BASE_DIFF_IDS[1], "size": BASE_SIZES[1]},
-        {"mediaType": OCI_LAYER_TAR, "digest": THIN_DIFF_ID, "size": len(THIN)},
-    ]
-    assert not any(blob(d) in members for d in BASE_DIFF_IDS)
-
-
-def test_layer_descriptors_end_with_the_thin_layer() -> None:
-    descriptors = layer_descriptors(list(BASE_DIFF_IDS), list(BASE_SIZES), THIN)
-    assert [d["digest"] for d in descriptors] == [*BASE_DIFF_IDS, THIN_DIFF_ID]
 
 
 def test_write_archive_is_deterministic_and_keeps_the_members() -> None:
     config = derived_config(base_config(), THIN_DIFF_ID, LABELS, CREATED, "x")
-    members = archive_members(config, list(BASE_DIFF_IDS), list(BASE_SIZES), THIN, oci=True)
+    members = archive_members(config, list(BASE_DIFF_IDS), THIN)
     first, second = io.BytesIO(), io.BytesIO()
     write_archive(first, members, 1_700_000_000)
     write_archive(second, members, 1_700_000_000)

@@ -147,8 +147,11 @@ def test_an_index_entry_is_an_attestation_by_its_annotation_or_its_unknown_platf
 
 def test_an_index_of_two_platforms_is_refused_even_beside_an_attestation() -> None:
     data, store_manifest = oci_save(gzip.compress, "application/vnd.oci.image.layer.v1.tar+gzip")
-    with pytest.raises(BaseImageError, match=r"^index\.json in the docker save of x:1 names 2 images, expected one; fix: save a single-platform image$"):
+    with pytest.raises(BaseImageError) as caught:
         read_save(chunks(with_attestation(data, store_manifest, platforms=2)), "x:1")
+    assert caught.value.exit_code == 6
+    assert all(field in caught.value.message for field in ("index.json", "x:1", "2 images"))
+    assert "single-platform" in caught.value.fix
 
 
 def test_the_oci_layout_yields_the_store_manifest_and_names_compression() -> None:
@@ -213,8 +216,7 @@ def test_the_layout_and_the_layers_diff_ids_and_compressions_are_reported() -> N
 def test_a_manifest_json_that_does_not_describe_one_image_is_refused(entries) -> None:
     with pytest.raises(BaseImageError) as caught:
         read_save(chunks(with_manifest(entries)), "x:1")
-    assert caught.value.message == "manifest.json in the docker save of x:1 does not describe one image"
-    assert caught.value.fix == "save exactly one image" and caught.value.exit_code == 6
+    assert "manifest.json" in caught.value.message and "one image" in caught.value.message and caught.value.exit_code == 6
 
 
 def test_a_save_that_lacks_its_config_or_its_manifest_is_named() -> None:
@@ -222,14 +224,14 @@ def test_a_save_that_lacks_its_config_or_its_manifest_is_named() -> None:
     without_config = archive([m for m in legacy_members() if m[0] != config_name])
     with pytest.raises(BaseImageError) as caught:
         read_save(chunks(without_config), "x:1")
-    assert caught.value.message == f"the docker save of x:1 lacks its config {config_name}"
+    assert f"lacks its config {config_name}" in caught.value.message and caught.value.exit_code == 6
     with pytest.raises(BaseImageError) as caught:
         read_save(chunks(archive([m for m in legacy_members() if m[0] != "manifest.json"])), "x:1")
-    assert caught.value.message == "the docker save of x:1 lacks manifest.json"
+    assert "lacks manifest.json" in caught.value.message
 
 
 def test_a_config_that_names_more_layers_than_the_save_holds_is_refused() -> None:
     config = canonical_json({"rootfs": {"type": "layers", "diff_ids": [sha256_digest(x) for x in LAYERS] + ["sha256:" + "0" * 64]}})
     with pytest.raises(BaseImageError) as caught:
         read_save(chunks(oci_save(config=config)[0]), "x:1")
-    assert caught.value.message == "the docker save of x:1 lists 2 layers, its config 3" and caught.value.fix == "check the engine"
+    assert "2 layers, its config 3" in caught.value.message and caught.value.exit_code == 6

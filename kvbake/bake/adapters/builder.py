@@ -106,7 +106,7 @@ def load_unit(plan: Plan, base: BaseOnEngine) -> LoadUnit:
     """Classic store: Docker's manifest.json naming the base layers by diff_id. Containerd store: an OCI layout whose
     manifest names the base layers as the store holds them, then the gzip thin layer."""
     if base.store_manifest is None:
-        members = archive_members(plan.config_bytes, list(plan.lock.base.diff_ids), list(plan.lock.base.layer_sizes), plan.layer.data, oci=False)
+        members = archive_members(plan.config_bytes, list(plan.lock.base.diff_ids), plan.layer.data)
         return LoadUnit(members, expected_id(base.profile, plan.config_bytes, None))
     blob = thin_blob(plan.layer.data)
     manifest_bytes = derived_store_manifest(base.store_manifest, plan.config_bytes, blob)

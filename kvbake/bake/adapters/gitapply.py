@@ -58,7 +58,8 @@ def check_strict_output(label: str, output: str) -> None:
 
 
 def _first(output: str, needle: str) -> str:
-    return next((line.strip() for line in output.splitlines() if needle in line), needle)
+    """The first line holding `needle` (the caller has seen it in `output`)."""
+    return next(line.strip() for line in output.splitlines() if needle in line)
 
 
 def normalized_bytes(patch: Path) -> bytes:

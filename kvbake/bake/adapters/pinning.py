@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from kvbake import FORMAT_VERSION
-from kvbake.bake.adapters.basecapture import capture_base
+from kvbake.bake.adapters.base_source import read_base
 from kvbake.bake.adapters.donor import patches_from
 from kvbake.bake.adapters.extract import BaseFile, Extractor
 from kvbake.bake.adapters.gitapply import GitApplier, patch_id
 from kvbake.bake.core.bytecode import python_tags, shadow_candidates
+from kvbake.bake.core.registry_copies import names_registry_host, repository_of
 from kvbake.bake.core.chain import ChainStep, apply_chain, first_touches, read_patch
 from kvbake.bake.core.diffs import CREATE, MODIFY
 from kvbake.bake.core.switch_coverage import check_coverage, raise_for_coverage
@@ -28,7 +29,7 @@ from kvbake.bake.core.image_checks import moved_tag, platform_of
 from kvbake.bake.core.overlayswap import exclusive, recover_overlay, swap_overlay
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.engines.core.detection import store_named
-from kvbake.engines.core.savefile import DirMeta, SavedImage
+from kvbake.engines.core.savefile import DirMeta
 from kvbake.manifest import Manifest, load_manifest
 
 log = logging.getLogger(__name__)
@@ -60,44 +61,24 @@ def registry_digest_of(reference: str, repo_digests: list[str], store: str) -> s
     """The manifest digest the base's own repository gave it, if it was pulled from there; never another repository's.
     The containerd store lists a digest for every image, loaded ones too, so there only a reference that names its
     registry host counts."""
-    repository = reference.rsplit(":", 1)[0] if "@" not in reference else reference.split("@", 1)[0]
+    repository = repository_of(reference)
     if store_named(store).digests_loaded_images and not names_registry_host(repository):
         return None
     return next((d.split("@", 1)[1] for d in repo_digests if d.split("@", 1)[0] == repository), None)
 
 
-def names_registry_host(repository: str) -> bool:
-    """`ghcr.io/x/y`, `127.0.0.1:5000/y`, `localhost/y` name a registry host; `x/y` and `y` do not."""
-    first, slash, _ = repository.partition("/")
-    return bool(slash) and ("." in first or ":" in first or first == "localhost")
-
-
-def check_capture(engine: Engine, reference: str, inspect: dict, captured: SavedImage) -> None:
-    """The saved config must be the one the engine names: by Id (classic) or by its manifest's config (containerd)."""
-    profile = engine.profile()
-    if profile.image_store.keeps_manifests:
-        manifest = engine.store_manifest(inspect["Id"], reference)
-        named = manifest.config_digest
-    else:
-        named = inspect["Id"]
-    if captured.config_digest != named:
-        raise BaseImageError(f"the saved config of {reference} hashes to {captured.config_digest[:19]}, not the config "
-                             f"{named[:19]} that {profile.name} names", "the image changed during the save; run lock again")
-
-
 def locked_base(engine: Engine, manifest: Manifest, wanted: frozenset[str]) -> tuple[LockedBase, dict[str, DirMeta]]:
+    """The base's pins and the metadata of the wanted directories, read where the base already lives (base_source)."""
     inspect = engine.require_image(manifest.base.image)
     platform = platform_of(inspect)
     if manifest.base.platform not in ("native", platform):
         raise BaseImageError(f"{manifest.base.image} is {platform}, the manifest wants {manifest.base.platform}",
                              "load the image for the right platform")
-    layers = tuple(inspect["RootFS"]["Layers"])
-    captured = capture_base(engine, manifest.base.image, layers, wanted)
-    check_capture(engine, manifest.base.image, inspect, captured)
+    read = read_base(engine, manifest.base.image, inspect, platform, wanted)
+    log.info("lock read the config of %s from %s", manifest.base.image, read.source)
     repo_digest = registry_digest_of(manifest.base.image, inspect["RepoDigests"], engine.profile().store)
-    base = LockedBase(manifest.base.image, platform, captured.config_digest, layers,
-                      captured.layer_sizes, repo_digest, captured.config)
-    return base, captured.dirs
+    base = LockedBase(manifest.base.image, platform, read.config_digest, tuple(inspect["RootFS"]["Layers"]), repo_digest, read.config)
+    return base, read.dirs
 
 
 def first_creators(manifest: Manifest) -> dict[str, str]:
@@ -249,9 +230,9 @@ def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, d
 
 
 def migrate_lock(manifest: Manifest) -> tuple[Lock, bool]:
-    """Rewrite a format-1 lock as format 2 without the engine or a `docker save`: the same pins, the hash of the
-    manifest's image sections, and the derived section recomputed from overlay/. Returns the lock and whether it
-    changed; a lock already in format 2 is left as it is."""
+    """Rewrite a format-1 or format-2 lock as format 3 without the engine or a `docker save`: the same pins, the hash of
+    the manifest's image sections, no saved layer sizes, and the derived section recomputed from overlay/. Returns the
+    lock and whether it changed; a lock already in format 3 is left as it is."""
     with exclusive(manifest.path):
         recover_overlay(manifest.root, manifest.lock_path)
         if not manifest.lock_path.exists():
@@ -266,7 +247,8 @@ def migrate_lock(manifest: Manifest) -> tuple[Lock, bool]:
         if drifted:
             raise IntegrityError(f"overlay/ drifts from {manifest.lock_path.name} ({', '.join(drifted)}), so the lock cannot be migrated",
                                  "restore overlay/ from version control, or run python build.py lock")
-        lock = replace(old, format=FORMAT_VERSION, manifest_sha256=pinned_manifest_sha256(manifest, FORMAT_VERSION), derived=PENDING)
-        lock = lock.with_derived(make_plan(manifest, lock, tree).derived())
+        lock = replace(old, format=FORMAT_VERSION, manifest_sha256=pinned_manifest_sha256(manifest, FORMAT_VERSION),
+                       base=replace(old.base, layer_sizes=None))
+        lock = lock.with_derived(make_plan(manifest, lock, tree).derived())  # the plan never reads the old derived section
         write_lock(manifest.lock_path, lock)
     return load_lock_file(manifest.lock_path), True

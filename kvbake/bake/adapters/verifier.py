@@ -94,7 +94,7 @@ def normalised_arch(machine: str) -> str:
 
 
 def emulator_registered(architecture: str) -> bool:
-    qemu = {"arm64": "aarch64", "amd64": "x86_64", "arm": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}.get(architecture, architecture)
+    qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(architecture, architecture)  # the others share their name
     entry = Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}")
     try:
         return entry.read_text().startswith("enabled")
@@ -115,7 +115,7 @@ def module_evidence(extractor: Extractor, locked: LockedFile, item: BaseFile, lo
     return ModuleEvidence(locked.path, item.data, item.mtime, headers, shadows)
 
 
-def read_back(engine: Engine, image: str, lock: Lock, check_shadows: bool = True) -> tuple[int, int]:
+def read_back(engine: Engine, image: str, lock: Lock, check_shadows: bool) -> tuple[int, int]:
     """Hash every chain file inside the image, check that no stale bytecode survived, and prove offline, from the pyc
     headers and the files beside each module, that only the patched source can run. Returns (files, modules proven)."""
     found: dict[str, str | None] = {}

@@ -1,4 +1,4 @@
-"""The derived image config and the thin load archive (Docker manifest.json plus an OCI layout), as bytes."""
+"""The derived image config and the classic store's thin load archive (Docker's manifest.json), as bytes."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from typing import Any, Mapping
 
 from kvbake.digests import canonical_json, sha256_digest
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
 DROPPED_KEYS = ("container", "container_config", "docker_version", "id", "parent")
 
 
@@ -42,23 +39,9 @@ def image_id(config_bytes: bytes) -> str:
     return sha256_digest(config_bytes)
 
 
-def oci_manifest(config_bytes: bytes, layer_descriptors: list[dict[str, Any]]) -> bytes:
-    document = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config_bytes), "size": len(config_bytes)},
-        "layers": layer_descriptors,
-    }
-    return canonical_json(document)
-
-
-def layer_descriptors(base_diff_ids: list[str], base_sizes: list[int], thin: bytes) -> list[dict[str, Any]]:
-    """Uncompressed layer descriptors: the base's (by diff_id, not carried) and the thin one (carried)."""
-    base = [{"mediaType": OCI_LAYER_TAR, "digest": d, "size": s} for d, s in zip(base_diff_ids, base_sizes)]
-    return [*base, {"mediaType": OCI_LAYER_TAR, "digest": sha256_digest(thin), "size": len(thin)}]
-
-
-def archive_members(config_bytes: bytes, base_diff_ids: list[str], base_sizes: list[int], thin: bytes, oci: bool) -> list[tuple[str, bytes]]:
-    """Files of a load archive that carries only the thin layer; the base layers are listed but absent."""
+def archive_members(config_bytes: bytes, base_diff_ids: list[str], thin: bytes) -> list[tuple[str, bytes]]:
+    """Files of a classic-store load archive (Docker's manifest.json) that carries only the thin layer; the base layers
+    are listed by diff_id but absent, as the engine already holds them."""
     config_hex = sha256_digest(config_bytes).split(":")[1]
     thin_hex = sha256_digest(thin).split(":")[1]
     layer_paths = [f"blobs/sha256/{d.split(':')[1]}" for d in base_diff_ids] + [f"blobs/sha256/{thin_hex}"]
@@ -68,14 +51,6 @@ def archive_members(config_bytes: bytes, base_diff_ids: list[str], base_sizes: l
         (f"blobs/sha256/{thin_hex}", thin),
         ("manifest.json", json.dumps(docker_manifest, separators=(",", ":")).encode()),
     ]
-    if oci:
-        manifest = oci_manifest(config_bytes, layer_descriptors(base_diff_ids, base_sizes, thin))
-        index = {"schemaVersion": 2, "manifests": [{"mediaType": OCI_MANIFEST, "digest": sha256_digest(manifest), "size": len(manifest)}]}
-        members += [
-            (f"blobs/sha256/{sha256_digest(manifest).split(':')[1]}", manifest),
-            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-            ("index.json", canonical_json(index)),
-        ]
     return sorted(members)
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import logging
 import secrets
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -16,6 +17,8 @@ from python_on_whales.utils import run as run_cli
 from kvbake.digests import sha256_digest
 from kvbake.engines.adapters import manifestcache
 from kvbake.engines.adapters.containers import ContainerOps
+from kvbake.engines.core.archive_head import dir_meta_of, first_entry
+from kvbake.engines.core.savefile import DirMeta
 from kvbake.engines.core.containerd import StoreManifest, parse_store_manifest
 from kvbake.engines.core.detection import EngineProfile, profile_from_info
 from kvbake.errors import BaseImageError, EngineError, RegistryError
@@ -185,6 +188,24 @@ class Engine(ContainerOps):
             raise EngineError(f"{self.label}: copying {path} out failed ({message})", "check the engine") from None
         return True
 
+    def dir_meta(self, container: str, path: str) -> DirMeta | None:
+        """One directory's mode, owner and mtime from the head of `docker cp CONTAINER:PATH -` (the engine's own stat of
+        the path, as the image's layers set it); the copy is stopped after its first entry. None when the path is
+        absent or not a directory."""
+        cmd = [*self.client.client_config.docker_cmd, "container", "cp", f"{container}:{path}", "-"]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as copy:
+            assert copy.stdout is not None and copy.stderr is not None
+            entry = first_entry(copy.stdout)
+            if entry is not None:
+                copy.kill()
+            stderr = copy.stderr.read().decode(errors="replace").strip()
+            status = copy.wait()
+        if entry is None and status != 0:
+            if "Could not find the file" in stderr or "No such container:path" in stderr:
+                return None
+            raise EngineError(f"{self.label}: reading {path} in {container} failed ({stderr or f'exit {status}'})", "check the engine")
+        return dir_meta_of(entry)
+
     def save_stream(self, reference: str) -> Iterator[bytes]:
         """`docker save` as a byte stream (used once, at lock time, for the raw base config)."""
         try:
@@ -220,7 +241,7 @@ class Engine(ContainerOps):
             raise self._fail(f"inspect {reference}", err) from None
 
     def remove_image(self, reference: str) -> None:
-        with contextlib.suppress(NoSuchImage, DockerException):
+        with contextlib.suppress(DockerException):  # NoSuchImage among them
             self.client.image.remove(reference, force=False, prune=True)
 
     def untag(self, reference: str) -> None:

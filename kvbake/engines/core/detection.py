@@ -73,7 +73,7 @@ def store_named(store: str) -> ImageStore:
     return STORES.get(store, classic.STORE)
 
 
-def store_of(driver: str, driver_status: Sequence[Sequence[str]] | None) -> str:
+def store_of(driver_status: Sequence[Sequence[str]] | None) -> str:
     """The containerd image store reports a snapshotter driver type; everything else is the classic graph driver store."""
     for item in driver_status or ():
         if len(item) >= 2 and item[0] == "driver-type" and item[1] == SNAPSHOTTER_DRIVER_TYPE:
@@ -83,7 +83,7 @@ def store_of(driver: str, driver_status: Sequence[Sequence[str]] | None) -> str:
 
 def profile_from_info(info: Mapping[str, Any], label: str) -> EngineProfile:
     """The profile of an engine from its `docker info` facts; engines older than 20.10 are refused."""
-    profile = EngineProfile(str(info.get("server_version") or ""), store_of(str(info.get("driver") or ""), info.get("driver_status")),
+    profile = EngineProfile(str(info.get("server_version") or ""), store_of(info.get("driver_status")),
                             str(info.get("driver") or ""))
     if profile.version < OLDEST_SUPPORTED:
         raise EngineError(f"{label} runs Docker {profile.server_version}, older than the oldest supported engine 20.10",

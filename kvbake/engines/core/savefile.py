@@ -69,7 +69,7 @@ def sniff(head: bytes) -> str:
         return "gzip"
     if head.startswith(ZSTD_MAGIC):
         return "zstd"
-    if len(head) >= TAR_MAGIC_OFFSET + 5 and head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] == b"ustar":
+    if head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] == b"ustar":
         return "tar"
     return "other"
 
@@ -79,9 +79,6 @@ class _Prefixed(io.RawIOBase):
 
     def __init__(self, head: bytes, rest: BinaryIO) -> None:
         self._head, self._rest = head, rest
-
-    def readable(self) -> bool:
-        return True
 
     def readinto(self, buffer: Any) -> int:
         if self._head:
@@ -112,7 +109,7 @@ class _Hashing(io.RawIOBase):
 
 def _decompressed(kind: str, stream: BinaryIO) -> BinaryIO:
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=stream)  # type: ignore[return-value]
     if kind == "zstd":
         return zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)  # type: ignore[return-value]
     return stream
@@ -146,13 +143,13 @@ def _collect(chunks: Iterable[bytes], wanted_dirs: frozenset[str]) -> _Collected
         for member in tar:
             if not member.isfile():
                 continue
-            handle = tar.extractfile(member)
-            head = handle.read(PEEK_BYTES) if handle else b""
+            handle = tar.extractfile(member)  # a regular file's: never None
+            head = handle.read(PEEK_BYTES)  # type: ignore[union-attr]
             kind = sniff(head)
             if kind in ("gzip", "zstd", "tar"):
                 collected.layers[member.name] = scan_layer(kind, _Prefixed(head, handle), wanted_dirs)  # type: ignore[arg-type]
             elif member.size <= KEEP_BYTES:
-                collected.kept[member.name] = head + (handle.read() if handle else b"")
+                collected.kept[member.name] = head + handle.read()  # type: ignore[union-attr]
             else:
                 collected.unreadable[member.name] = head[:8].hex()
     reader.drain()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kvbake.atomicfile import write_atomic
+from kvbake.bake.adapters.base_source import config_digest
 from kvbake.bake.core.diffs import normalized_patch
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import KvbakeError, RebaseError
@@ -97,7 +98,7 @@ def plan_acceptance(engine: Engine, manifest: Manifest, folder: Path) -> Accepta
     record = read_record(folder)
     lock = read_lock(manifest)
     found = engine.inspect_image(record["target"])
-    check_fits(record, folder, manifest, lock, None if found is None else engine.config_digest_of(found, record["target"]))
+    check_fits(record, folder, manifest, lock, None if found is None else config_digest(engine, record["target"], found))
     texts = candidate_texts(record, folder, manifest)
     replaced = {p.id: texts[p.id] for p in manifest.chain
                 if normalized_patch(p.id, texts[p.id]) != normalized_patch(p.id, p.path.read_text(encoding="utf-8"))}

@@ -8,6 +8,7 @@ import unidiff
 
 from kvbake.bake.adapters.gitapply import normalized_bytes
 from kvbake.bake.core.chain import read_patch
+from kvbake.bake.core.diffs import FileChange
 from kvbake.digests import sha256_hex
 from kvbake.errors import LockError
 from kvbake.lock import CREATE, Lock
@@ -41,16 +42,30 @@ class Refreshed:
         return [f.path for f in self.report.files]
 
 
-def old_chain(manifest: Manifest, lock: Lock) -> tuple[Files, list[OldStep]]:
-    """The lock's base files rebuilt from overlay/ (every patch reversed, last first), checked against the lock's
-    hashes, then the chain applied again patch by patch: the old base and every patch's files before and after."""
-    patches = [(patch, normalized_bytes(patch.path), read_patch(patch)[1]) for patch in manifest.chain]
+def chain_texts(manifest: Manifest) -> list[tuple[ChainPatch, bytes, tuple[FileChange, ...]]]:
+    """Every patch of the chain with its normalized text and the files it changes, in chain order."""
+    return [(patch, normalized_bytes(patch.path), read_patch(patch)[1]) for patch in manifest.chain]
+
+
+def chain_taken_out(manifest: Manifest, patches: list[tuple[ChainPatch, bytes, tuple[FileChange, ...]]] | None = None) -> Files:
+    """The chain's files as overlay/ holds them with every patch reversed, last first (None: absent before the chain).
+    `patches` is chain_texts(manifest) when the caller has it already. A patch that does not come back out exactly is
+    a PatchError."""
+    patches = chain_texts(manifest) if patches is None else patches
     paths = list(dict.fromkeys(change.path for _, _, changes in patches for change in changes))
     overlay = manifest.root / "overlay"
     state: Files = {path: (overlay / path).read_bytes() if (overlay / path).is_file() else None for path in paths}
-    for patch, text, changes in reversed(patches):
-        touched = {c.path: state[c.path] for c in changes}
-        state.update(reverse_exactly(text, touched))
+    for _, text, changes in reversed(patches):
+        state.update(reverse_exactly(text, {c.path: state[c.path] for c in changes}))
+    return state
+
+
+def old_chain(manifest: Manifest, lock: Lock) -> tuple[Files, list[OldStep]]:
+    """The lock's base files rebuilt from overlay/ (every patch reversed, last first), checked against the lock's
+    hashes, then the chain applied again patch by patch: the old base and every patch's files before and after."""
+    patches = chain_texts(manifest)
+    paths = list(dict.fromkeys(change.path for _, _, changes in patches for change in changes))
+    state = chain_taken_out(manifest, patches)
     expected = base_hashes(lock)
     for path in paths:
         found = sha256_hex(state[path]) if state[path] is not None else None
