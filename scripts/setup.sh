@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(docker.io runc docker-registry docker-compose debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates debian-archive-keyring)
+PACKAGES=(docker.io runc docker-registry docker-compose debootstrap git openssh-server openssh-client apache2-utils openssl python3-venv ca-certificates debian-archive-keyring skopeo)
 
 need_install=()
 for pkg in "${PACKAGES[@]}"; do
@@ -28,7 +28,7 @@ fi
 
 # The engines of every profile the tests use: Docker 26.1.5 beside Debian 12's 20.10 (unpacked privately).
 bash scripts/install_engines.sh
-# The signing tool: Debian 13's cosign 2.5 (unpacked privately; a static binary).
+# The signing tool: cosign 2.5 from Debian 13 and cosign 3 from unstable (unpacked privately; static binaries).
 bash scripts/install_tools.sh
 
 if [ ! -x .venv/bin/python ]; then

@@ -1,4 +1,4 @@
-"""The provenance commands: `keys` makes a cosign key pair; `sign` signs the pushed release and attaches its provenance."""
+"""The provenance commands: `keys` makes a cosign key pair, `sign` signs the pushed release, `trace` proves the chain."""
 
 from __future__ import annotations
 
@@ -36,3 +36,31 @@ def cmd_sign(args: argparse.Namespace) -> Result:
     return data, (f"signed {reference} with {args.key.name} and attached its SLSA provenance "
                   f"({len(predicate['materials'])} materials: the base, {len(lock.patches)} patches, the donor commit)")
 
+
+def cmd_trace(args: argparse.Namespace) -> Result:
+    from kvbake.command_output import emit
+    from kvbake.errors import IntegrityError, SignatureError
+    from kvbake.lock import load_lock_file
+    from kvbake.provenance.adapters.evidence import fleet_links, local_links, registry_links, signature_links
+    from kvbake.provenance.core.trace import first_broken, table
+
+    manifest = load_manifest(args.manifest)
+    lock = load_lock_file(manifest.lock_path)  # a drifted manifest is a broken link to show, not a refusal
+    links = local_links(manifest, lock) + registry_links(manifest, lock)
+    pushed = next((link for link in links if link.kind == "manifest" and link.holds), None)
+    if args.key and pushed is not None:
+        links += signature_links(f"{manifest.output.repository}@{pushed.value}", list(args.key), lock, manifest)
+    if args.deploy is not None:
+        from kvbake.deployfile import load_deployment
+        from kvbake.ship.adapters.fleet import make_fleet
+
+        links += fleet_links(make_fleet(load_deployment(args.deploy), manifest, lock), lock)
+    data = {"links": [link.as_dict() for link in links]}
+    broken = first_broken(links)
+    if broken is None:
+        return data | {"ok": True}, table(links) + f"\nevery link holds ({len(links)})"
+    emit(args, data | {"ok": False}, table(links))
+    failure = SignatureError if broken.kind in ("signature", "attestation") else IntegrityError
+    count = sum(not link.holds for link in links)
+    raise failure(f"trace: {count} broken link(s); the first: {broken.kind} {broken.name}: {broken.broken}",
+                  "find who changed it (the two values above); rebuild, push and sign from the reviewed lock, or redeploy")

@@ -55,7 +55,13 @@ def test_a_bind_mount_over_a_baked_file_fails_verify_running(capsys, shipped, ri
                networks=["none"], volumes=[(str(patched), BAKED, "ro")])
     code, _, err = ship(capsys, shipped, "verify-running", "--expect", "")
     assert code == 7 and f"mount at {BAKED} covers baked file" in err
+    code, out, err = ship(capsys, shipped, "trace", "--json")
+    ranks = {link["name"]: link for link in json.loads(out)["links"] if link["kind"] == "rank"}
+    assert code == 7 and set(ranks) == {"spark-a", "spark-b"} and ranks["spark-b"]["holds"], err
+    assert not ranks["spark-a"]["holds"] and BAKED in ranks["spark-a"]["broken"] and "rank spark-a" in err
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
+    code, out, err = ship(capsys, shipped, "trace")
+    assert code == 0 and out.rstrip().endswith("every link holds (24)"), err
 
 
 def test_pythonpath_and_a_mount_inside_the_source_root_fail_verify_running(capsys, shipped, rig, tmp_path):

@@ -42,3 +42,15 @@ def test_a_digest_that_is_not_sha256_is_refused():
                                                     ("registry.lan:5000/x@sha256:a", []), ("127x.example/x@sha256:a", [])])
 def test_plain_http_is_allowed_for_a_loopback_registry_only(reference, options):
     assert registry_options(reference) == options
+
+
+def test_the_build_type_the_parameters_and_the_completeness_claims_are_stated():
+    lock = read_lock(load_manifest(STANDIN))
+    predicate = provenance_predicate(lock, "manifest.yaml")
+    assert predicate["buildType"] == "kvbake/bake@v1"
+    assert predicate["metadata"] == {"reproducible": True, "completeness": {"parameters": True, "environment": True, "materials": True}}
+    assert predicate["invocation"]["parameters"] == {
+        "sourceRoot": lock.source_root, "sourceDateEpoch": lock.source_date_epoch, "chain": [p.id for p in lock.patches],
+        "baseRegistryDigest": lock.base.repo_digest, "layerDiffId": lock.derived.layer_diff_id, "configDigest": lock.derived.image_id,
+        "manifestSha256": lock.manifest_sha256}
+    assert set(predicate) == {"builder", "buildType", "invocation", "metadata", "materials"}

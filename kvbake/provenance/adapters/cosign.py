@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -66,9 +67,20 @@ def generate_key_pair(prefix: Path, secret: str) -> tuple[Path, Path]:
     return key, pub
 
 
+@functools.lru_cache(maxsize=None)
+def offline_options(binary: str, command: str) -> tuple[str, ...]:
+    """No transparency log, in the signature format every cosign generation verifies: cosign 2 writes it by default;
+    cosign 3 (it has --use-signing-config) writes the new bundle as an OCI referrer unless told to keep the old
+    `sha256-<digest>.sig` form, which cosign 2 cannot find."""
+    shown = subprocess.run([binary, command, "--help"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if "--use-signing-config" in shown.stdout + shown.stderr:
+        return ("--new-bundle-format=false", "--use-signing-config=false", "--tlog-upload=false")
+    return ("--tlog-upload=false",)
+
+
 def sign(reference: str, key: Path, secret: str) -> None:
     """Sign the digest reference (no transparency log: the registry is private)."""
-    run_cosign(["sign", "--key", str(key), "--tlog-upload=false", "--yes", *registry_options(reference), reference],
+    run_cosign(["sign", "--key", str(key), *offline_options(cosign_binary(), "sign"), "--yes", *registry_options(reference), reference],
                f"sign {reference}", secret)
 
 
@@ -77,7 +89,7 @@ def attest(reference: str, key: Path, secret: str, predicate: dict[str, Any], pr
     with tempfile.TemporaryDirectory(prefix="kvbake-attest-") as scratch:
         path = Path(scratch) / "predicate.json"
         path.write_text(json.dumps(predicate, sort_keys=True), encoding="utf-8")
-        run_cosign(["attest", "--key", str(key), "--type", predicate_type, "--predicate", str(path), "--tlog-upload=false", "--yes",
+        run_cosign(["attest", "--key", str(key), "--type", predicate_type, "--predicate", str(path), *offline_options(cosign_binary(), "attest"), "--yes",
                     *registry_options(reference), reference], f"attest {reference}", secret)
 
 
