@@ -35,6 +35,7 @@ COMMANDS_HELP = """commands:
   dockerfile        render Dockerfile.overlay next to the manifest
   keys              make a cosign key pair for signing releases
   sign              sign the pushed release and attach its SLSA provenance (cosign)
+  trace             prove the chain link by link: donor, patches, files, layer, config, registry, signature, every rank
   rebase            --to IMAGE:TAG: report hunk by hunk how the chain moves to a new base; --accept DIR: take the candidate
   push              push the built image to the registry and read it back
   init              read the serve every node runs and write manifest.yaml and deploy.yaml describing it (no node changes)
@@ -55,7 +56,7 @@ COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "ba
                   "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
                   "verify-running": "ship", "status": "ship",
                   "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase",
-                  "keys": "provenance", "sign": "provenance"}
+                  "keys": "provenance", "sign": "provenance", "trace": "provenance"}
 BEFORE = "before_command_"
 PROG = "python build.py"  # how build.py is run; the console script is CONSOLE_PROG
 CONSOLE_PROG = "kvbake"
@@ -97,7 +98,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     lock.add_argument("--rebase-base", action="store_true",
                       help="re-pin the base even though its reference now names another image than the lock pins")
     lock.add_argument("--migrate", action="store_true",
-                      help="rewrite a format-1 lock as format 2 (runtime sections out of the image identity) without the engine")
+                      help="rewrite a format-1 or format-2 lock as format 3 (runtime sections out of the image identity, no saved layer sizes) without the engine")
     verify = sub.add_parser("verify", parents=[common], help="verify a local image")
     verify.add_argument("image", nargs="?", default=None, help="image reference (default: the manifest's output tag)")
     verify.add_argument("--deep", action="store_true", help="read files back and prove the patched code runs")
@@ -215,6 +216,11 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     keys.add_argument("--name", default="cosign", help="the key files' name (default: cosign)")
     sign = sub.add_parser("sign", parents=[common], help="sign the pushed release and attach its SLSA provenance (cosign)")
     sign.add_argument("--key", type=Path, required=True, metavar="PATH", help="the cosign private key (password: COSIGN_PASSWORD or a prompt)")
+    trace = sub.add_parser("trace", parents=[common], help="check every link from the donor commit to every running rank; name the first "
+                           "broken one with the two values that disagree")
+    trace.add_argument("--deploy", type=Path, default=None, help="deployment file: also check what every rank runs (default: stop at the registry)")
+    trace.add_argument("--key", type=Path, action="append", default=[], metavar="PATH",
+                       help="a reviewer's cosign public key: check the signature and the SLSA attestation with it (repeatable)")
     capacity = sub.add_parser("capacity", parents=[common], help="predict a preset's KV capacity line; with --deploy compare every rank's log")
     capacity.add_argument("preset", help="the preset")
     capacity.add_argument("--model-config", type=Path, required=True, metavar="PATH", help="the model's config.json, or its folder")

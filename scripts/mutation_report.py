@@ -9,79 +9,23 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-# Survivors judged equivalent: mutant name -> (the mutated line exactly as mutmut writes it, why no test can
-# tell it apart). A listed name leaves the adjusted denominator only while it survives AND its mutated line
-# still reads the same, so renumbering after a source change can never hide a new survivor.
-EQUIVALENT_MUTANTS: dict[str, tuple[str, str]] = {
-    "kvbake.bake.core.image_checks.x_env_names__mutmut_4": (
-        'return {item.split("=", )[0] for item in env or ()}', "without maxsplit the first piece is the same name"),
-    "kvbake.bake.core.image_checks.x_env_names__mutmut_7": (
-        'return {item.split("=", 2)[0] for item in env or ()}', "a larger maxsplit leaves the first piece, the name, alike"),
-    "kvbake.bake.core.derived_image.x_derived_config__mutmut_11": (
-        'runtime = config.setdefault("config", None) or {}', "an absent runtime section becomes {} through `or {}` either way"),
-    "kvbake.bake.core.derived_image.x_derived_config__mutmut_13": (
-        'runtime = config.setdefault("config", ) or {}', "setdefault's own default is None, and `or {}` replaces it"),
-    "kvbake.bake.core.derived_image.x_write_archive__mutmut_3": (
-        'with tarfile.open(fileobj=fileobj, mode="w", format=None) as tar:', "tarfile's default format is PAX"),
-    "kvbake.bake.core.derived_image.x_write_archive__mutmut_6": (
-        'with tarfile.open(fileobj=fileobj, mode="w", ) as tar:', "tarfile's default format is PAX"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_54": (
-        'members.append((name, _info(name, tarfile.REGTYPE, 0o644, 0, 0, mtime, 0), b"XXXX"))',
-        "a whiteout's size is 0, so tarfile copies none of its data"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_64": (
-        'with tarfile.open(fileobj=buffer, mode="w", format=None) as tar:', "tarfile's default format is PAX"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_67": (
-        'with tarfile.open(fileobj=buffer, mode="w", ) as tar:', "tarfile's default format is PAX"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_71": (
-        "for _, info, data in sorted(members, key=None):", "names are unique (checked just before), so tuples sort by name alone"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_73": (
-        "for _, info, data in sorted(members, ):", "names are unique (checked just before), so tuples sort by name alone"),
-    "kvbake.bake.core.thin_layer.x_build_layer__mutmut_81": (
-        "tar.addfile(info, io.BytesIO(data) if (data is not None) or True else None)",
-        "only directories have no data; their size is 0, so an empty buffer adds nothing"),
-    "kvbake.ship.core.journal.x_read_journal__mutmut_8": (
-        'return journal_from_dict(json.loads(path.read_bytes().decode("UTF-8")))', "codec names are case-insensitive"),
-    "kvbake.ship.core.journal.x_read_diverged__mutmut_8": (
-        'data = json.loads(path.read_bytes().decode("UTF-8"))', "codec names are case-insensitive"),
-    "kvbake.ship.core.journal.x_read_diverged__mutmut_9": (
-        'data = ""', "None and \"\" are both not an object: the same error with the same reason follows"),
-    "kvbake.ship.adapters.transitions.x_restart__mutmut_55": (
-        "done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=None)",
-        "check=None is false like check=False"),
-    "kvbake.ship.adapters.transitions.x_restart__mutmut_61": (
-        "done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, )",
-        "check defaults to False"),
-    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_40": (
-        'marker = _divergent_marker(full[shared]) if shared < total else "XXXX"',
-        "shared >= total means shared > body, so rest < 0 and the same error follows whatever the marker"),
-    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_44": (
-        "if rest <= 0:", "rest is 4k - 90 or 4k - 89 (whole tokens less question and marker), never 0"),
-    "kvbake.operate.core.prefix_identity.x_build_prefix_prompts__mutmut_45": (
-        "if rest < 1:", "rest is 4k - 90 or 4k - 89 (whole tokens less question and marker), never 0"),
-    "kvbake.operate.core.prefix_identity.x_output_difference__mutmut_9": (
-        "ratio = difflib.SequenceMatcher(None, a, b, autojunk=None).ratio()", "autojunk=None is false like autojunk=False"),
-    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_28": (
-        "NodeState(None, fleet.engines[plan.node]).update(", "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_73": (
-        'replaced = {plan.node: release_of(_side(plan, "XXbeforeXX" if side == "after" else "after")[2], "current") for plan in journal.nodes}',
-        "_side reads every side but \"after\" as the before side"),
-    "kvbake.ship.adapters.transitions.x_apply_side__mutmut_74": (
-        'replaced = {plan.node: release_of(_side(plan, "BEFORE" if side == "after" else "after")[2], "current") for plan in journal.nodes}',
-        "_side reads every side but \"after\" as the before side"),
-    "kvbake.ship.adapters.transitions.x_drop_released_adoption__mutmut_4": (
-        'for side in ("XXbeforeXX", "after"):', "_side reads every side but \"after\" as the before side"),
-    "kvbake.ship.adapters.transitions.x_drop_released_adoption__mutmut_5": (
-        'for side in ("BEFORE", "after"):', "_side reads every side but \"after\" as the before side"),
-    "kvbake.ship.adapters.transitions.x_publish__mutmut_7": (
-        'NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",',
-        "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.ship.adapters.transitions.x_settle__mutmut_8": (
-        'records = NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",',
-        "the node name appears only in errors that update() itself catches and drops"),
-    "kvbake.ship.adapters.transitions.x_mark_nodes_diverged__mutmut_7": (
-        'NodeState(None, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} DIVERGED",',
-        "the node name appears only in errors that update() itself catches and drops"),
-}
+# Survivors judged equivalent live in mutation_equivalents/<stage>.yaml: mutant name -> the mutated line exactly as
+# mutmut writes it ("line") and why no test can tell it apart ("why"). A listed name leaves the adjusted denominator
+# only while it survives AND its mutated line still reads the same, so renumbering after a source change can never
+# hide a new survivor.
+EQUIVALENTS_DIR = Path(__file__).resolve().parent / "mutation_equivalents"
+
+
+def load_equivalents(folder: Path = EQUIVALENTS_DIR) -> dict[str, tuple[str, str]]:
+    """Every stage file's entries, as mutant name -> (mutated line, reason)."""
+    import yaml
+
+    known: dict[str, tuple[str, str]] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        for name, entry in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).items():
+            known[name] = (entry["line"], entry["why"])
+    return known
+
 
 # mutmut 3's exit codes, folded into the columns of the report
 KILLED_CODES = {1, 3}
@@ -171,18 +115,11 @@ def stage_counts(per_module: dict[str, Counter[str]]) -> dict[str, Counter[str]]
     return dict(sorted(stages.items()))
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("modules", nargs="+", help="modules as paths below kvbake/, without .py")
-    parser.add_argument("--seconds", type=int, default=None, help="how long the run took")
-    parser.add_argument("--min-score", type=float, default=None, help="exit 3 below this total score")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
-    parser.add_argument("--stages", action="store_true", help="also print one row per stage folder")
-    args = parser.parse_args(argv)
-
+def read_results(modules: list[str]) -> tuple[dict[str, Counter[str]], list[tuple[str, str, str, Path]]]:
+    """Per-module counts, and every survivor as (module, mutant name, column, source path)."""
     per_module: dict[str, Counter[str]] = {}
-    survivors: list[tuple[str, str, Path]] = []
-    for module in args.modules:
+    survivors: list[tuple[str, str, str, Path]] = []
+    for module in modules:
         source = Path("kvbake") / f"{module}.py"
         meta = Path("mutants") / f"{source}.meta"
         counts: Counter[str] = Counter()
@@ -193,52 +130,81 @@ def main(argv: list[str]) -> int:
                 counts[column] += 1
                 counts["generated"] += 1
                 if column in ("survived", "no_tests"):
-                    survivors.append((name, column, source))
+                    survivors.append((module, name, column, source))
         per_module[module] = counts
+    return per_module, survivors
+
+
+def without(counts: dict[str, Counter[str]], left_out: Counter[tuple[str, str]]) -> dict[str, Counter[str]]:
+    """The counts with the equivalent survivors (keyed by (module, column)) taken out."""
+    adjusted = {}
+    for module, module_counts in counts.items():
+        adjusted[module] = Counter(module_counts)
+        for (where, column), number in left_out.items():
+            if where == module:
+                adjusted[module][column] -= number
+    return adjusted
+
+
+def print_table(title: str, rows: dict[str, Counter[str]], adjusted: dict[str, Counter[str]], label) -> None:
+    print(f"\n| {title} | generated | killed | survived | no tests | timeout | suspicious | skipped | score"
+          " | equivalent left out | score without them |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, counts in rows.items():
+        cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
+        equivalent = counts["survived"] + counts["no_tests"] - adjusted[key]["survived"] - adjusted[key]["no_tests"]
+        print(f"| {label(key)} | {cells} | {format_score(score(counts))} | {equivalent}"
+              f" | {format_score(score(adjusted[key]))} |")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("modules", nargs="+", help="modules as paths below kvbake/, without .py")
+    parser.add_argument("--seconds", type=int, default=None, help="how long the run took")
+    parser.add_argument("--min-score", type=float, default=None,
+                        help="exit 3 when the total, or with --stages any stage, is below this score"
+                             " (equivalent survivors left out)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--stages", action="store_true", help="also print one row per stage folder")
+    args = parser.parse_args(argv)
+
+    per_module, survivors = read_results(args.modules)
+    known = load_equivalents()
+    equivalent: list[tuple[str, str]] = []
+    live: list[tuple[str, str, str]] = []
+    left_out: Counter[tuple[str, str]] = Counter()
+    for module, name, column, source in survivors:
+        diff = diff_of(name, source)
+        entry = known.get(name)
+        if entry is not None and entry[0] == mutated_line(diff):
+            equivalent.append((name, entry[1]))
+            left_out[(module, column)] += 1
+        else:
+            live.append((name, column, diff))
 
     total: Counter[str] = Counter()
     for counts in per_module.values():
         total.update(counts)
-
-    print()
-    print("| module | generated | killed | survived | no tests | timeout | suspicious | skipped | score |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for module, counts in [*per_module.items(), ("total", total)]:
-        cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
-        label = f"**{module}**" if module == "total" else f"`{module}.py`"
-        print(f"| {label} | {cells} | {format_score(score(counts))} |")
+    adjusted_modules = without(per_module, left_out)
+    adjusted_total: Counter[str] = Counter()
+    for counts in adjusted_modules.values():
+        adjusted_total.update(counts)
+    print_table("module", {**per_module, "total": total}, {**adjusted_modules, "total": adjusted_total},
+                lambda m: "**total**" if m == "total" else f"`{m}.py`")
     per_stage = stage_counts(per_module)
+    adjusted_stages = stage_counts(adjusted_modules)
     if args.stages:
-        print("\n| stage | generated | killed | survived | no tests | timeout | suspicious | skipped | score |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for stage, counts in per_stage.items():
-            cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
-            print(f"| `{stage}` | {cells} | {format_score(score(counts))} |")
+        print_table("stage", per_stage, adjusted_stages, lambda stage: f"`{stage}`")
     if total["unchecked"]:
         print(f"\n{total['unchecked']} mutant(s) were never checked (the run was interrupted).")
     print(
         "\nscore = (killed + timeout) / (killed + timeout + survived + no tests); timeouts count as killed,"
         " mutants no test reaches count as survivors; suspicious and skipped mutants are left out."
     )
-
-    equivalent: list[tuple[str, str]] = []
-    live: list[tuple[str, str, str]] = []
-    for name, column, source in survivors:
-        diff = diff_of(name, source)
-        known = EQUIVALENT_MUTANTS.get(name)
-        if known is not None and known[0] == mutated_line(diff):
-            equivalent.append((name, known[1]))
-        else:
-            live.append((name, column, diff))
-
-    column_of = {name: column for name, column, _ in survivors}
-    adjusted = Counter(total)
-    adjusted.subtract(Counter(column_of[name] for name, _ in equivalent))
     print(f"\ntotal score, every mutant counted:          {format_score(score(total))}")
-    print(f"total score, {len(equivalent):3d} equivalent survivors left out: {format_score(score(adjusted))}")
+    print(f"total score, {len(equivalent):3d} equivalent survivors left out: {format_score(score(adjusted_total))}")
     if args.seconds is not None:
         print(f"run time: {args.seconds // 60} min {args.seconds % 60} s")
-
     if equivalent:
         print("\nequivalent survivors:")
         for name, reason in equivalent:
@@ -252,18 +218,27 @@ def main(argv: list[str]) -> int:
         figures = {
             "modules": {m: dict(c) for m, c in per_module.items()},
             "stages": {m: dict(c) for m, c in per_stage.items()},
+            "stage_scores": {m: score(c) for m, c in adjusted_stages.items()},
             "total": dict(total),
             "score": score(total),
-            "adjusted_score": score(adjusted),
+            "adjusted_score": score(adjusted_total),
             "equivalent": dict(equivalent),
             "live_survivors": [name for name, _, _ in live],
             "seconds": args.seconds,
         }
         args.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    return check_minimum(args, adjusted_total, adjusted_stages)
 
-    final = score(adjusted)
-    if args.min_score is not None and (final is None or final < args.min_score):
-        print(f"\ntotal score {format_score(final)} is below {args.min_score} %", file=sys.stderr)
+
+def check_minimum(args, adjusted_total: Counter[str], adjusted_stages: dict[str, Counter[str]]) -> int:
+    """3 when the total (or, with --stages, any stage) is below --min-score, else 0."""
+    if args.min_score is None:
+        return 0
+    scored = {"total": adjusted_total, **(adjusted_stages if args.stages else {})}
+    low = [f"{name} {format_score(score(c))}" for name, c in scored.items()
+           if score(c) is None or score(c) < args.min_score]
+    if low:
+        print(f"\nbelow {args.min_score} %: {', '.join(low)}", file=sys.stderr)
         return 3
     return 0
 

@@ -190,7 +190,7 @@ def cmd_capacity(args: argparse.Namespace) -> Result:
     if args.deploy is not None:
         ranks = check_deployment(prediction, load_deployment(args.deploy))
         data["ranks"] = ranks
-        logged = [line.split(":", 1)[0] for line in ranks if "no KV cache size line" not in line]
+        logged = [line.partition(":")[0] for line in ranks if "no KV cache size line" not in line]
         lines += [f"  {line}" for line in ranks] + [f"the predicted line was logged by {', '.join(logged)}"]
     return data, "\n".join(lines)
 

@@ -108,7 +108,7 @@ def make_lock(manifest_sha256: str = "0" * 64, files: tuple[LockedFile, ...] = (
         format=1, manifest_sha256=manifest_sha256, source_root="/usr/lib/py", source_date_epoch=EPOCH,
         donor_url="https://example.invalid/tiny.git", donor_revision="0123456789abcdef0123456789abcdef01234567",
         base=LockedBase(reference="kvbake-test/tiny:1", platform="linux/amd64", config_digest="sha256:" + "c" * 64,
-                        diff_ids=BASE_DIFF_IDS, layer_sizes=BASE_SIZES, repo_digest=repo_digest, config=base_config()),
+                        diff_ids=BASE_DIFF_IDS, repo_digest=repo_digest, config=base_config(), layer_sizes=BASE_SIZES),
         patches=patches if patches is not None else (LockedPatch("0001", "patches/0001-tiny.patch", "2" * 64, "3" * 40,
                                         (PatchFileHashes("pkg/mod.py", "modify", "4" * 64, "5" * 64),)),),
         files=files, dirs=dirs, new_dirs=new_dirs, overlay_tree_sha256=overlay_tree_sha256,

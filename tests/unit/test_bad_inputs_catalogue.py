@@ -404,7 +404,7 @@ def _(p: Project) -> Run:
 
 @scenario("lock-duplicate-key")
 def _(p: Project) -> Run:
-    p.standin().replace("manifest.lock.json", '"format": 2,', '"format": 2,\n "format": 2,')
+    p.standin().replace("manifest.lock.json", '"format": 3,', '"format": 3,\n "format": 3,')
     return plan()
 
 
@@ -454,10 +454,10 @@ def _(p: Project) -> Run:
     return plan()
 
 
-@scenario("lock-format-3")
+@scenario("lock-format-4")
 def _(p: Project) -> Run:
     document = p.standin().lock()
-    document["format"] = 3
+    document["format"] = 4
     p.write_lock(document)
     return plan()
 

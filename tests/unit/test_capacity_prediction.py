@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -85,15 +86,17 @@ def test_head_dim_comes_from_hidden_size_when_the_config_omits_it() -> None:
     assert parse_dense_config(config) == DenseModel("llama", 2, 2, 64, 8192)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model_type": "deepseek_v41"}, "model type 'deepseek_v41' is not a dense full-attention type"),
-    ({"num_hidden_layers": 0}, "config field 'num_hidden_layers' is 0, not a positive integer"),
-    ({"head_dim": None, "hidden_size": 250}, "hidden_size 250 is not a multiple of num_attention_heads 4"),
-    ({"model_type": "mistral", "sliding_window": 4096}, "mistral config uses a sliding window"),
+@pytest.mark.parametrize(("change", "named"), [
+    ({"model_type": "deepseek_v41"}, ("model type", "'deepseek_v41'")),
+    ({"num_hidden_layers": 0}, ("'num_hidden_layers'", "is 0")),
+    ({"head_dim": None, "hidden_size": 250}, ("hidden_size 250", "num_attention_heads 4")),
+    ({"model_type": "mistral", "sliding_window": 4096}, ("mistral", "sliding window")),
 ])
-def test_configs_the_arithmetic_cannot_use_are_refused(change: dict, message: str) -> None:
-    with pytest.raises(KvArithError, match=f"^{message}"):
+def test_configs_the_arithmetic_cannot_use_are_refused(change: dict, named: tuple[str, ...]) -> None:
+    with pytest.raises(KvArithError) as caught:
         parse_dense_config(TINY | change)
+    assert caught.value.exit_code == 17
+    assert all(field in caught.value.message for field in named), caught.value.message
 
 
 QWEN_WINDOW_OFF = {"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 28}
@@ -110,15 +113,16 @@ def test_a_qwen_config_whose_sliding_window_is_off_is_full_attention(model_type:
     assert capacity.log_line("cpu") == LOGGED_64MIB
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}, "qwen2 config uses a sliding window"),
-    ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 4096}, "qwen3 config uses a sliding window"),
-    ({"model_type": "mistral", "use_sliding_window": True, "sliding_window": 4096}, "mistral config uses a sliding window"),
+@pytest.mark.parametrize("config", [
+    {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096},
+    {"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 4096},
+    {"model_type": "mistral", "use_sliding_window": True, "sliding_window": 4096},
 ])
-def test_a_sliding_window_that_is_on_is_refused(config: dict, message: str) -> None:
-    with pytest.raises(KvArithError, match=f"^{message}") as caught:
+def test_a_sliding_window_that_is_on_is_refused(config: dict) -> None:
+    with pytest.raises(KvArithError) as caught:
         parse_dense_config(TINY | config)
     assert caught.value.exit_code == 17
+    assert config["model_type"] in caught.value.message and "sliding window" in caught.value.message
     assert parse_dense_config(TINY | {"model_type": "mistral", "sliding_window": None}).model_type == "mistral"
 
 
@@ -141,8 +145,10 @@ def test_a_model_folder_is_read_through_its_config_json(tiny_config: Path) -> No
 def test_a_config_of_another_family_names_the_file_and_the_option(model_type: str, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": model_type}))
-    with pytest.raises(KvArithError, match=rf"^config .*config\.json: model type '{model_type}' is not one of llama"):
+    with pytest.raises(KvArithError) as caught:
         load_dense_config(path)
+    assert caught.value.exit_code == 17
+    assert str(path) in caught.value.message and f"model type '{model_type}'" in caught.value.message
     with pytest.raises(KvArithError, match=r"fix: pass the model's config\.json with --model-config$"):
         load_dense_config(tmp_path / "absent.json", "--model-config")
 
@@ -167,29 +173,36 @@ def test_each_realserve_preset_predicts_its_line(realserve: Manifest, tiny_confi
 
 
 def test_an_unknown_preset_is_named_with_a_suggestion(realserve: Manifest, tiny_config: Path) -> None:
-    with pytest.raises(PresetError, match=r"^unknown preset 'packing-2' \(did you mean 'packing-x2'\?\); fix: choose one of: control, crash-at-start, fault-reuse, packing-x2$"):
+    with pytest.raises(PresetError) as caught:
         predict_preset(realserve, "packing-2", tiny_config, "cpu")
+    assert caught.value.exit_code == 14
+    assert "'packing-2'" in caught.value.message and "'packing-x2'" in caught.value.message
+    assert all(name in caught.value.fix for name in ("control", "crash-at-start", "fault-reuse", "packing-x2"))
 
 
 def test_a_preset_longer_than_the_model_is_refused(realserve: Manifest) -> None:
     preset = dataclasses.replace(realserve.presets["control"], max_model_len=16384)
-    with pytest.raises(KvArithError, match=r"^preset control: max_model_len 16,384 is above the model's max_position_embeddings 8,192; "
-                                           r"fix: lower the preset's max_model_len to at most 8,192$"):
+    with pytest.raises(KvArithError) as caught:
         predict(realserve, preset, parse_dense_config(TINY), "cpu")
+    assert caught.value.exit_code == 17
+    assert all(field in caught.value.message for field in ("control", "max_model_len 16,384", "max_position_embeddings 8,192"))
+    assert "max_model_len" in caught.value.fix and "8,192" in caught.value.fix
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--dtype", "bfloat16", "--kv-cache-memory-bytes", "64"], "preset control gives no --block-size"),
-    (["--block-size", "128", "--dtype", "bfloat16"], "preset control leaves the KV cache size to vLLM's memory profiling"),
-    (["--block-size", "128", "--kv-cache-memory-bytes", "64"], "preset control leaves the KV dtype to the platform's default"),
+@pytest.mark.parametrize(("args", "named"), [
+    (["--dtype", "bfloat16", "--kv-cache-memory-bytes", "64"], ("control", "--block-size")),
+    (["--block-size", "128", "--dtype", "bfloat16"], ("control", "KV cache size")),
+    (["--block-size", "128", "--kv-cache-memory-bytes", "64"], ("control", "KV dtype")),
     (["--block-size", "128", "--dtype", "bfloat16", "--kv-cache-memory-bytes", "64MiB"],
-     "preset control: --kv-cache-memory-bytes '64MiB' is not a positive whole number"),
-    (["--block-size", "128", "--dtype", "int3", "--kv-cache-memory-bytes", "64"], "KV dtype 'int3' is unknown"),
+     ("control", "--kv-cache-memory-bytes", "'64MiB'")),
+    (["--block-size", "128", "--dtype", "int3", "--kv-cache-memory-bytes", "64"], ("KV dtype", "'int3'")),
 ])
-def test_presets_that_cannot_be_predicted_say_what_to_add(realserve: Manifest, args: list[str], message: str) -> None:
+def test_presets_that_cannot_be_predicted_say_what_to_add(realserve: Manifest, args: list[str], named: tuple[str, ...]) -> None:
     preset = dataclasses.replace(realserve.presets["control"], launcher_args=tuple(args))
-    with pytest.raises(KvArithError, match=f"^{message}"):
+    with pytest.raises(KvArithError) as caught:
         serve_settings(realserve, preset)
+    assert caught.value.exit_code == 17
+    assert all(field in caught.value.message for field in named), caught.value.message
 
 
 def test_the_kv_cache_dtype_wins_over_the_model_dtype(realserve: Manifest) -> None:
@@ -211,8 +224,9 @@ def test_ranks_that_logged_the_prediction_pass_and_others_are_named(realserve: M
     assert check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": "x " + LOGGED_FP32_X2}) == [f"a: {LOGGED_FP32_X2}", f"b: {LOGGED_FP32_X2}"]
     with pytest.raises(ValidationStop) as info:
         check_ranks(prediction, {"a": LOGGED_FP32_X2, "b": LOGGED_FP32, "c": "starting"})
-    assert info.value.message == (f"KV capacity of preset packing-x2 differs from the prediction {LOGGED_FP32_X2!r}: "
-                                  f"b logged {LOGGED_FP32!r}; c logged no KV cache size line")
+    cause = info.value.message
+    assert "packing-x2" in cause and f"prediction {LOGGED_FP32_X2!r}" in cause
+    assert f"b logged {LOGGED_FP32!r}" in cause and "c logged no KV cache size line" in cause and "a logged" not in cause
     assert not agrees(prediction, parse_logged(LOGGED_FP32))
 
 
@@ -249,7 +263,6 @@ def test_a_deepseek_config_is_refused_with_a_ready_kv_arith_command(realserve: M
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
     import io
-    import shlex
 
     from kvbake.kvarith import cli as kv_arith_cli
 
@@ -259,10 +272,9 @@ def test_a_deepseek_config_is_refused_with_a_ready_kv_arith_command(realserve: M
     error = refusal_of(realserve, "packing-x2", Path("dsv41"))
     assert error.message.startswith("config dsv41/config.json: model type 'deepseek_v41' is a DeepSeek-V4.1-Flash config, "
                                     "which capacity cannot predict (dense full-attention models only: llama, mistral, qwen2, qwen3)")
-    assert error.fix == ("scripts/kv_arith.py does its arithmetic: run python -B scripts/kv_arith.py --config dsv41/config.json "
-                         "--max-model-len 4096 --block-size 128 --pool-bytes 67108864 (docs/kv_arith.md)")
     command = shlex.split(error.fix.split("run ", 1)[1].split(" (docs/", 1)[0])
-    assert command[:3] == ["python", "-B", "scripts/kv_arith.py"]
+    assert command == ["python", "-B", "scripts/kv_arith.py", "--config", "dsv41/config.json", "--max-model-len", "4096",
+                       "--block-size", "128", "--pool-bytes", "67108864"]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out):
         assert kv_arith_cli.main(command[3:], out, err) == 0, err.getvalue()
@@ -275,9 +287,9 @@ def test_a_deepseek_config_for_a_preset_without_a_kv_size_names_the_pool_to_fill
     config.write_bytes(DEEPSEEK_V41.read_bytes())
     error = refusal_of(manifest, next(iter(manifest.presets)), config)
     preset = next(iter(manifest.presets.values()))
-    assert error.fix == (f"scripts/kv_arith.py does its arithmetic: run python -B scripts/kv_arith.py --config {config} "
-                         f"--max-model-len {preset.max_model_len} --pool-bytes POOL (POOL: the KV cache bytes of one rank, "
-                         "e.g. 10GiB; docs/kv_arith.md)")
+    command = shlex.split(error.fix.split("run ", 1)[1].split(" (POOL", 1)[0])
+    assert command == ["python", "-B", "scripts/kv_arith.py", "--config", str(config), "--max-model-len", str(preset.max_model_len),
+                       "--pool-bytes", "POOL"]
 
 
 def with_args(preset, *args: str):

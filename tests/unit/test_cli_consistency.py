@@ -10,6 +10,7 @@ import pytest
 
 from kvbake.cli import exit_code_table, main
 from kvbake.errors import EXIT_CODES
+from usage_errors import usage_parts
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PACKAGE = Path(__file__).resolve().parents[2] / "kvbake"
@@ -51,7 +52,8 @@ def test_help_says_what_the_readme_says_of_exit_1() -> None:
 @pytest.mark.parametrize("command", ["verify-running", "status"])
 def test_break_lock_is_offered_only_where_it_acts(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--break-lock"]) == 2
-    assert capsys.readouterr().err == f"error (usage): unrecognized arguments: --break-lock; fix: see python build.py --help\n"
+    cause, fix = usage_parts(capsys.readouterr().err)
+    assert cause.endswith("--break-lock") and fix.startswith("see python build.py ")
 
 
 @pytest.mark.parametrize("command", ["deploy", "rollback"])
@@ -63,8 +65,8 @@ def test_break_lock_is_offered_where_a_lock_is_taken(command: str) -> None:
 
 def test_deploy_without_a_preset_is_a_usage_error_before_any_file_is_read(tmp_path: Path, capsys) -> None:
     assert main(["deploy", "--manifest", str(tmp_path / "absent.yaml"), "--deploy", str(tmp_path / "absent.yaml")]) == 2
-    assert capsys.readouterr().err == ("error (usage): deploy needs --preset NAME (or --resume / --revert); "
-                                       "fix: see python build.py deploy --help\n")
+    cause, fix = usage_parts(capsys.readouterr().err)
+    assert "--preset" in cause and fix.endswith(" deploy --help")
 
 
 @pytest.mark.parametrize(("first", "second"), [("--resume", "--revert"), ("--revert", "--resume")])
@@ -77,8 +79,8 @@ def test_resume_and_revert_together_are_a_usage_error_before_any_file_is_read(fi
     monkeypatch.setattr(commands, "_ship_context", lambda *a, **k: pytest.fail("a file was read"))
     absent = str(tmp_path / "absent.yaml")
     assert main(["deploy", first, second, "--manifest", absent, "--deploy", absent]) == 2
-    assert capsys.readouterr().err == (f"error (usage): argument {second}: not allowed with argument {first}; "
-                                       "fix: see python build.py deploy --help\n")
+    cause, fix = usage_parts(capsys.readouterr().err)
+    assert cause.startswith(f"argument {second}: ") and cause.endswith(first) and fix.endswith(" deploy --help")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -97,9 +99,11 @@ def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Pa
     from kvbake.deployfile import load_deployment
     from kvbake.errors import ManifestError
 
-    with pytest.raises(ManifestError, match=r"^deployment file gone\.yaml not found; fix: pass --deploy PATH "
-                                            r"\(see README: Deploy, rollback and recovery\)$"):
+    with pytest.raises(ManifestError) as caught:
         load_deployment(tmp_path / "gone.yaml")
+    assert caught.value.exit_code == 3
+    assert "gone.yaml" in caught.value.message and "not found" in caught.value.message
+    assert "--deploy PATH" in caught.value.fix and "Deploy, rollback and recovery" in caught.value.fix
 
 
 def test_the_readme_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:

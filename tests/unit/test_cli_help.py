@@ -8,6 +8,7 @@ import pytest
 
 from kvbake.cli import exit_code_table, main, parser
 from kvbake.errors import EXIT_CODES, KvbakeError, UsageError
+from usage_errors import usage_parts
 
 
 @pytest.mark.parametrize("command", ["build", "plan", "lock", "verify", "dockerfile", "push", "rollback", "verify-running",
@@ -17,8 +18,11 @@ def test_every_listed_command_parses(command: str) -> None:
 
 
 def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(UsageError, match=r"^argument COMMAND: invalid choice: 'bake-everything' .*; fix: see python build.py --help$"):
+    with pytest.raises(UsageError) as caught:
         parser().parse_args(["bake-everything"])
+    assert caught.value.exit_code == 2
+    assert "COMMAND" in caught.value.message and "'bake-everything'" in caught.value.message
+    assert caught.value.fix.endswith("build.py --help")
     assert main(["bake-everything"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error (usage): argument COMMAND: invalid choice: 'bake-everything'") and err.count("\n") == 1, err
@@ -26,7 +30,8 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
 
 def test_an_unknown_option_of_a_command_names_that_command_s_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--dry-run"]) == 2
-    assert capsys.readouterr().err == "error (usage): unrecognized arguments: --dry-run; fix: see python build.py --help\n"
+    cause, fix = usage_parts(capsys.readouterr().err)
+    assert cause.endswith("--dry-run") and fix == "see python build.py --help"
     assert main(["verify", "--deep=yes"]) == 2
     assert "fix: see python build.py verify --help" in capsys.readouterr().err
 

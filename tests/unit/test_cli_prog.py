@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.cli import main, parser
+from usage_errors import usage_parts
 
 REPO = Path(__file__).resolve().parents[2]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "kvbake"
@@ -25,7 +26,8 @@ def invoke(how: str, *argv: str, cwd: Path = REPO) -> subprocess.CompletedProces
 def test_the_usage_line_and_the_fix_name_the_program(prog: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert parser(prog).format_usage().startswith(f"usage: {prog} ")
     assert main(["plan", "--dry-run"], prog) == 2
-    assert capsys.readouterr().err == f"error (usage): unrecognized arguments: --dry-run; fix: see {prog} --help\n"
+    cause, fix = usage_parts(capsys.readouterr().err)
+    assert cause.endswith("--dry-run") and fix == f"see {prog} --help"
     assert main(["verify", "--deep=yes"], prog) == 2
     assert f"fix: see {prog} verify --help\n" in capsys.readouterr().err
     assert main(["deploy", "--manifest", "absent.yaml"], prog) == 2
@@ -54,4 +56,5 @@ def test_both_entry_points_name_themselves(how: str, prog: str, tmp_path: Path) 
     assert failed.stderr.startswith("error (usage): argument COMMAND: invalid choice: 'bake'"), failed.stderr
     assert failed.stderr.endswith(f"; fix: see {prog} --help\n"), failed.stderr
     deploy = invoke(how, "deploy", cwd=tmp_path)
-    assert deploy.stderr == f"error (usage): deploy needs --preset NAME (or --resume / --revert); fix: see {prog} deploy --help\n"
+    cause, fix = usage_parts(deploy.stderr)
+    assert "--preset" in cause and fix == f"see {prog} deploy --help"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -35,17 +34,21 @@ def test_blank_lines_are_skipped_and_line_numbers_kept() -> None:
 
 
 def test_missing_folder_is_a_corpus_error(tmp_path: Path) -> None:
-    with pytest.raises(CorpusError, match=rf"^corpus folder {re.escape(str(tmp_path / 'absent'))} does not exist; "
-                                          r"fix: use a corpus folder that holds opinions_cl\.jsonl and filings_recap\.jsonl$") as caught:
+    with pytest.raises(CorpusError) as caught:
         load_corpus(tmp_path / "absent")
     assert caught.value.exit_code == 16
+    assert str(tmp_path / "absent") in caught.value.message and "does not exist" in caught.value.message
+    assert "opinions_cl.jsonl" in caught.value.fix and "filings_recap.jsonl" in caught.value.fix
 
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "filings_recap.jsonl").unlink()
-    with pytest.raises(CorpusError, match=rf"^corpus file {re.escape(str(tmp_path / 'filings_recap.jsonl'))} is missing; fix: use a corpus folder"):
+    with pytest.raises(CorpusError) as caught:
         load_corpus(tmp_path)
+    assert caught.value.exit_code == 16
+    assert str(tmp_path / "filings_recap.jsonl") in caught.value.message and "missing" in caught.value.message
+    assert "corpus folder" in caught.value.fix
 
 
 @pytest.mark.parametrize(
@@ -73,17 +76,20 @@ def test_malformed_record_names_file_and_line(tmp_path: Path, line: str, why: st
 def test_file_without_records_is_an_error(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "filings_recap.jsonl").write_text("\n\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match=rf"^{re.escape(str(tmp_path / 'filings_recap.jsonl'))}: holds no records; "
-                                          r"fix: write one JSON object per line"):
+    with pytest.raises(CorpusError) as caught:
         load_corpus(tmp_path)
+    assert caught.value.exit_code == 16
+    assert str(tmp_path / "filings_recap.jsonl") in caught.value.message and "no records" in caught.value.message
+    assert "JSON object per line" in caught.value.fix
 
 
 def test_non_utf8_file_is_an_error(tmp_path: Path) -> None:
     write_tiny_corpus(tmp_path)
     (tmp_path / "opinions_cl.jsonl").write_bytes(b'{"text": "\xff\xfe"}\n')
-    with pytest.raises(CorpusError, match=rf"^corpus file {re.escape(str(tmp_path / 'opinions_cl.jsonl'))} cannot be read as UTF-8: "
-                                          r"'utf-8' codec can't decode byte 0xff"):
+    with pytest.raises(CorpusError) as caught:
         load_corpus(tmp_path)
+    assert caught.value.exit_code == 16
+    assert all(field in caught.value.message for field in (str(tmp_path / "opinions_cl.jsonl"), "UTF-8", "byte 0xff"))
 
 
 @pytest.mark.parametrize(("chars", "tokens"), [(0, 0), (1, 1), (4, 1), (5, 2), (8, 2), (4000, 1000), (4001, 1001)])
@@ -107,7 +113,11 @@ def test_corpus_text_has_exact_length_and_cycles_records() -> None:
 
 
 def test_corpus_text_refuses_negative_lengths_and_empty_corpora() -> None:
-    with pytest.raises(CorpusError, match=r"^cannot take -1 characters of corpus text; fix: ask for zero or more characters$"):
+    with pytest.raises(CorpusError) as negative:
         corpus_text(Corpus((Document("a", 1, "alpha"),)), -1)
-    with pytest.raises(CorpusError, match=r"^the corpus holds no records; fix: use a corpus folder that holds opinions_cl\.jsonl"):
+    assert negative.value.exit_code == 16
+    assert "-1 characters" in negative.value.message and "zero or more" in negative.value.fix
+    with pytest.raises(CorpusError) as empty:
         corpus_text(Corpus(()), 10)
+    assert empty.value.exit_code == 16
+    assert "no records" in empty.value.message and "opinions_cl.jsonl" in empty.value.fix

@@ -12,7 +12,9 @@ import pytest
 from kvbake.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCH_VLLM = str(Path(sys.executable).parent / "kvbake-launch-vllm")
+# The reference launcher's console script, run through this interpreter so that it also runs where kvbake is importable
+# but not installed (the mutation run's copy).
+LAUNCH_VLLM = [sys.executable, "-c", "from kvbake.launcher.cli import main; main()"]
 IMAGE = "127.0.0.1:5000/kvbake/standin-kvpack@sha256:" + "ab" * 32
 SPARK_A = {"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0"}, "devices": ["/dev/infiniband"],
            "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1, "stack": 67108864}, "shm_size": "32g",
@@ -27,7 +29,7 @@ def project(tmp_path: Path, launcher: list[str] | None = None, launch_a: dict | 
         "nodes": [{"name": "spark-a", "host": "ssh://ops@spark-a", "role": "head", "address": "10.0.0.11",
                    **({"launch": launch_a} if launch_a is not None else {})},
                   {"name": "spark-b", "host": "ssh://ops@spark-b", "role": "worker", "address": "10.0.0.12"}],
-        "launcher": {"command": launcher or [LAUNCH_VLLM], "container": "vllm-serve", "timeout_s": 60,
+        "launcher": {"command": launcher or LAUNCH_VLLM, "container": "vllm-serve", "timeout_s": 60,
                      "env": env if env is not None else {"MODEL_DIR": "/models/dsv41", "SOURCE_ROOT": "/usr/local/lib/python3.11/dist-packages"}}}))
     return folder
 
@@ -53,7 +55,7 @@ def test_every_node_in_start_order_with_its_variables_and_calls(tmp_path: Path, 
     head = data["nodes"][1]
     assert head["variables"]["DOCKER_HOST"] == "ssh://ops@spark-a" and head["variables"]["KVBAKE_ROLE"] == "head"
     assert json.loads(head["variables"]["KVBAKE_NODE_LAUNCH_JSON"])["devices"] == ["/dev/infiniband"]
-    assert head["command"] == [LAUNCH_VLLM, "--print"]
+    assert head["command"] == [*LAUNCH_VLLM, "--print"]
     call = head["calls"][0]
     assert call.startswith("docker run ") and "--device /dev/infiniband" in call and "--ulimit memlock=-1" in call
     assert "--restart no" in call and "--env NCCL_SOCKET_IFNAME=enp1s0f0np0" in call and "--shm-size 32g" in call

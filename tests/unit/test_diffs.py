@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from kvbake.bake.core.diffs import CREATE, MODIFY, FileChange, normalized_patch, parse_patch, relative_source_path
@@ -282,9 +280,11 @@ def test_refused_patches_raise_patch_error(text: str, fragment: str) -> None:
 
 
 def test_a_hunk_header_that_lies_is_not_a_unified_diff() -> None:
-    with pytest.raises(PatchError, match=r"^patch 0007 is not a unified diff: Hunk is shorter than expected; "
-                                         r"fix: regenerate it with git diff, git format-patch or diff -u$"):
+    with pytest.raises(PatchError) as caught:
         parse_patch("0007", "--- a/x.py\n+++ b/x.py\n@@ -1,5 +1,5 @@\n-a\n+b\n")
+    assert caught.value.exit_code == 5
+    assert all(field in caught.value.message for field in ("patch 0007", "not a unified diff", "Hunk is shorter than expected"))
+    assert "git diff" in caught.value.fix and "diff -u" in caught.value.fix
 
 
 @pytest.mark.parametrize(("target", "expected"), [("b/pkg/mod.py", "pkg/mod.py"), ("vllm/pkg/mod.py", "pkg/mod.py"), ("b/./pkg/mod.py", "pkg/mod.py")])
@@ -294,16 +294,17 @@ def test_relative_source_path_strips_the_first_component(target: str, expected: 
 
 @pytest.mark.parametrize("target", ["b/", "b/.", "/abs.py", "b/pkg/../../x.py", "mod.py"])
 def test_relative_source_path_refuses_paths_outside_the_root(target: str) -> None:
-    with pytest.raises(PatchError, match=rf"^patch 0001 touches {re.escape(repr(target))}, outside the source root; "
-                                         r"fix: make every name in the patch one leading folder") as caught:
+    with pytest.raises(PatchError) as caught:
         relative_source_path("0001", target)
     assert caught.value.exit_code == 5
+    assert all(field in caught.value.message for field in ("patch 0001", repr(target), "outside the source root"))
+    assert "one leading folder" in caught.value.fix
 
 
 @pytest.mark.parametrize("target", ["b//abs.py", "b/pkg/a b.py", '"b/pkg/x.py"', "b/pkg\\x.py", "b/pkg/x\x00.py", "b/pkg/x\u2028.py"])
 def test_relative_source_path_refuses_unusual_names(target: str) -> None:
-    refused = (rf"^patch 0001 names {re.escape(repr(target))}: quoted names, whitespace, backslashes, doubled slashes and control "
-               r"characters are refused; fix: make every name in the patch one leading folder")
-    with pytest.raises(PatchError, match=refused) as caught:
+    with pytest.raises(PatchError) as caught:
         relative_source_path("0001", target)
     assert caught.value.exit_code == 5
+    assert all(field in caught.value.message for field in ("patch 0001", repr(target), "are refused"))
+    assert "one leading folder" in caught.value.fix

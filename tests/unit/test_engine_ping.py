@@ -27,22 +27,23 @@ def test_an_info_without_server_is_unreachable_with_the_clis_reason() -> None:
     """docker-cli 26 exits 0 from `info` with an empty server part when the engine is down."""
     with pytest.raises(EngineError) as failure:
         engine_whose_info_is(SimpleNamespace(server_version="")).ping()
-    assert failure.value.message == ("unix:///run/node.sock is unreachable "
-                                     "(Cannot connect to the Docker daemon. Is the docker daemon running?)")
+    assert failure.value.message.startswith("unix:///run/node.sock ") and "Cannot connect to the Docker daemon" in failure.value.message
     assert failure.value.exit_code == 8
 
 
 def test_an_info_without_server_is_unreachable_even_when_version_answers() -> None:
-    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(docker info names no server\); fix: start the Docker"):
+    with pytest.raises(EngineError) as failure:
         engine_whose_info_is(SimpleNamespace(server_version=""), version=lambda: None).ping()
+    assert failure.value.exit_code == 8
+    assert all(field in failure.value.message for field in ("unix:///run/node.sock", "unreachable", "names no server"))
+    assert "Docker service" in failure.value.fix
 
 
 def test_an_unreachable_engine_never_points_an_operator_to_the_developers_set_up() -> None:
     with pytest.raises(EngineError) as failure:
         engine_whose_info_is(SimpleNamespace(server_version="")).ping()
     fix = failure.value.fix
-    assert fix == ("start the Docker service of that machine (kvbake never starts an engine), "
-                   "or check DOCKER_HOST and --host")
+    assert "DOCKER_HOST" in fix and "--host" in fix
     assert "dockerd" not in fix and "README" not in fix and "Two commands" not in fix
 
 
@@ -72,8 +73,10 @@ def test_an_unreachable_node_names_its_host_once(host: str, monkeypatch: pytest.
 def test_an_info_that_fails_is_unreachable() -> None:
     engine = engine_whose_info_is(SimpleNamespace())
     engine.client.system.info = failing
-    with pytest.raises(EngineError, match=r"^unix:///run/node\.sock is unreachable \(Cannot connect to the Docker daemon"):
+    with pytest.raises(EngineError) as failure:
         engine.ping()
+    assert failure.value.exit_code == 8
+    assert all(field in failure.value.message for field in ("unix:///run/node.sock", "unreachable", "Cannot connect to the Docker daemon"))
 
 
 def test_a_current_engine_answers_with_its_profile() -> None:

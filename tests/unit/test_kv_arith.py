@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -116,74 +115,86 @@ def test_packing_a_group_that_fits_halves_its_demand() -> None:
     assert [d.pack for d in packed.demands][-1] == 2
 
 
-@pytest.mark.parametrize("config, fragment", [
-    ({**V41_CONFIG, "model_type": "llama"},
-     "unknown model type 'llama'; fix: kv_arith covers DeepSeek-V4-Flash and DeepSeek-V4.1-Flash configs only"),
-    ({"model_type": "deepseek_v4", "hidden_size": 7},
-     "unknown model type 'deepseek_v4': the config has neither 'compress_ratios' nor 'kv_source_layer_ids'; fix: pass a DeepSeek-V4"),
-    ({k: v for k, v in V41_CONFIG.items() if k != "sliding_window"}, "config lacks field 'sliding_window'; fix: use the model's full config.json"),
-    ({**V41_CONFIG, "kv_source_layer_ids": [0, 8, 14, 20]},
-     "field 'kv_source_layer_ids' lists layer 0, whose compress_ratios entry is 0; fix: a source layer must be a compressed layer"),
-    ({**V41_CONFIG, "kv_source_layer_ids": [2, 8, 14, 99]}, "field 'kv_source_layer_ids' lists layer 99 outside 0..39; fix: fix the layer list"),
-    ({**V41_CONFIG, "compress_ratios": [0, 0, 2]},
-     "field 'compress_ratios' has 3 entries but num_hidden_layers is 40; fix: give one compress ratio per layer"),
-    ({**V4_CONFIG, "compress_ratios": [0, 0] + [4, 2] * 20 + [4, 0]},
-     "config has ratio-1/2 compress_ratios but no field 'kv_source_layer_ids'; fix: add kv_source_layer_ids and index_source_layer_ids"),
-    ({**V4_CONFIG, "compress_ratios": [0, 0] + [4, 64] * 20 + [4, 0]},
-     "field 'compress_ratios' has 64 at layer 3; DeepSeek-V4-Flash allows (0, 4, 128); fix: check that the config belongs to this model"),
-    ({**V4_CONFIG, "head_dim": 256}, "field 'head_dim' is 256; fix: vLLM's DeepSeek-V4 cache needs head_dim 512"),
+@pytest.mark.parametrize("config, named, fix_names", [
+    ({**V41_CONFIG, "model_type": "llama"}, ("model type 'llama'",), "DeepSeek-V4.1-Flash"),
+    ({"model_type": "deepseek_v4", "hidden_size": 7}, ("'deepseek_v4'", "'compress_ratios'", "'kv_source_layer_ids'"), "DeepSeek-V4"),
+    ({k: v for k, v in V41_CONFIG.items() if k != "sliding_window"}, ("field 'sliding_window'",), "config.json"),
+    ({**V41_CONFIG, "kv_source_layer_ids": [0, 8, 14, 20]}, ("'kv_source_layer_ids'", "layer 0", "compress_ratios"), "compressed layer"),
+    ({**V41_CONFIG, "kv_source_layer_ids": [2, 8, 14, 99]}, ("'kv_source_layer_ids'", "layer 99", "0..39"), "layer list"),
+    ({**V41_CONFIG, "compress_ratios": [0, 0, 2]}, ("'compress_ratios'", "3 entries", "num_hidden_layers is 40"), "compress ratio per layer"),
+    ({**V4_CONFIG, "compress_ratios": [0, 0] + [4, 2] * 20 + [4, 0]}, ("compress_ratios", "'kv_source_layer_ids'"),
+     "index_source_layer_ids"),
+    ({**V4_CONFIG, "compress_ratios": [0, 0] + [4, 64] * 20 + [4, 0]}, ("'compress_ratios'", "64 at layer 3", "(0, 4, 128)"), "this model"),
+    ({**V4_CONFIG, "head_dim": 256}, ("'head_dim'", "256"), "head_dim 512"),
 ])
-def test_bad_config_names_the_field(config: dict, fragment: str) -> None:
-    with pytest.raises(KvArithError, match=f"^{re.escape(fragment)}") as info:
+def test_bad_config_names_the_field(config: dict, named: tuple[str, ...], fix_names: str) -> None:
+    with pytest.raises(KvArithError) as info:
         parse_config(config)
-    assert info.value.one_line().startswith(fragment)
+    assert all(field in info.value.message for field in named), info.value.message
+    assert fix_names in info.value.fix
     assert info.value.exit_code == 17
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
-    with pytest.raises(KvArithError, match=rf"^config {re.escape(str(tmp_path / 'absent.json'))} does not exist; "
-                                           r"fix: pass the model's config\.json with --config$"):
+    with pytest.raises(KvArithError) as caught:
         load_config(tmp_path / "absent.json")
+    assert caught.value.exit_code == 17
+    assert str(tmp_path / "absent.json") in caught.value.message and "does not exist" in caught.value.message
+    assert "--config" in caught.value.fix
 
 
 def test_config_that_is_not_json(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text("{not json")
-    with pytest.raises(KvArithError, match=rf"^config {re.escape(str(path))} is not JSON \(line 1: Expecting property name enclosed in "
-                                           r"double quotes\); fix: pass the model's config\.json with --config$"):
+    with pytest.raises(KvArithError) as caught:
         load_config(path)
+    assert caught.value.exit_code == 17
+    assert all(field in caught.value.message for field in (str(path), "not JSON", "line 1"))
+    assert "--config" in caught.value.fix
 
 
 @pytest.mark.parametrize("pool", [0, -5])
 def test_non_positive_pool_is_refused(pool: int) -> None:
-    with pytest.raises(KvArithError, match=rf"^pool of {pool} bytes is not positive; fix: pass the per-rank KV bytes, e\.g\. 10GiB$"):
+    with pytest.raises(KvArithError) as caught:
         run_model(V41_CONFIG, 327_680, pool)
+    assert caught.value.exit_code == 17
+    assert f"pool of {pool} bytes" in caught.value.message and "not positive" in caught.value.message
+    assert "per-rank KV bytes" in caught.value.fix
 
 
 def test_pack_factor_that_exceeds_the_stride() -> None:
-    with pytest.raises(KvArithError, match=r"^packing mla by 2 needs 460,800 B per block, more than the stride 230,400 B; "
-                                           r"fix: use k <= 1 for mla$"):
+    with pytest.raises(KvArithError) as caught:
         run_model(V41_CONFIG, 327_680, 10 * GIB, packing={"mla": 2})
+    assert caught.value.exit_code == 17
+    assert all(field in caught.value.message for field in ("packing mla by 2", "460,800 B", "stride 230,400 B"))
+    assert "k <= 1" in caught.value.fix and "mla" in caught.value.fix
 
 
 def test_unknown_pack_group() -> None:
-    with pytest.raises(KvArithError, match=r"^unknown group 'kv' in --pack; fix: use one of mla, ring, swa, swa\.0, swa\.1, swa\.2, swa\.3$"):
+    with pytest.raises(KvArithError) as caught:
         run_model(V41_CONFIG, 327_680, 10 * GIB, packing={"kv": 2})
+    assert caught.value.exit_code == 17
+    assert "'kv'" in caught.value.message and "--pack" in caught.value.message
+    assert all(group in caught.value.fix for group in ("mla", "ring", "swa.0", "swa.3"))
 
 
 def test_max_model_len_above_max_positions() -> None:
-    with pytest.raises(KvArithError, match=r"^max-model-len 2,000,000 is above the model's max_position_embeddings 1,048,576; "
-                                           r"fix: pass --max-model-len 1048576 or less$"):
+    with pytest.raises(KvArithError) as caught:
         run_model(V41_CONFIG, 2_000_000, 10 * GIB)
+    assert caught.value.exit_code == 17
+    assert "max-model-len 2,000,000" in caught.value.message and "max_position_embeddings 1,048,576" in caught.value.message
+    assert "--max-model-len 1048576" in caught.value.fix
 
 
 def test_parse_bytes_units() -> None:
     assert parse_bytes("10GiB") == 10 * GIB
     assert parse_bytes("7.25 GiB") == 7 * GIB + GIB // 4
     assert parse_bytes("230400") == 230_400
-    with pytest.raises(KvArithError, match=r"^size '3 parsecs' has an unknown unit 'parsecs'; "
-                                           r"fix: use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB or TB$"):
+    with pytest.raises(KvArithError) as caught:
         parse_bytes("3 parsecs")
+    assert caught.value.exit_code == 17
+    assert "'3 parsecs'" in caught.value.message and "unit 'parsecs'" in caught.value.message
+    assert all(unit in caught.value.fix for unit in ("KiB", "GiB", "TB"))
 
 
 def test_cli_text_report(tmp_path: Path) -> None:

@@ -225,16 +225,19 @@ def test_config_that_is_a_directory(tmp_path: Path) -> None:
 
 
 def test_config_that_is_not_a_regular_file() -> None:
-    with pytest.raises(KvArithError, match=r"^config /dev/null is not a regular file; fix: pass the model's config\.json with --config$") as info:
+    with pytest.raises(KvArithError) as info:
         load_config("/dev/null")
     assert info.value.exit_code == 17
+    assert "/dev/null" in info.value.message and "not a regular file" in info.value.message
+    assert "--config" in info.value.fix
 
 
 def test_config_path_with_a_nul_byte() -> None:
-    with pytest.raises(KvArithError, match=r"^config path 'conf\\x00ig\.json' is not a valid path \(embedded null byte\); "
-                                           r"fix: pass the model's config\.json with --config$") as info:
+    with pytest.raises(KvArithError) as info:
         load_config("conf\x00ig.json")
     assert info.value.exit_code == 17
+    assert repr("conf\x00ig.json") in info.value.message and "embedded null byte" in info.value.message
+    assert "--config" in info.value.fix
 
 
 def test_missing_config_names_the_file_and_the_fix(tmp_path: Path) -> None:

@@ -304,7 +304,17 @@ def test_bad_inputs_exit_2_with_one_line(overrides: dict, message: str, tmp_path
         assert launcher.run(argv, env) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert captured.err == f"kvbake-launch-vllm: {message}\n"
+        assert_one_line_naming(captured.err, message.split("; fix: ")[0])
+
+
+def assert_one_line_naming(err: str, cause: str) -> None:
+    """One `kvbake-launch-vllm: CAUSE; fix: FIX` line whose cause names the variable (and the value given, if any)."""
+    assert err.startswith("kvbake-launch-vllm: ") and err.endswith("\n") and err.count("\n") == 1, err
+    named, _, value = cause.partition("=")
+    assert named.split(" ")[0] in err.split("; fix: ")[0], err
+    if value:
+        assert value.split(" ")[0] in err, err
+    assert "; fix: " in err and err.split("; fix: ", 1)[1].strip(), err
 
 
 def env_file(folder: Path) -> Path:
@@ -315,12 +325,9 @@ def env_file(folder: Path) -> Path:
 
 def test_missing_env_file_and_engine_host(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(tmp_path / "absent.env")}) == 2
-    assert capsys.readouterr().err == (f"kvbake-launch-vllm: KVBAKE_ENV_FILE {tmp_path / 'absent.env'} is not a file; fix: run the "
-                                       "launcher through kvbake deploy, or point KVBAKE_ENV_FILE at a ranks.env that "
-                                       "`python build.py config` wrote\n")
+    assert_one_line_naming(capsys.readouterr().err, f"KVBAKE_ENV_FILE {tmp_path / 'absent.env'}")
     assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path)), "DOCKER_HOST": ""}) == 2
-    assert capsys.readouterr().err == ("kvbake-launch-vllm: DOCKER_HOST is not set; fix: set DOCKER_HOST to the node's engine "
-                                       "(kvbake deploy sets it per node), e.g. ssh://ops@spark-a\n")
+    assert_one_line_naming(capsys.readouterr().err, "DOCKER_HOST")
 
 
 def test_unknown_argument_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
@@ -396,7 +403,9 @@ def test_an_engine_refusal_is_one_line(hint: str, capsys: pytest.CaptureFixture,
     refusal = 'Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
     monkeypatch.setattr(launcher, "DockerClient", lambda host: FakeClient(refuse=refusal, hint=hint))
     assert launcher.run([], {**env_for(), "KVBAKE_ENV_FILE": str(env_file(tmp_path))}) == 1
-    assert capsys.readouterr().err == f"kvbake-launch-vllm: starting vllm-serve on ssh://ops@spark-a failed: docker: {refusal}\n"
+    err = capsys.readouterr().err
+    assert err.startswith("kvbake-launch-vllm: ") and err.count("\n") == 1
+    assert all(field in err for field in ("vllm-serve", "ssh://ops@spark-a", refusal)) and hint not in err
 
 
 def option_pairs(tokens: list[str]) -> set[tuple[str, ...]]:

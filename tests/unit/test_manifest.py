@@ -145,9 +145,11 @@ def test_a_patch_escaping_through_a_symlinked_file_is_refused(tmp_path: Path) ->
     (project / "patches").mkdir(parents=True)
     (tmp_path / "elsewhere.patch").write_bytes(b"")
     (project / "patches" / "0001-tiny.patch").symlink_to(tmp_path / "elsewhere.patch")
-    with pytest.raises(ManifestError, match=r"^manifest\.yaml: chain 0001 file 'patches/0001-tiny\.patch' escapes the manifest's folder "
-                                            r"through a symlink; fix: replace the symlink with the file itself$"):
+    with pytest.raises(ManifestError) as caught:
         load_manifest(write_manifest(project))
+    assert caught.value.exit_code == 3
+    assert all(field in caught.value.message for field in ("manifest.yaml", "chain 0001", "'patches/0001-tiny.patch'", "symlink"))
+    assert "symlink" in caught.value.fix
 
 
 def test_every_tag_field_the_loader_accepts_can_be_formatted(tmp_path: Path) -> None:
@@ -164,9 +166,10 @@ def test_every_tag_field_the_loader_accepts_can_be_formatted(tmp_path: Path) -> 
 def test_an_unbalanced_brace_in_the_tag_template_is_a_manifest_error(tag: str, problem: str, tmp_path: Path) -> None:
     document = minimal_document()
     document["output"]["tag"] = tag
-    with pytest.raises(ManifestError, match=rf"^manifest\.yaml: output\.tag: {re.escape(problem)} in {re.escape(repr(tag))}; "
-                                            r"fix: correct the manifest entries named above$"):
+    with pytest.raises(ManifestError) as caught:
         tiny_manifest(tmp_path, document)
+    assert caught.value.exit_code == 3
+    assert all(field in caught.value.message for field in ("manifest.yaml", "output.tag", problem, repr(tag)))
 
 
 def test_the_schema_is_package_data_and_requires_every_top_level_section() -> None:
@@ -182,9 +185,10 @@ def test_the_schema_is_package_data_and_requires_every_top_level_section() -> No
 def test_a_tag_template_with_a_conversion_or_format_spec_is_refused(tag: str, field: str, tmp_path: Path) -> None:
     document = minimal_document()
     document["output"]["tag"] = tag
-    with pytest.raises(ManifestError, match=rf"^manifest\.yaml: output\.tag: {re.escape(field)} may not carry a conversion or format spec; "
-                                            r"fix: correct the manifest entries named above$"):
+    with pytest.raises(ManifestError) as caught:
         tiny_manifest(tmp_path, document)
+    assert caught.value.exit_code == 3
+    assert all(part in caught.value.message for part in ("manifest.yaml", "output.tag", field, "conversion or format spec"))
 
 
 def test_a_multiline_description_is_kept(tmp_path: Path) -> None:
@@ -252,8 +256,11 @@ def test_a_url_with_userinfo_in_any_string_is_refused(tmp_path: Path) -> None:
 def test_a_patch_path_error_names_the_manifest_file(tmp_path: Path) -> None:
     document = minimal_document()
     document["chain"][0]["file"] = "/etc/passwd"
-    with pytest.raises(ManifestError, match=r"^manifest\.yaml: chain 0001 file '/etc/passwd' is absolute"):
+    with pytest.raises(ManifestError) as caught:
         tiny_manifest(tmp_path, document)
+    assert caught.value.exit_code == 3
+    assert caught.value.message.startswith("manifest.yaml") and "chain 0001" in caught.value.message
+    assert "'/etc/passwd'" in caught.value.message and "absolute" in caught.value.message
 
 
 def test_a_nesting_deeper_than_the_limit_is_refused(tmp_path: Path) -> None:

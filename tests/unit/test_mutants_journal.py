@@ -76,21 +76,21 @@ def test_a_journal_without_done_reads_as_nothing_done() -> None:
     assert journal_from_dict({**json.loads(JOURNAL_TEXT), "done": ["a", "b"]}).done == ("a", "b")
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({**json.loads(JOURNAL_TEXT), "nodes": []}, "not a journal (no id or no nodes)"),
-    ({**json.loads(JOURNAL_TEXT), "id": 7}, "not a journal (no id or no nodes)"),
-    ({**json.loads(JOURNAL_TEXT), "id": None, "nodes": []}, "not a journal (no id or no nodes)"),
-    ({k: v for k, v in json.loads(JOURNAL_TEXT).items() if k != "nodes"}, "not a journal (KeyError: 'nodes')"),
-    ({**json.loads(JOURNAL_TEXT), "extra": 1}, "not a journal (TypeError: Journal.__init__() got an unexpected keyword argument 'extra')"),
-    ({**json.loads(JOURNAL_TEXT), "done": 5}, "not a journal (TypeError: 'int' object is not iterable)"),
-    ([("id", "x")], "not a journal (KeyError: 'nodes')"),
-    ("abc", "not a journal (ValueError: dictionary update sequence element #0 has length 1; 2 is required)"),
+@pytest.mark.parametrize(("data", "cause"), [
+    ({**json.loads(JOURNAL_TEXT), "nodes": []}, "no id or no nodes"),
+    ({**json.loads(JOURNAL_TEXT), "id": 7}, "no id or no nodes"),
+    ({**json.loads(JOURNAL_TEXT), "id": None, "nodes": []}, "no id or no nodes"),
+    ({k: v for k, v in json.loads(JOURNAL_TEXT).items() if k != "nodes"}, "KeyError: 'nodes'"),
+    ({**json.loads(JOURNAL_TEXT), "extra": 1}, "TypeError: Journal.__init__() got an unexpected keyword argument 'extra'"),
+    ({**json.loads(JOURNAL_TEXT), "done": 5}, "TypeError: 'int' object is not iterable"),
+    ([("id", "x")], "KeyError: 'nodes'"),
+    ("abc", "ValueError: dictionary update sequence element #0 has length 1; 2 is required"),
 ])
-def test_journal_from_dict_names_what_is_wrong(data, message: str) -> None:
+def test_journal_from_dict_names_what_is_wrong(data, cause: str) -> None:
     with pytest.raises(ValueError) as caught:
         journal_from_dict(data)
     assert type(caught.value) is ValueError
-    assert str(caught.value) == message
+    assert cause in str(caught.value)
 
 
 def test_no_journal_file_reads_as_none_and_clearing_twice_is_fine(tmp_path: Path) -> None:
@@ -105,15 +105,16 @@ def test_no_journal_file_reads_as_none_and_clearing_twice_is_fine(tmp_path: Path
 @pytest.mark.parametrize(("content", "cause"), [
     (b"\xff\xfe", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
     (b"{", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-    (b"[]", "not a journal (KeyError: 'nodes')"),
+    (b"[]", "KeyError: 'nodes'"),
 ])
 def test_a_corrupt_journal_is_a_rollout_error_naming_the_file(tmp_path: Path, content: bytes, cause: str) -> None:
     (tmp_path / "journal.json").write_bytes(content)
     with pytest.raises(RolloutError) as caught:
         read_journal(tmp_path)
     assert type(caught.value) is RolloutError
-    assert caught.value.message == f"the deploy journal {tmp_path / 'journal.json'} is corrupt ({cause})"
-    assert caught.value.fix == "move it aside; python build.py deploy --revert (or --resume) then reads the copy every node keeps"
+    assert caught.value.exit_code == 12
+    assert str(tmp_path / "journal.json") in caught.value.message and cause in caught.value.message
+    assert "deploy --revert" in caught.value.fix
 
 
 def test_the_diverged_marker_round_trips_as_indented_sorted_json(tmp_path: Path) -> None:
@@ -139,7 +140,6 @@ def test_a_corrupt_diverged_marker_still_means_diverged(tmp_path: Path, content:
     with pytest.raises(DivergedError) as caught:
         read_diverged(tmp_path)
     assert type(caught.value) is DivergedError
-    assert caught.value.message == (f"the diverged marker {tmp_path / 'DIVERGED.json'} is corrupt ({reason}); "
-                                    "the deployment was marked diverged")
-    assert caught.value.fix == ("move it aside and run python build.py deploy --revert "
-                                "(the nodes keep the journal and their own mark)")
+    assert caught.value.exit_code == 13
+    assert str(tmp_path / "DIVERGED.json") in caught.value.message and reason in caught.value.message
+    assert "deploy --revert" in caught.value.fix

@@ -134,8 +134,9 @@ def test_a_launcher_that_cannot_start_is_named(tmp_path: Path) -> None:
     with pytest.raises(RolloutError) as caught:
         transitions.restart(fleet, "b", release())
     assert type(caught.value) is RolloutError
-    assert caught.value.message == f"launcher on b did not run (FileNotFoundError: [Errno 2] No such file or directory: {missing!r})"
-    assert caught.value.fix == "check launcher.command in the deployment file"
+    assert caught.value.exit_code == 12
+    assert all(field in caught.value.message for field in ("on b", "FileNotFoundError", missing))
+    assert "launcher.command" in caught.value.fix
 
 
 def test_a_launcher_that_overruns_its_timeout_is_named(tmp_path: Path) -> None:
@@ -143,8 +144,8 @@ def test_a_launcher_that_overruns_its_timeout_is_named(tmp_path: Path) -> None:
     fleet = fleet_with(tmp_path, command, timeout_s=0.1)
     with pytest.raises(RolloutError) as caught:
         transitions.restart(fleet, "a", release())
-    assert caught.value.message == f"launcher on a did not run (TimeoutExpired: Command '{list(command)!r}' timed out after 0.1 seconds)"
-    assert caught.value.fix == "check launcher.command in the deployment file"
+    assert all(field in caught.value.message for field in ("on a", "TimeoutExpired", "0.1 seconds"))
+    assert "launcher.command" in caught.value.fix
 
 
 def test_rank_files_are_written_exactly_and_rewritten(tmp_path: Path) -> None:
@@ -294,7 +295,7 @@ def test_a_failed_launch_walks_every_node_back_to_the_before_side(scene: Scene) 
     scene.failing.add("b:packing")
     with pytest.raises(RolloutError) as caught:
         transitions.run_transition(scene.fleet, scene.journal(CONTROL, PACKING), scene.folder)
-    assert caught.value.message == "launcher on b exited 1 (GPU busy)"
+    assert all(field in caught.value.message for field in ("on b", "exited 1", "GPU busy"))
     # the revert keeps the forward steps it walks back, so an interrupted revert still knows them
     assert scene.journals == [("forward", ()), *(("forward", FORWARD_STEPS[:i]) for i in range(1, 5)),
                               *(("reverting", FORWARD_STEPS + BACK_STEPS[:i]) for i in range(1, 5))]
@@ -314,8 +315,8 @@ def test_a_rank_that_fails_verification_after_the_forward_walk_is_reverted(scene
         engine.images[PACKING.config_digest]["Config"]["Labels"] = {"k": "wrong"}
     with pytest.raises(RolloutError) as caught:
         transitions.run_transition(scene.fleet, scene.journal(None, PACKING), scene.folder)
-    assert caught.value.message == "verify-running failed after deploy: a: label k differs; b: label k differs"
-    assert caught.value.fix == "every node was reverted; see the audit log"
+    assert caught.value.message.count("label k differs") == 2 and all(f"{node}: label k" in caught.value.message for node in "ab")
+    assert "reverted" in caught.value.fix
     assert all(CONTAINER not in engine.containers for engine in scene.fleet.engines.values())
     assert read_journal(scene.folder) is None
 
@@ -329,8 +330,9 @@ def test_a_revert_that_cannot_verify_marks_the_deployment_and_every_node_diverge
                     f"a runs 2 layers with {{'S': '1'}}, 2 arguments; b runs 1 layers with {{'S': '1'}}, 2 arguments; fix: see below")
     details = {"journal": "deploy-1", "kind": "deploy", "cause": None, "revert_error": revert_error,
                "repair": "python build.py deploy --revert --deploy deploy.yaml", "by": "op@host:1"}
-    assert caught.value.message == f"DIVERGED: deploy deploy-1 failed (interrupted) and the revert failed too ({revert_error})"
-    assert caught.value.fix == "bring the nodes back, then run: python build.py deploy --revert --deploy deploy.yaml"
+    assert caught.value.exit_code == 13
+    assert all(field in caught.value.message for field in ("deploy-1", "interrupted", revert_error))
+    assert caught.value.fix.endswith(details["repair"])
     assert read_diverged(scene.folder) == details
     assert scene.journals[-1] == ("reverting", BACK_STEPS)
     for name in ("a", "b"):
@@ -439,9 +441,8 @@ def test_an_adopted_serve_whose_kept_container_is_gone_cannot_come_back(tmp_path
     with pytest.raises(RolloutError) as caught:
         transitions.restart(fleet, "b", adopted_release())
     assert type(caught.value) is RolloutError
-    assert caught.value.message == ("node b: the adopted serving container serve-kept is gone and an earlier kvbake recorded no create spec to "
-                                    "recreate it")
-    assert caught.value.fix == "deploy a kvbake release instead (python build.py deploy --preset NAME)"
+    assert all(field in caught.value.message for field in ("node b", "serve-kept", "is gone"))
+    assert "deploy --preset" in caught.value.fix
     assert [c["Id"] for c in fleet.engines["b"].containers.values()] == ([serving] if serving else [])
 
 
@@ -555,9 +556,9 @@ def test_a_launcher_that_exits_0_without_recreating_the_container_is_named(tmp_p
     serving_container(fleet.engines["a"], "old-1")
     with pytest.raises(RolloutError) as caught:
         transitions.restart(fleet, "a", release())
-    assert caught.value.message == "launcher on a exited 0 but the serving container serve on a is still the old one (it was not recreated)"
-    assert caught.value.fix == ("make the launcher (re)create the serving container $KVBAKE_CONTAINER (docker run -d --name ...); "
-                                "every node was reverted")
+    assert all(field in caught.value.message for field in ("on a", "exited 0", "serve", "not recreated"))
+    assert "$KVBAKE_CONTAINER" in caught.value.fix
+    assert [c["Id"] for c in fleet.engines["a"].containers.values()] == ["old-1"]
 
 
 def test_a_start_group_passes_the_release_each_node_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

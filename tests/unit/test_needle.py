@@ -48,9 +48,11 @@ def test_codes_are_deterministic_distinct_and_well_formed() -> None:
 
 
 def test_negative_code_count_is_refused() -> None:
-    with pytest.raises(KvbakeError, match=r"^cannot make -1 needle codes; fix: ask for zero or more codes$") as caught:
+    with pytest.raises(KvbakeError) as caught:
         make_needle_codes("x", -1)
     assert type(caught.value) is KvbakeError
+    assert caught.value.exit_code == 1
+    assert "-1 needle codes" in caught.value.message and "zero or more" in caught.value.fix
 
 
 def test_find_codes_keeps_first_appearance_order_without_repeats() -> None:
@@ -89,23 +91,23 @@ def test_needle_at_depth_zero() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ctx", "depths", "count", "why"),
+    ("ctx", "depths", "count", "named", "fix_names"),
     [
-        (2000, (100,), 2, r"2 codes for 1 depths; fix: pass one depth per needle code"),
-        (2000, (100, 101), 2, r"needle NEEDLE-[0-9A-F]{4}-[0-9A-F]{4} at depth 101 overlaps the previous needle or lies before the start; "
-                              r"fix: pass distinct, non-negative depths at least a few tokens apart"),
-        (2000, (-1,), 1, r"needle NEEDLE-[0-9A-F]{4}-[0-9A-F]{4} at depth -1 overlaps the previous needle or lies before the start; "
-                         r"fix: pass distinct, non-negative depths at least a few tokens apart"),
-        (2000, (1990,), 1, r"needles up to depth 1990 do not fit a 2000-token prompt before its question; "
-                           r"fix: pass a larger context or smaller depths"),
-        (20, (0,), 1, r"needles up to depth 0 do not fit a 20-token prompt before its question; fix: pass a larger context or smaller depths"),
+        (2000, (100,), 2, ("2 codes", "1 depths"), "one depth per needle code"),
+        (2000, (100, 101), 2, ("at depth 101", "overlaps the previous needle"), "non-negative depths"),
+        (2000, (-1,), 1, ("at depth -1", "before the start"), "non-negative depths"),
+        (2000, (1990,), 1, ("depth 1990", "2000-token prompt"), "larger context"),
+        (20, (0,), 1, ("depth 0", "20-token prompt"), "larger context"),
     ],
     ids=["one-depth-per-needle", "overlaps", "before-the-start", "do-not-fit", "tiny-context"],
 )
-def test_impossible_layouts_are_refused(ctx: int, depths: tuple[int, ...], count: int, why: str) -> None:
-    with pytest.raises(KvbakeError, match=f"^{why}$") as caught:
+def test_impossible_layouts_are_refused(ctx: int, depths: tuple[int, ...], count: int, named: tuple[str, ...], fix_names: str) -> None:
+    with pytest.raises(KvbakeError) as caught:
         build_needle_prompt(CORPUS, ctx, depths, make_needle_codes("bad", count))
     assert type(caught.value) is KvbakeError
+    assert caught.value.exit_code == 1
+    assert all(field in caught.value.message for field in named), caught.value.message
+    assert fix_names in caught.value.fix
 
 
 def test_corruption_set_gives_each_request_its_own_codes() -> None:
@@ -150,9 +152,11 @@ def test_unknown_codes_are_reported_but_do_not_fail() -> None:
 
 
 def test_a_code_shared_by_two_requests_is_refused() -> None:
-    with pytest.raises(KvbakeError, match=rf"^code {CODES[0]} is given to two requests; fix: give every request its own codes$") as caught:
+    with pytest.raises(KvbakeError) as caught:
         score_corruption([((CODES[0],), ""), ((CODES[0],), "")])
     assert type(caught.value) is KvbakeError
+    assert caught.value.exit_code == 1
+    assert f"code {CODES[0]}" in caught.value.message and "two requests" in caught.value.message
 
 
 def test_score_recall_lists_missing_codes_in_order() -> None:

@@ -48,7 +48,7 @@ def test_every_copy_damaged_names_the_node_and_the_reseat_fix():
         decode("spark-b", {SLOTS[0]: b"garbage", SLOTS[1]: b"\x00"})
     assert caught.value.exit_code == 12
     assert "state-a.json: not JSON" in caught.value.message and "state-b.json: not JSON" in caught.value.message
-    assert caught.value.fix == "re-create the node's records with: python build.py deploy --preset NAME --reseat spark-b"
+    assert caught.value.fix.endswith("--reseat spark-b")
 
 
 def test_a_malformed_release_entry_is_damage_not_a_traceback():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -197,10 +196,11 @@ def test_control_endpoint_refuses_unknown_faults_and_reset_clears_cache(client: 
 
 def test_unknown_model_is_a_validation_stop(double: OpenAIDouble) -> None:
     with OpenAIClient(double.url, model="other-model", timeout_s=10.0) as client:
-        refused = (rf"^{re.escape(double.url)}/v1/completions answered HTTP 404: .*model 'other-model' does not exist.*; "
-                   r"fix: read the serve log for this request")
-        with pytest.raises(ValidationStop, match=refused):
+        with pytest.raises(ValidationStop) as caught:
             client.complete(CompletionRequest(prompt="Hello there."))
+    assert caught.value.exit_code == 15
+    assert all(field in caught.value.message for field in (f"{double.url}/v1/completions", "HTTP 404", "model 'other-model'"))
+    assert "serve log" in caught.value.fix
 
 
 def test_payload_leaves_out_an_unset_salt() -> None:
@@ -344,7 +344,7 @@ def test_the_batch_gate_releases_a_full_batch_together_and_a_lone_completion_aft
 def test_the_new_selectors_refuse_bad_values(body: dict, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         fault_from_json(body)
-    assert str(caught.value) == message
+    assert message in str(caught.value)
 
 
 @pytest.mark.parametrize(("fault", "message"), [
@@ -367,7 +367,8 @@ def test_a_delay_past_the_client_timeout_is_a_read_timeout_stop(double: OpenAIDo
     double.faults = Misbehaviour(faults=(Fault("delay", 60.0, kind="models"),))
     with OpenAIClient(double.url, timeout_s=0.2) as client, pytest.raises(ValidationStop) as caught:
         client.resolve_model()
-    assert caught.value.message == f"cannot reach {double.url}/v1/models: ReadTimeout: timed out"
+    assert caught.value.exit_code == 15
+    assert f"{double.url}/v1/models" in caught.value.message and "ReadTimeout" in caught.value.message
 
 
 def test_faults_set_at_runtime_are_checked_and_reset_clears_them(client: OpenAIClient) -> None:

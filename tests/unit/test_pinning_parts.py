@@ -35,7 +35,8 @@ def test_source_date_epoch_is_the_environments_digits_or_now(monkeypatch):
 
 
 @pytest.mark.parametrize(("repository", "named"), [("ghcr.io/x/y", True), ("127.0.0.1:5000/y", True), ("localhost/y", True),
-                                                    ("x/y", False), ("y", False), ("localhost", False)])
+                                                    ("x/y", False), ("y", False), ("localhost", False),
+                                                    ("registry:5000/y", True), ("team/v1.2/app", False)])
 def test_a_repository_names_a_registry_host_by_a_dot_a_port_or_localhost(repository, named):
     assert names_registry_host(repository) is named
 

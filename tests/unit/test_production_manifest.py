@@ -36,8 +36,11 @@ def test_building_it_unlocked_names_the_command_to_run(capsys, monkeypatch):
 
 def test_held_and_untested_presets_need_their_flag_and_a_reason():
     manifest = load_manifest(ROOT / "manifest.yaml")
-    with pytest.raises(PresetError, match=r"^preset longctx-524288 is held \(.*\); fix: pass --allow-held with --reason TEXT to use it"):
+    with pytest.raises(PresetError) as caught:
         choose_preset(manifest, "longctx-524288")
+    assert caught.value.exit_code == 14
+    assert "longctx-524288" in caught.value.message and "is held" in caught.value.message
+    assert "--allow-held" in caught.value.fix and "--reason TEXT" in caught.value.fix
     chosen = choose_preset(manifest, "longctx-1048576", allow_untested=True, reason="supervised window")
     assert chosen.override == "--allow-untested: supervised window"
 

@@ -51,9 +51,11 @@ def test_another_expected_status_counts() -> None:
 
 
 def test_a_serve_that_never_answers_times_out_naming_the_last_answer() -> None:
-    with pytest.raises(RolloutError, match=r"^the serve never became ready: GET http://127\.0\.0\.1:8000/health answered no answer "
-                                           r"\(ConnectError\), not 200, within 5 s; fix: check the launcher and the readiness URL"):
+    with pytest.raises(RolloutError) as caught:
         wait(Readiness(URL, 200, 5, 1), answering(None))
+    assert caught.value.exit_code == 12
+    assert all(field in caught.value.message for field in ("never became ready", URL, "ConnectError", "not 200", "within 5 s"))
+    assert "readiness URL" in caught.value.fix
 
 
 def test_a_serve_stuck_at_503_times_out() -> None:
@@ -63,8 +65,10 @@ def test_a_serve_stuck_at_503_times_out() -> None:
 
 def test_a_dead_rank_ends_the_wait_at_once() -> None:
     clock = Clock()
-    with pytest.raises(RolloutError, match=r"^the serve died before it was ready: the serving container serve on b is not running "
-                                           r"\(exit code 1: boom\); fix: read the container's log"):
+    with pytest.raises(RolloutError) as caught:
         wait(Readiness(URL, 200, 600, 1), answering(503), dead=lambda: "the serving container serve on b is not running (exit code 1: boom)",
              clock=clock)
+    assert caught.value.exit_code == 12
+    assert all(field in caught.value.message for field in ("died before it was ready", "serve on b", "exit code 1: boom"))
+    assert "log" in caught.value.fix
     assert clock.now == 0

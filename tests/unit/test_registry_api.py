@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import ssl
 import stat
 from pathlib import Path
@@ -64,9 +63,11 @@ def test_loopback_detection(address, loopback):
 
 def test_a_manifest_whose_bytes_do_not_match_the_digest_header_is_refused():
     assert parse_manifest(MANIFEST, sha256_digest(MANIFEST), DOCKER_MANIFEST).layers == [("sha256:" + "a" * 64, 7)]
-    with pytest.raises(RegistryError, match=rf"^the registry says the manifest is sha256:0{{64}} but its bytes hash to {sha256_digest(MANIFEST)}; "
-                                            r"fix: the registry or a proxy altered the manifest"):
+    with pytest.raises(RegistryError) as caught:
         parse_manifest(MANIFEST, "sha256:" + "0" * 64, DOCKER_MANIFEST)
+    assert caught.value.exit_code == 11
+    assert "sha256:" + "0" * 64 in caught.value.message and sha256_digest(MANIFEST) in caught.value.message
+    assert "proxy" in caught.value.fix
 
 
 def registry(handler, address="127.0.0.1:5000", auth=None, tmp_path=Path("/nonexistent")) -> RegistryClient:
@@ -95,11 +96,12 @@ def test_basic_auth_from_the_store_reads_a_manifest():
 
 @pytest.mark.parametrize("auth", [None, RegistryAuth(USER, "wrong-" + SECRET)])
 def test_missing_or_wrong_credentials_are_one_line_without_the_secret(auth):
-    cause = ("requires a login and the engine's login store has none for it" if auth is None
-             else f"refused the stored credentials of user {USER}")
-    expected = rf"^registry 127\.0\.0\.1:5000 {re.escape(cause)}; fix: docker login 127\.0\.0\.1:5000"
-    with registry(basic_registry([]), auth=auth) as client, pytest.raises(RegistryError, match=expected) as failure:
+    cause = "requires a login" if auth is None else f"refused the stored credentials of user {USER}"
+    with registry(basic_registry([]), auth=auth) as client, pytest.raises(RegistryError) as failure:
         client.manifest("tiny", "v1")
+    assert failure.value.exit_code == 11
+    assert "registry 127.0.0.1:5000" in failure.value.message and cause in failure.value.message
+    assert "docker login 127.0.0.1:5000" in failure.value.fix
     message = failure.value.one_line()
     assert "docker login 127.0.0.1:5000" in message and "\n" not in message
     assert SECRET not in message and SECRET not in repr(auth)
@@ -128,9 +130,11 @@ def test_a_plain_http_token_realm_on_a_remote_host_is_refused():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(401, headers={"WWW-Authenticate": 'Bearer realm="http://auth.example/token"'})
 
-    refused = r"^registry registry\.example sends its token realm over http; fix: serve the token realm over HTTPS$"
-    with registry(handler, address="registry.example") as client, pytest.raises(RegistryError, match=refused):
+    with registry(handler, address="registry.example") as client, pytest.raises(RegistryError) as caught:
         client.tags("app")
+    assert caught.value.exit_code == 11
+    assert all(field in caught.value.message for field in ("registry registry.example", "token realm", "over http"))
+    assert "HTTPS" in caught.value.fix
 
 
 def refusing(schemes: list[str], cert: bool = False):
@@ -150,18 +154,21 @@ def test_plain_http_only_on_loopback():
         assert client.tags("tiny") == ["a"]
     assert schemes[:2] == ["https", "http"]
     schemes.clear()
-    refused = r"^registry 10\.1\.2\.3:5000 is unreachable \(ConnectError: .*\); fix: start the registry or pass the right --registry HOST:PORT$"
-    with registry(refusing(schemes), address="10.1.2.3:5000") as client, pytest.raises(RegistryError, match=refused):
+    with registry(refusing(schemes), address="10.1.2.3:5000") as client, pytest.raises(RegistryError) as caught:
         client.tags("tiny")
+    assert caught.value.exit_code == 11
+    assert all(field in caught.value.message for field in ("registry 10.1.2.3:5000", "unreachable", "ConnectError"))
+    assert "--registry HOST:PORT" in caught.value.fix
     assert schemes == ["https"]
 
 
 def test_an_untrusted_certificate_never_falls_back_to_http():
     schemes: list[str] = []
-    refused = (r"^registry 127\.0\.0\.1:5000 presented a certificate that is not trusted; "
-               r"fix: install its CA as /etc/docker/certs\.d/127\.0\.0\.1:5000/ca\.crt")
-    with registry(refusing(schemes, cert=True)) as client, pytest.raises(RegistryError, match=refused):
+    with registry(refusing(schemes, cert=True)) as client, pytest.raises(RegistryError) as caught:
         client.tags("tiny")
+    assert caught.value.exit_code == 11
+    assert "registry 127.0.0.1:5000" in caught.value.message and "certificate" in caught.value.message
+    assert "/etc/docker/certs.d/127.0.0.1:5000/ca.crt" in caught.value.fix
     assert schemes == ["https"]
 
 
@@ -171,9 +178,11 @@ def test_login_store_entries_in_every_key_form(tmp_path, monkeypatch):
         assert lookup({"auths": {key: {"auth": encoded}}}, "127.0.0.1:5000") == RegistryAuth(USER, SECRET)
     assert lookup({"auths": {"https://index.docker.io/v1/": {"auth": encoded}}}, "docker.io") == RegistryAuth(USER, SECRET)
     assert lookup({"auths": {"other:5000": {"auth": encoded}}}, "127.0.0.1:5000") is None
-    with pytest.raises(RegistryError, match=r"^the login entry for 127\.0\.0\.1:5000 in the docker config is not valid base64 user:password; "
-                                            r"fix: run docker login 127\.0\.0\.1:5000 again$"):
+    with pytest.raises(RegistryError) as caught:
         lookup({"auths": {"127.0.0.1:5000": {"auth": "%%%"}}}, "127.0.0.1:5000")
+    assert caught.value.exit_code == 11
+    assert all(field in caught.value.message for field in ("127.0.0.1:5000", "docker config", "base64"))
+    assert "docker login 127.0.0.1:5000" in caught.value.fix
     (tmp_path / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:5000": {"auth": encoded}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     assert credentials_for("127.0.0.1:5000") == RegistryAuth(USER, SECRET)
@@ -189,9 +198,11 @@ def test_credential_helpers_are_asked_for_their_registry(tmp_path, monkeypatch):
     assert lookup({"credHelpers": {"127.0.0.1:5000": "kvbaketest"}}, "127.0.0.1:5000") == RegistryAuth(USER, SECRET)
     assert lookup({"credsStore": "kvbaketest"}, "127.0.0.1:5000") == RegistryAuth(USER, SECRET)
     assert lookup({"credsStore": "kvbaketest"}, "127.0.0.1:6000") is None
-    with pytest.raises(RegistryError, match=r"^the docker config names the credential helper docker-credential-absent, which is not installed; "
-                                            r"fix: install docker-credential-absent or remove it from the docker config"):
+    with pytest.raises(RegistryError) as caught:
         lookup({"credsStore": "absent"}, "127.0.0.1:5000")
+    assert caught.value.exit_code == 11
+    assert "docker-credential-absent" in caught.value.message and "not installed" in caught.value.message
+    assert "docker-credential-absent" in caught.value.fix
 
 
 # --- blob redirects (object storage behind the registry) ---
@@ -323,7 +334,7 @@ def test_a_blob_whose_bytes_do_not_hash_to_its_digest_is_refused(served):
     with registry(serving(200, served)) as client, pytest.raises(RegistryError) as failure:
         client.blob("tiny", BLOB_DIGEST)
     assert failure.value.exit_code == 11
-    assert failure.value.message == f"blob {BLOB_DIGEST} from 127.0.0.1:5000 does not hash to its digest"
+    assert BLOB_DIGEST in failure.value.message and "127.0.0.1:5000" in failure.value.message
     with registry(serving(200, BLOB)) as client:
         assert client.blob("tiny", BLOB_DIGEST) == BLOB, "the same reply with the right bytes is read"
 

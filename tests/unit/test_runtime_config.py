@@ -93,8 +93,11 @@ def test_an_undeclared_drafter_limit_is_said_so(tmp_path: Path) -> None:
 
 def test_a_held_preset_needs_its_flag_and_records_the_reason(tmp_path: Path) -> None:
     manifest = manifest_with(tmp_path, held=HELD)
-    with pytest.raises(PresetError, match=r"^preset held is held \(held for a regression\); fix: pass --allow-held with --reason TEXT"):
+    with pytest.raises(PresetError) as caught:
         choose_preset(manifest, "held")
+    assert caught.value.exit_code == 14
+    assert "preset held is held" in caught.value.message and "held for a regression" in caught.value.message
+    assert "--allow-held" in caught.value.fix and "--reason TEXT" in caught.value.fix
     chosen = choose_preset(manifest, "held", allow_held=True, reason="supervised window 3")
     assert json.loads(render_config(manifest, chosen, LOCKED).files[JSON_FILE])["override"] == "--allow-held: supervised window 3"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +29,11 @@ def test_absolute_or_backslash_paths_are_refused(relative: str, reason: str, tmp
 
 @pytest.mark.parametrize("relative", ["../x.patch", "patches/../x.patch", "a/b/../../../x.patch"])
 def test_dot_dot_is_refused_even_when_it_would_stay_inside(relative: str, tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match=rf"^chain 0001 file {re.escape(repr(relative))} contains '\.\.'; fix: give a path inside the manifest's folder$"):
+    with pytest.raises(ManifestError) as caught:
         resolve_inside(tmp_path, relative, "chain 0001 file")
+    assert caught.value.exit_code == 3
+    assert all(field in caught.value.message for field in ("chain 0001 file", repr(relative), "'..'"))
+    assert "inside the manifest's folder" in caught.value.fix
 
 
 def test_a_symlinked_folder_pointing_outside_is_refused(tmp_path: Path) -> None:
@@ -48,8 +50,11 @@ def test_a_symlink_to_the_parent_itself_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "up").symlink_to(tmp_path, target_is_directory=True)
-    with pytest.raises(ManifestError, match=r"^overlay 'up' escapes the manifest's folder through a symlink; fix: replace the symlink with the file itself$"):
+    with pytest.raises(ManifestError) as caught:
         resolve_inside(root, "up", "overlay")
+    assert caught.value.exit_code == 3
+    assert "overlay 'up'" in caught.value.message and "symlink" in caught.value.message
+    assert "symlink" in caught.value.fix
 
 
 def test_a_sibling_folder_sharing_the_root_name_prefix_is_outside(tmp_path: Path) -> None:
@@ -57,9 +62,11 @@ def test_a_sibling_folder_sharing_the_root_name_prefix_is_outside(tmp_path: Path
     root.mkdir()
     sibling.mkdir()
     (root / "link").symlink_to(sibling, target_is_directory=True)
-    with pytest.raises(ManifestError, match=r"^chain 0001 file 'link/x\.patch' escapes the manifest's folder through a symlink; "
-                                            r"fix: replace the symlink with the file itself$"):
+    with pytest.raises(ManifestError) as caught:
         resolve_inside(root, "link/x.patch", "chain 0001 file")
+    assert caught.value.exit_code == 3
+    assert "chain 0001 file 'link/x.patch'" in caught.value.message and "symlink" in caught.value.message
+    assert "symlink" in caught.value.fix
 
 
 def test_a_symlink_that_stays_inside_is_followed(tmp_path: Path) -> None:

@@ -125,8 +125,11 @@ def test_a_record_holding_a_credential_is_not_written(tmp_path) -> None:
     from kvbake.bake.core.build_record import write_json_record
 
     record = {"image": "r/x:tag1", "plan": {"donor": "https://builder:s3cret@example.invalid/x.git"}}
-    with pytest.raises(IntegrityError, match=r"^record r/x:tag1: plan\.donor \(URL userinfo\) looks like a credential"):
+    with pytest.raises(IntegrityError) as caught:
         write_json_record(tmp_path / "builds", "r/x:tag1", record)
+    assert caught.value.exit_code == 7
+    assert all(field in caught.value.message for field in ("record r/x:tag1", "plan.donor", "URL userinfo", "credential"))
+    assert "s3cret" not in caught.value.one_line()
     assert not (tmp_path / "builds" / "tag1.json").exists()
     clean = {"image": "r/x:tag1", "built_by": "builder@buildhost"}
     assert write_json_record(tmp_path / "builds", "r/x:tag1", clean).name == "tag1.json"
@@ -171,11 +174,12 @@ def test_a_reason_that_looks_like_a_credential_is_refused_by_every_preset_choice
     manifest = load_manifest(STANDIN)
     with pytest.raises(IntegrityError) as caught:
         choose_preset(manifest, "longctx-524288", allow_held=True, reason=f"window {GHP}")
-    assert caught.value.one_line() == ("--reason holds a GitHub token, which would be written in clear into the release records, every "
-                                       "node's state, the journal, configs and reports; fix: give the reason without the credential; "
-                                       "nothing was written")
-    with pytest.raises(PresetError, match=r"^--reason contains control character U\+000A"):
+    assert caught.value.exit_code == 7 and caught.value.message.startswith("--reason holds a GitHub token")
+    assert GHP not in caught.value.one_line() and "without the credential" in caught.value.fix
+    with pytest.raises(PresetError) as control_character:
         choose_preset(manifest, "control", reason="two\nlines")
+    assert control_character.value.exit_code == 14
+    assert "--reason" in control_character.value.message and "U+000A" in control_character.value.message
     assert choose_preset(manifest, "longctx-524288", allow_held=True, reason="supervised window, 4 tokens=512").override == (
         "--allow-held: supervised window, 4 tokens=512")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -38,10 +37,12 @@ def test_synthetic_filler_is_deterministic_varied_and_free_of_codes() -> None:
 def test_depths_parse_sorted_and_refuse_garbage() -> None:
     assert parse_depths("500000,450000") == (450000, 500000)
     assert parse_depths(None) is None
-    for bad, why in (("abc", "is not a list of token counts"), ("", "needs one or more non-negative token counts"),
-                     ("-5", "needs one or more non-negative token counts")):
-        with pytest.raises(KvbakeError, match=rf"^--depths {re.escape(repr(bad))} {why}; fix: pass e\.g\. --depths 450000,500000$"):
+    for bad, why in (("abc", "list of token counts"), ("", "non-negative token counts"), ("-5", "non-negative token counts")):
+        with pytest.raises(KvbakeError) as caught:
             parse_depths(bad)
+        assert caught.value.exit_code == 2
+        assert all(field in caught.value.message for field in ("--depths", repr(bad), why)), caught.value.message
+        assert "--depths 450000,500000" in caught.value.fix
 
 
 def test_default_depths_lie_inside_max_model_len() -> None:
@@ -54,12 +55,18 @@ def test_default_depths_lie_inside_max_model_len() -> None:
 def test_requested_depths_set_the_needle_prompt_and_must_fit() -> None:
     plan = make_options(Preset("held", "held", 524288, {"A": "1"}, "n", 384, ()), "s", "k", (450000, 500000), 8000, 8000, 0, None)
     assert not plan.control and plan.needle_tokens == 500000 + NEEDLE_TAIL
-    with pytest.raises(PresetError, match=r"^too long for preset packing-327680 \(max-model-len 327680\): needle depth 450000, needle depth 500000; "
-                                          r"fix: keep prompts and depths below 327616 tokens \(the answer needs 64\)$"):
+    with pytest.raises(PresetError) as depths:
         options(PACKED, depths=(450000, 500000))
-    with pytest.raises(PresetError, match=r"^too long for preset packing-327680 \(max-model-len 327680\): --prefix-tokens 400000; "
-                                          r"fix: keep prompts and depths below 327616 tokens \(the answer needs 64\)$"):
+    assert depths.value.exit_code == 14
+    assert all(field in depths.value.message for field in ("packing-327680", "max-model-len 327680", "needle depth 450000",
+                                                            "needle depth 500000"))
+    assert "327616 tokens" in depths.value.fix
+    with pytest.raises(PresetError) as prefix:
         options(PACKED, prefix=400000)
+    assert prefix.value.exit_code == 14
+    assert all(field in prefix.value.message for field in ("packing-327680", "max-model-len 327680", "--prefix-tokens 400000"))
+    assert "needle depth" not in prefix.value.message
+    assert "327616 tokens" in prefix.value.fix
 
 
 def completion(text: str, cached: int = 0, tokens: int = 8000) -> Completion:
@@ -80,9 +87,11 @@ def test_inertness_of_the_control_stops_on_different_outputs_but_a_candidate_rec
 
 
 def test_a_fresh_salt_reporting_hits_invalidates_the_run() -> None:
-    with pytest.raises(ValidationStop, match=r"^inertness fresh-salt request 2 reported 7680 cached tokens instead of 0, so cache hits leak "
-                                              r"across salts and this run is invalid; fix: check that the serve receives cache_salt"):
+    with pytest.raises(ValidationStop) as caught:
         score_inertness([completion("same"), completion("same", cached=7680)], control=True)
+    assert caught.value.exit_code == 15
+    assert all(field in caught.value.message for field in ("inertness", "fresh-salt request 2", "7680 cached tokens", "invalid"))
+    assert "cache_salt" in caught.value.fix
 
 
 def observations(hit_cached: int = 7680, partial_cached: int = 3840, hit_text: str = "out") -> PrefixObservations:
@@ -92,7 +101,8 @@ def observations(hit_cached: int = 7680, partial_cached: int = 3840, hit_text: s
 
 def test_prefix_step_passes_exact_counts_and_names_a_wrong_one() -> None:
     assert score_prefix(observations()).passed
-    assert score_prefix(observations(hit_cached=7296)).stop == "unexpected cached count: hit cached tokens: cached_tokens 7296, expected 7680"
+    wrong = score_prefix(observations(hit_cached=7296)).stop
+    assert wrong.startswith("unexpected cached count: hit ") and "7296" in wrong and "7680" in wrong
     assert score_prefix(observations(partial_cached=384)).stop.startswith("unexpected cached count: partial-prefix")
     assert score_prefix(observations(hit_text="tuo")).stop.startswith("incorrect output: hit output")
 
@@ -115,7 +125,8 @@ def test_corruption_step_stops_on_a_missing_code_and_ignores_an_unknown_one() ->
     prompts, answers = corruption_set()
     answers[0] = completion(prompts[0].codes[0] + ", NEEDLE-0000-0000")
     result = score_needle_set("corruption set", prompts, answers)
-    assert result.stop == f"incorrect output: request 1: missing {prompts[0].codes[1]}; unknown NEEDLE-0000-0000 (not a failure)"
+    assert result.stop.startswith(f"incorrect output: request 1: missing {prompts[0].codes[1]}")
+    assert "unknown NEEDLE-0000-0000 (not a failure)" in result.stop
 
 
 def test_pressure_records_that_preemption_is_read_elsewhere() -> None:
@@ -128,7 +139,8 @@ def test_needles_step_needs_every_code_back() -> None:
     codes = make_needle_codes("n", 2)
     prompt = build_needle_prompt(synthetic_corpus(), 4000, (1000, 3000), codes)
     assert score_needles(prompt, completion(", ".join(codes), tokens=4000)).passed
-    assert score_needles(prompt, completion(codes[0], tokens=4000)).stop == f"incorrect output: needle at 3000: {codes[1]} at token 3000 (estimate)"
+    missing = score_needles(prompt, completion(codes[0], tokens=4000)).stop
+    assert missing.startswith("incorrect output: needle at 3000: ") and codes[1] in missing and codes[0] not in missing
 
 
 def report(steps) -> Report:
@@ -158,11 +170,12 @@ def test_watcher_stops_below_the_floor_once_and_keeps_the_lowest_reading() -> No
     breaches = []
     watcher = MemoryWatcher(lambda: next(readings), int(1.5 * GIB), on_breach=lambda: breaches.append(1))
     watcher.sample()
-    breach = r"^memory floor: MemAvailable below 1\.50 GiB on b 1\.00 GiB; fix: restore the base serve and reduce the context or concurrency"
-    with pytest.raises(ValidationStop, match=breach):
-        watcher.sample()
-    with pytest.raises(ValidationStop, match=breach):
-        watcher.sample()
+    for _ in range(2):
+        with pytest.raises(ValidationStop) as caught:
+            watcher.sample()
+        assert caught.value.exit_code == 15
+        assert all(field in caught.value.message for field in ("memory floor", "MemAvailable", "1.50 GiB", "on b 1.00 GiB"))
+        assert "base serve" in caught.value.fix
     assert breaches == [1] and watcher.lowest == {"a": 2 * GIB, "b": GIB} and watcher.samples == 2
 
 
@@ -171,6 +184,8 @@ def test_an_unreadable_node_stops_the_run() -> None:
         raise ValidationStop("node b: cannot read MemAvailable", "start it")
 
     watcher = MemoryWatcher(unreadable, GIB)
-    with pytest.raises(ValidationStop, match=r"^node b: cannot read MemAvailable; fix: start it$"):
+    with pytest.raises(ValidationStop) as caught:
         watcher.sample()
+    assert caught.value.exit_code == 15
+    assert "node b" in caught.value.message and "MemAvailable" in caught.value.message and "start it" in caught.value.fix
     assert watcher.stop_reason is not None

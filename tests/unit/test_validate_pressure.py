@@ -60,7 +60,7 @@ def test_auto_derives_the_prompt_length_so_pressure_tokens_is_refused(standin):
     assert make_options(preset, "s", "kvbake", None, 2000, 2000, "auto", None).pressure_auto
     with pytest.raises(UsageError) as caught:
         make_options(preset, "s", "kvbake", None, 2000, 2000, "auto", 3000)
-    assert caught.value.exit_code == 2 and caught.value.message == "--pressure-tokens goes with --pressure N only"
+    assert caught.value.exit_code == 2 and caught.value.message.startswith("--pressure-tokens ")
 
 
 def test_the_command_line_refuses_a_pressure_that_is_neither(capsys):

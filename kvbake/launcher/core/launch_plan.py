@@ -339,7 +339,7 @@ def read_container_env(env: Mapping[str, str], topology: Topology, node_address:
 def read_drafter_args(env: Mapping[str, str], preset_args: Sequence[str]) -> tuple[str, ...]:
     """The remote drafter's arguments from the operator's DRAFTER_ARGS template, `{url}` and `{max_positions}` filled
     in (plain text replacement, so JSON braces in a template stay as they are); none without a drafter URL."""
-    url = env.get("KVBAKE_DRAFTER_URL", "")
+    url = env.get("KVBAKE_DRAFTER_URL")
     if not url:
         return ()
     if not env.get("DRAFTER_ARGS"):

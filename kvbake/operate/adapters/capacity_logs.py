@@ -36,5 +36,5 @@ def rank_logs(deployment: Deployment) -> dict[str, str]:
 def check_deployment(prediction: Prediction, deployment: Deployment) -> list[str]:
     """One line per rank: the predicted capacity it logged, or (a worker of a multi-node serve) that it logs none;
     any other rank stops (ValidationStop)."""
-    head = next((n.name for n in deployment.nodes if n.role == "head"), None) if len(deployment.nodes) > 1 else None
+    head = next((n.name for n in deployment.nodes if n.role == "head"), None)  # one node: its head or not, it must log
     return check_ranks(prediction, rank_logs(deployment), head)

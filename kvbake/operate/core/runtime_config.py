@@ -126,8 +126,7 @@ def render_config(manifest: Manifest, chosen: ChosenPreset, provenance: Provenan
 
 def review_choice(manifest: Manifest, name: str) -> ChosenPreset:
     """A preset as `config --all` and `config --check` take it: held and untested ones with a fixed review override."""
-    flagged = manifest.presets[name].status in FLAGGED_STATUSES if name in manifest.presets else False
-    if not flagged:
+    if manifest.presets[name].status not in FLAGGED_STATUSES:
         return choose_preset(manifest, name)
     return choose_preset(manifest, name, allow_held=True, allow_untested=True, reason=REVIEW_REASON)
 
@@ -189,7 +188,7 @@ def unwritten_error(folder: str, exists: bool, locked: bool) -> IntegrityError:
 
 def preset_names_in(actual: Mapping[str, str]) -> tuple[str, ...]:
     """The preset folders a configuration tree holds."""
-    return tuple(sorted({path.split("/", 1)[0] for path in actual if "/" in path}))
+    return tuple(sorted({path.partition("/")[0] for path in actual if "/" in path}))
 
 
 def runtime_drift(manifest: Manifest, node: str, release: Release | None, running_switches: Mapping[str, str] | None) -> list[str]:

@@ -20,7 +20,7 @@ def preset_differences(args: ServeArgs, switches: Mapping[str, str], preset: Pre
     stated = sorted(shared_args(parse_serve_args(["model", *preset.launcher_args])).entries)
     for name, values in sorted(set(served) ^ set(stated)):
         where = "the serve" if (name, values) in served else "the preset"
-        differences.append(f"{name} {' '.join(values)} only in {where}".rstrip())
+        differences.append(f"{' '.join((name, *values))} only in {where}")
     return differences
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import replace
@@ -13,7 +12,6 @@ from kvbake.errors import RolloutError
 from kvbake.ship.adapters.node_locks import who
 from kvbake.secretscan import withhold_credentials
 from kvbake.ship.core.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
-from kvbake.ship.core.release import release_to_json
 
 STATE_NAME = "kvbake-state"
 STATE_DIR = "/kvbake"
@@ -85,7 +83,3 @@ def _audit_line(text: str) -> str:
 def _text(path: Path) -> str:
     return path.read_text() if path.is_file() else ""
 
-
-def records_json(records: NodeRecords) -> dict:
-    return {"current": json.loads(release_to_json(records.current)) if records.current else None,
-            "previous": json.loads(release_to_json(records.previous)) if records.previous else None}

@@ -40,9 +40,6 @@ class OptionTable:
     def spec(self, spelling: str) -> OptionSpec | None:
         return self.options.get(spelling)
 
-    def canonical_names(self) -> frozenset[str]:
-        return frozenset(spec.canonical for spec in self.options.values())
-
 
 def _malformed(why: str) -> IntegrityError:
     return IntegrityError(f"the packaged table of vLLM's options ({TABLE_PATH}) is malformed: {why}",

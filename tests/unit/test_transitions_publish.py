@@ -1,0 +1,56 @@
+"""A transition that cannot begin because a node refuses the journal: the nodes that took it drop it again; one that
+cannot drop it is named (it still keeps the journal) and this host keeps its journal too, so a revert can finish."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_fleet import CONTROL, PACKING, World, deploy, make_world
+from kvbake.errors import RolloutError
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.journal import read_journal
+
+
+@pytest.fixture()
+def world(tmp_path, monkeypatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def refusing(b_takes: bool, a_drops: bool):
+    """NodeState.update where node b refuses to take the journal (unless `b_takes`) and node a refuses to drop it."""
+    original = NodeState.update
+
+    def update(self, image, line, **fields):
+        if self.node == "b" and fields.get("transition") and not b_takes:
+            raise RolloutError("node b: state write failed", "retry")
+        if self.node == "a" and "transition" in fields and fields["transition"] is None and not a_drops:
+            raise RolloutError("node a: state write failed", "retry")
+        return original(self, image, line, **fields)
+    return update
+
+
+def journal_kept_by(world: World) -> dict[str, str | None]:
+    return {name: (NodeState(name, engine).read().transition or {}).get("id") for name, engine in world.engines.items()}
+
+
+def test_a_node_that_cannot_drop_the_journal_is_named_and_both_journals_stay(world):
+    deploy(world, CONTROL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NodeState, "update", refusing(b_takes=False, a_drops=False))
+        with pytest.raises(RolloutError) as refused:
+            deploy(world, PACKING)
+    assert "could not begin" in refused.value.message and "node b: state write failed" in refused.value.message
+    assert "a still keep the journal" in refused.value.fix and "deploy --revert" in refused.value.fix
+    journal = read_journal(world.fleet.deployment.state_dir)
+    assert journal is not None and journal_kept_by(world) == {"a": journal.id, "b": None}
+    assert world.launches == ["a:control", "b:control"], "no node was restarted"
+
+
+def test_when_every_node_drops_the_journal_this_hosts_journal_goes_too(world):
+    deploy(world, CONTROL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NodeState, "update", refusing(b_takes=False, a_drops=True))
+        with pytest.raises(RolloutError) as refused:
+            deploy(world, PACKING)
+    assert "still keep" not in refused.value.fix
+    assert read_journal(world.fleet.deployment.state_dir) is None and journal_kept_by(world) == {"a": None, "b": None}
