@@ -62,6 +62,17 @@ class Drafter:
 
 
 @dataclass(frozen=True)
+class Signing:
+    """Whose signature a release needs before any node moves to it: the reviewers' public keys (read when the file is)."""
+
+    require_signature: bool = False
+    keys: tuple[Path, ...] = ()
+
+
+PUBLIC_KEY_HEADER = "-----BEGIN PUBLIC KEY-----"
+
+
+@dataclass(frozen=True)
 class Deployment:
     """Where releases go; the state folder beside the file holds the journal and the release records."""
 
@@ -72,6 +83,7 @@ class Deployment:
     start: str = "in-order"
     readiness: Readiness | None = None
     drafter: Drafter | None = None
+    signing: Signing = field(default_factory=Signing)
 
     @property
     def state_dir(self) -> Path:
@@ -127,7 +139,26 @@ def load_deployment(path: Path) -> Deployment:
         start=document.get("start", "in-order"),
         readiness=Readiness(**document["readiness"]) if "readiness" in document else None,
         drafter=Drafter(**document["drafter"]) if "drafter" in document else None,
+        signing=read_signing(path, document.get("signing")),
     )
+
+
+def read_signing(path: Path, section: Mapping | None) -> Signing:
+    """The `signing` section: every listed key must be a readable public key. A required signature with no key listed
+    is refused where a signature is checked (deploy, rollback), so that a new deployment file still adopts and reads."""
+    if section is None:
+        return Signing()
+    keys = tuple((path.parent / name).absolute() for name in section.get("keys", []))
+    for key in keys:
+        try:
+            text = key.read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise ManifestError(f"{path.name}: signing key {key.name} cannot be read ({err.strerror})",
+                                "list each reviewer's cosign.pub, relative to the deployment file (python build.py keys makes a pair)") from None
+        if not text.lstrip().startswith(PUBLIC_KEY_HEADER):
+            raise ManifestError(f"{path.name}: signing key {key.name} is not a cosign public key (no {PUBLIC_KEY_HEADER} line)",
+                                "list the .pub file python build.py keys (or cosign generate-key-pair) wrote, never the private key")
+    return Signing(bool(section["require_signature"]), keys)
 
 
 def launch_where(node_name: str) -> str:

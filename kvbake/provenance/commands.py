@@ -28,7 +28,9 @@ def cmd_sign(args: argparse.Namespace) -> Result:
     lock = read_lock(manifest)
     reference = pushed_image(manifest, lock).pinned
     cosign.cosign_binary()
+    cosign.check_private_key(args.key)
     secret = cosign.password()
+    cosign.check_password(args.key, secret)
     predicate = provenance_predicate(lock, manifest.path.name)
     cosign.sign(reference, args.key, secret)
     cosign.attest(reference, args.key, secret, predicate, PREDICATE_TYPE)

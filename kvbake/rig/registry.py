@@ -44,14 +44,16 @@ class RegistryEndpoint:
         return httpx.Client(base_url=self.url, verify=verify, trust_env=False, timeout=5.0)
 
 
-def _config_text(root: Path, port: int, tls: TlsFiles | None, htpasswd: Path | None) -> str:
+def _config_text(root: Path, port: int, tls: TlsFiles | None, htpasswd: Path | None, storage: Path | None = None,
+                 read_only: bool = False) -> str:
     http: dict[str, Any] = {"addr": f"{LOOPBACK}:{port}", "secret": secrets.token_hex(16)}
     if tls is not None:
         http["tls"] = {"certificate": str(tls.server_cert), "key": str(tls.server_key)}
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "info", "formatter": "text"},
-        "storage": {"filesystem": {"rootdirectory": str(root / "storage")}, "delete": {"enabled": True}},
+        "storage": {"filesystem": {"rootdirectory": str(storage or root / "storage")}, "delete": {"enabled": True},
+                    **({"maintenance": {"readonly": {"enabled": True}}} if read_only else {})},
         "http": http,
     }
     if htpasswd is not None:
@@ -78,8 +80,12 @@ class LocalRegistry:
         htpasswd: Path | None = None,
         username: str | None = None,
         certs_root: Path = ENGINE_CERTS_ROOT,
+        storage: Path | None = None,
+        read_only: bool = False,
     ) -> None:
         self.root = root
+        self.storage = storage  # another registry's storage folder to serve (default: root/storage)
+        self.read_only = read_only  # refuse every upload, as a registry in maintenance does
         self.tls = tls
         self.htpasswd = htpasswd
         self.username = username
@@ -116,7 +122,7 @@ class LocalRegistry:
                 username=self.username,
             )
             config = self.root / "config.yml"
-            config.write_text(_config_text(self.root, port, tls_files, self.htpasswd))
+            config.write_text(_config_text(self.root, port, tls_files, self.htpasswd, self.storage, self.read_only))
             daemon = spawn([REGISTRY_BINARY, "serve", str(config)], self.root / "registry.log")
             if wait_until(lambda: daemon.exited() or _answers(endpoint), READY_SECONDS) and not daemon.exited():
                 self.daemon, self.endpoint = daemon, endpoint

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
+from pathlib import Path
 
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.command_output import Result
@@ -78,6 +80,7 @@ def cmd_base(args: argparse.Namespace) -> Result:
 
 def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.operate.core.presets import choose_preset
+    from kvbake.provenance.core.slsa import provenance_predicate
     from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
     from kvbake.ship.core.push_record import check_digest_reference, pushed_image
     from kvbake.ship.core.release import make_release
@@ -106,11 +109,26 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     unknown = sorted(set(args.reseat) - {n.name for n in deployment.nodes})
     if unknown:
         raise_usage(f"--reseat {', '.join(unknown)}: no such node in {args.deploy.name}", args.prog)
-    journal = deploy(fleet, release, manifest.base.node_name, lock.base.diff_ids, args.break_lock, frozenset(args.reseat))
+    journal = deploy(fleet, release, manifest.base.node_name, lock.base.diff_ids, args.break_lock, frozenset(args.reseat),
+                     provenance_predicate(lock, manifest.path.name)["materials"])
     text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
     return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
             "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+
+
+def signing_key_entry(path: Path, out: Path) -> str:
+    """A reviewer's public key as deploy.yaml lists it: relative to the project folder; it must be one now."""
+    from kvbake.deployfile import PUBLIC_KEY_HEADER
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise UsageError(f"init: --signing-key {path} cannot be read ({err.strerror})", "give each reviewer's cosign.pub") from None
+    if not text.lstrip().startswith(PUBLIC_KEY_HEADER) or path.suffix != ".pub":
+        raise UsageError(f"init: --signing-key {path} is not a cosign public key (.pub with a {PUBLIC_KEY_HEADER} line)",
+                         "give the .pub file python build.py keys wrote, never the private key")
+    return os.path.relpath(path.absolute(), out.absolute())
 
 
 def pairs(values: list[str], what: str, bare: bool = False) -> dict[str, str]:
@@ -141,8 +159,10 @@ def cmd_init(args: argparse.Namespace) -> Result:
     launcher = tuple(shlex.split(args.launcher)) if args.launcher else tuple(LAUNCHER_COMMAND)
     if not launcher:
         raise UsageError("init: --launcher is empty", "give the launcher command, e.g. --launcher kvbake-launch-vllm")
+    keys = tuple(signing_key_entry(path, args.out) for path in args.signing_key)
     result = init_project(list(nodes.items()), containers, args.out, args.template,
-                          InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or "", launcher), args.force)
+                          InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or "", launcher,
+                                      signing_keys=keys), args.force)
     return init_report(result)
 
 

@@ -178,11 +178,18 @@ def walk(capsys, rig, engine, tmp_path, monkeypatch):
     adopted = start_bind_mount_serve(rig, ports, patched)
     project = tmp_path / "dsv41"
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSIGN_PASSWORD", "the reviewer's own")
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):  # cosign reaches the rig's registry only
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
     with OpenAIDouble() as double:
         yield Walk(capsys, rig, engine, project, repository, ports, adopted,
                    {"spark-a=ssh://ops@spark-a": f"spark-a={rig['a'].host}", "spark-b=ssh://ops@spark-b": f"spark-b={rig['b'].host}",
                     "registry.lan:5000": rig["registry"].address, "<reviewed-donor-commit>": revision, "~/dsv41": str(project),
-                    "~/src/vllm-patches": str(donor), "http://10.0.0.11:8000": double.url})
+                    "~/src/vllm-patches": str(donor), "http://10.0.0.11:8000": double.url, "~/reviewers": str(tmp_path / "reviewers"),
+                    "~/reviewers/alice.pub": str(tmp_path / "reviewers" / "alice.pub"),
+                    "~/reviewers/alice.key": str(tmp_path / "reviewers" / "alice.key")})
     for key in NODES:
         for name in (SERVE, KEPT):
             Engine(rig[key].host).remove_container(name)
@@ -193,10 +200,16 @@ def walk(capsys, rig, engine, tmp_path, monkeypatch):
 # What each step leads to.
 
 
+def after_keys(w: Walk, out: str) -> None:
+    assert Path(w.rig_values["~/reviewers/alice.pub"]).read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    assert w.snapshot() == w.initial
+
+
 def after_init(w: Walk, out: str) -> None:
     assert (w.project / "manifest.yaml").is_file() and w.deploy.is_file()
     assert w.snapshot() == w.initial, "init changes nothing on the nodes"
     deploy = yaml.safe_load(w.deploy.read_text())
+    assert deploy["signing"] == {"require_signature": True, "keys": ["../reviewers/alice.pub"]}
     assert [(n["name"], n["role"], n["container"]) for n in deploy["nodes"]] == [("spark-a", "head", SERVE), ("spark-b", "worker", SERVE)]
     assert deploy["readiness"]["url"] == f"http://127.0.0.1:{w.ports.api}/health"
     manifest = yaml.safe_load((w.project / "manifest.yaml").read_text())
@@ -239,6 +252,10 @@ def after_push(w: Walk, out: str) -> None:
     assert w.record("pushes")["pinned"].startswith(w.repository + "@sha256:")
 
 
+def after_sign(w: Walk, out: str) -> None:
+    assert f"signed {w.record('pushes')['pinned']} with alice.key" in out, out
+
+
 def after_base_sync(w: Walk, out: str) -> None:
     for node in NODES.values():
         assert re.search(rf"^{node}: (already held it|pulled it) as ", out, re.MULTILINE), out
@@ -253,6 +270,7 @@ def after_adopt(w: Walk, out: str) -> None:
 
 def on_control_over_adopted(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["adopted"] * 2)
+    assert {node["current"]["signed_by"]["key"] for node in w.status()["nodes"]} == {"alice.pub"}, "the nodes record the signer"
     assert w.switches("a") == w.switches("b") == set()
     for key in NODES:
         kept = w.kept(key)
@@ -298,6 +316,7 @@ def after_release(w: Walk, out: str) -> None:
 
 
 STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
+    ("keys", after_keys),
     ("init", after_init),
     ("cd", in_project),
     ("config", after_config_check),
@@ -306,6 +325,7 @@ STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
     ("build", after_build),
     ("verify", after_verify),
     ("push", after_push),
+    ("sign", after_sign),
     ("base sync", after_base_sync),
     ("adopt", after_adopt),
     ("deploy control", on_control_over_adopted),

@@ -4,6 +4,7 @@ attaches its SLSA provenance, and cosign itself verifies both, with that key onl
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import subprocess
@@ -12,13 +13,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvbake.engines.adapters.client import Engine
 from kvbake.errors import SignatureError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.provenance.adapters import cosign
+from kvbake.provenance.core.admission import key_fingerprint
 from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
+from kvbake.rig import LocalRegistry
+from kvbake.ship.adapters.nodestate import NodeState
 
 from conftest import run
+from shiprig import node_snapshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]  # signing needs a registry and cosign; proven on the engines operators run
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
@@ -81,7 +87,7 @@ def test_keys_and_sign_refuse_what_they_cannot_do_safely(capsys, monkeypatch, pu
     assert code == 19 and "already exists; keys are never overwritten" in err and (tmp_path / "cosign.key").read_bytes() == before
     monkeypatch.setenv("COSIGN_PASSWORD", "wrong")
     code, _, err = run(capsys, "sign", "--key", str(tmp_path / "cosign.key"), "--manifest", str(manifest))
-    assert code == 19 and err.startswith("error (signature): cosign could not sign") and len(err.strip().splitlines()) == 1, err
+    assert code == 19 and err.startswith("error (signature): the password does not open cosign.key") and len(err.strip().splitlines()) == 1, err
     monkeypatch.delenv("COSIGN_PASSWORD")
     code, _, err = run(capsys, "sign", "--key", str(tmp_path / "cosign.key"), "--manifest", str(manifest))
     assert code == 19 and "set COSIGN_PASSWORD" in err
@@ -203,3 +209,165 @@ def test_skopeo_copies_the_pushed_release_checking_every_digest_and_refuses_a_da
         assert damaged.returncode != 0 and config in damaged.stderr, damaged.stderr
     finally:
         blob.write_bytes(kept)
+
+
+class RegistryEdits:
+    """Direct edits of the rig's registry, as someone with push rights but no reviewer's key would make them."""
+
+    ACCEPT = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+
+    def __init__(self, address: str, name: str) -> None:
+        self.origin = httpx.URL(f"http://{address}")
+        self.client = httpx.Client(base_url=f"http://{address}/v2/{name}", trust_env=False, timeout=30)
+
+    def manifest(self, reference: str) -> tuple[bytes, str, str] | None:
+        reply = self.client.get(f"/manifests/{reference}", headers={"Accept": self.ACCEPT})
+        if reply.status_code == 404:
+            return None
+        assert reply.status_code == 200, reply.status_code
+        return reply.content, reply.headers["Content-Type"], reply.headers["Docker-Content-Digest"]
+
+    def blob(self, digest: str) -> bytes:
+        reply = self.client.get(f"/blobs/{digest}", follow_redirects=True)
+        assert reply.status_code == 200, reply.status_code
+        return reply.content
+
+    def put_blob(self, data: bytes) -> str:
+        digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+        started = self.client.post("/blobs/uploads/")
+        assert started.status_code == 202, started.status_code
+        upload = self.origin.join(started.headers["Location"])  # the registry answers with a path from its root
+        done = self.client.put(upload.copy_merge_params({"digest": digest}), content=data,
+                               headers={"Content-Type": "application/octet-stream"})
+        assert done.status_code == 201, done.status_code
+        return digest
+
+    def put_manifest(self, reference: str, data: bytes, media_type: str) -> str:
+        reply = self.client.put(f"/manifests/{reference}", content=data, headers={"Content-Type": media_type})
+        assert reply.status_code == 201, (reply.status_code, reply.text)
+        return reply.headers["Docker-Content-Digest"]
+
+    def delete(self, reference: str) -> None:
+        found = self.manifest(reference)
+        assert found is not None, reference
+        assert self.client.delete(f"/manifests/{found[2]}").status_code == 202
+
+    def relabelled(self, digest: str, tag: str) -> str:
+        """The release with one label changed, pushed under `tag`: same layers, another config, another digest."""
+        data, media_type, _ = self.manifest(digest)
+        document = json.loads(data)
+        config = json.loads(self.blob(document["config"]["digest"]))
+        config["config"]["Labels"]["org.opencontainers.image.description"] = "relabelled after the review"
+        raw = json.dumps(config).encode()
+        document["config"] |= {"digest": self.put_blob(raw), "size": len(raw)}
+        return self.put_manifest(tag, json.dumps(document).encode(), media_type)
+
+    def altered_attestation(self, digest: str) -> bytes:
+        """The attestation's statement edited (a patch's digest) with its signature kept; returns the original manifest."""
+        tag = f"{digest.replace(':', '-')}.att"
+        data, media_type, _ = self.manifest(tag)
+        document = json.loads(data)
+        layer = document["layers"][-1]
+        envelope = json.loads(self.blob(layer["digest"]))
+        statement = json.loads(base64.b64decode(envelope["payload"]))
+        statement["predicate"]["materials"][1]["digest"]["sha256"] = "0" * 64
+        envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+        raw = json.dumps(envelope).encode()
+        layer |= {"digest": self.put_blob(raw), "size": len(raw)}
+        self.put_manifest(tag, json.dumps(document).encode(), media_type)
+        return data
+
+
+def refused(capsys, rig, repository: str, argv: list[str], *named: str) -> str:
+    """The command exits 19 with one line naming each of `named`, and neither node changed."""
+    before = {key: node_snapshot(rig[key], f"spark-{key}", repository) for key in ("a", "b")}
+    code, _, err = run(capsys, *argv)
+    assert code == 19 and len(err.strip().splitlines()) == 1 and all(text in err for text in named), err
+    assert {key: node_snapshot(rig[key], f"spark-{key}", repository) for key in ("a", "b")} == before
+    return err
+
+
+def test_deploy_and_rollback_move_only_to_what_a_listed_key_signed_and_attested(capsys, monkeypatch, pushed, rig, tmp_path):
+    from shiprig import STANDIN_LAUNCHER, reset_nodes, write_deploy
+
+    manifest, reference = pushed
+    repository, digest = reference.split("@")
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    for name in ("team", "stranger"):
+        assert run(capsys, "keys", "--out", str(tmp_path), "--name", name)[0] == 0
+    files = {}
+    for name in ("team", "stranger"):
+        (tmp_path / name).mkdir()
+        files[name] = write_deploy(tmp_path / name, rig, STANDIN_LAUNCHER, signing={"require_signature": True, "keys": [f"../{name}.pub"]})
+    files["none"] = write_deploy(tmp_path, rig, STANDIN_LAUNCHER, signing={"require_signature": True, "keys": []})
+    reset_nodes(rig, repository)
+
+    def ship(command: str, deploy_file: Path, *extra: str) -> list[str]:
+        return [command, *extra, "--manifest", str(manifest), "--deploy", str(deploy_file)]
+
+    control = ship("deploy", files["team"], "--preset", "control")
+    refused(capsys, rig, repository, ship("deploy", files["none"], "--preset", "control"), "signing.keys lists no key")
+    refused(capsys, rig, repository, control, "team.pub", digest)  # not signed by the team yet
+
+    assert run(capsys, "sign", "--key", str(tmp_path / "team.key"), "--manifest", str(manifest))[0] == 0
+    refused(capsys, rig, repository, ship("deploy", files["stranger"], "--preset", "control"), "stranger.pub", digest)
+    assert run(capsys, *control)[0] == 0
+    assert run(capsys, *ship("deploy", files["team"], "--preset", "packing-327680"))[0] == 0
+    fingerprint = key_fingerprint((tmp_path / "team.pub").read_text())
+    for key in ("a", "b"):
+        records = NodeState(f"spark-{key}", Engine(rig[key].host)).read()
+        assert records.current.signed_by == {"key": "team.pub", "fingerprint": fingerprint} == records.previous.signed_by
+        assert f"{reference} signed by team.pub ({fingerprint[:19]})" in records.audit
+    assert run(capsys, *ship("rollback", files["team"]))[0] == 0  # to control: its signature is checked again
+    audit = NodeState("spark-b", Engine(rig["b"].host)).read().audit.splitlines()
+    begun = [line.split(" begins: ") for line in audit if " begins: " in line]
+    assert begun[-1][0].split()[-2] == "rollback" and begun[-1][1] == f"{reference} signed by team.pub ({fingerprint[:19]})", begun[-1]
+
+    edits = RegistryEdits(rig["registry"].address, repository.split("/", 1)[1])
+    tag = next((manifest.parent / ".kvbake" / "pushes").glob("*.json")).stem
+    relabelled = edits.relabelled(digest, tag)  # one label changed and re-pushed under the release tag
+    other = ship("deploy", files["team"], "--preset", "control", "--image", f"{repository}@{relabelled}")
+    refused(capsys, rig, repository, other, "team.pub", relabelled)
+    signature = edits.manifest(f"{digest.replace(':', '-')}.sig")
+    edits.put_manifest(f"{relabelled.replace(':', '-')}.sig", signature[0], signature[1])  # a signature for another digest
+    assert subprocess.run([cosign.cosign_binary(), "verify", "--key", str(tmp_path / "team.pub"), "--insecure-ignore-tlog",
+                           "--allow-http-registry", f"{repository}@{relabelled}"], capture_output=True).returncode != 0
+    refused(capsys, rig, repository, other, "team.pub", relabelled)
+
+    kept = edits.altered_attestation(digest)
+    refused(capsys, rig, repository, control, "team.pub", "no attestation verifies")
+    edits.put_manifest(f"{digest.replace(':', '-')}.att", kept, json.loads(kept)["mediaType"])
+    predicate = provenance_predicate(read_lock(load_manifest(manifest)), "manifest.yaml")
+    predicate["materials"][0]["digest"]["sha256"] = "1" * 64  # signed with the team's key, but not from this lock
+    cosign.attest(reference, tmp_path / "team.key", PASSWORD, predicate, PREDICATE_TYPE)
+    refused(capsys, rig, repository, control, "team.pub", "materials are not the lock's")
+
+    edits.delete(f"{digest.replace(':', '-')}.sig")
+    refused(capsys, rig, repository, ship("rollback", files["team"]), "team.pub", digest, "no signature verifies")
+
+
+def test_sign_refuses_a_missing_key_a_foreign_key_and_a_read_only_registry(capsys, monkeypatch, pushed, rig, tmp_path):
+    manifest, reference = pushed
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    code, _, err = run(capsys, "sign", "--key", str(tmp_path / "absent.key"), "--manifest", str(manifest))
+    assert code == 19 and "signing key" in err and "absent.key not found" in err, err
+    foreign = tmp_path / "ssh.key"
+    foreign.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
+    code, _, err = run(capsys, "sign", "--key", str(foreign), "--manifest", str(manifest))
+    assert code == 19 and "ssh.key is not a cosign private key" in err, err
+    assert run(capsys, "keys", "--out", str(tmp_path), "--name", "team")[0] == 0
+    monkeypatch.setenv("COSIGN_PASSWORD", "not the password")
+    code, _, err = run(capsys, "sign", "--key", str(tmp_path / "team.key"), "--manifest", str(manifest))
+    assert code == 19 and "the password does not open team.key" in err and "not the password" not in err, err
+
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    registry = rig["registry"]
+    name = reference.split("@")[0].split("/", 1)[1]
+    signature_tag = f"{reference.split('@')[1].replace(':', '-')}.sig"
+    before = RegistryEdits(registry.address, name).manifest(signature_tag)
+    with LocalRegistry(tmp_path / "read-only", storage=registry.root / "storage", read_only=True) as read_only:
+        moved = f"{read_only.address}/{reference.split('/', 1)[1]}"
+        with pytest.raises(SignatureError) as caught:  # the registry refuses the upload: cosign's refusal, one line
+            cosign.sign(moved, tmp_path / "team.key", PASSWORD)
+    assert caught.value.exit_code == 19 and "cosign could not sign" in caught.value.one_line() and "\n" not in caught.value.one_line()
+    assert RegistryEdits(registry.address, name).manifest(signature_tag) == before

@@ -221,10 +221,12 @@ def test_sign_signs_the_pushed_digest_then_attests_the_locks_provenance(fake, tm
     (root / PUSHES_DIR).mkdir(parents=True)
     (root / PUSHES_DIR / f"{tag_for(manifest, lock)}.json").write_text(json.dumps({"pinned": PINNED}))
     monkeypatch.setenv(cosign.PASSWORD_ENV, "pw")
+    (tmp_path / "release.key").write_text(f"{cosign.PRIVATE_KEY_HEADERS[0]}\nAAAA\n")
     data, text = commands.cmd_sign(Namespace(manifest=root / "manifest.yaml", key=tmp_path / "release.key"))
     assert data == {"image": PINNED, "key": str(tmp_path / "release.key"), "attestation": "slsaprovenance", "materials": 9}
     assert "release.key" in text and "9 materials" in text and "7 patches" in text
-    signed, attested = fake.calls
+    opened, signed, attested = fake.calls
+    assert opened["argv"] == ["public-key", "--key", str(tmp_path / "release.key")] and opened["password"] == "pw"
     assert signed["argv"][0] == "sign" and signed["argv"][-1] == PINNED and signed["password"] == "pw"
     assert attested["argv"][0] == "attest" and attested["argv"][-1] == PINNED and attested["password"] == "pw"
     assert json.loads(attested["predicate"]) == provenance_predicate(lock, "manifest.yaml")
@@ -259,3 +261,27 @@ def test_keys_passes_the_typed_password_and_writes_into_an_existing_folder(fake,
     (tmp_path / "keys").mkdir()
     commands.cmd_keys(Namespace(out=tmp_path / "keys", name="release"))
     assert [call["password"] for call in fake.calls] == ["typed"]
+
+
+def test_sign_refuses_a_missing_or_foreign_key_and_a_wrong_password_before_anything_is_signed(fake, tmp_path, monkeypatch):
+    root = tmp_path / "standin"
+    shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
+    manifest = load_manifest(root / "manifest.yaml")
+    (root / PUSHES_DIR).mkdir(parents=True)
+    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    monkeypatch.setenv(cosign.PASSWORD_ENV, "pw")
+
+    def sign(key: Path) -> SignatureError:
+        return signature_error(lambda: commands.cmd_sign(Namespace(manifest=root / "manifest.yaml", key=key)))
+
+    assert says(sign(tmp_path / "absent.key").message, f"signing key {tmp_path / 'absent.key'} not found")
+    foreign = tmp_path / "id_ed25519"
+    foreign.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n")
+    assert sign(foreign).message.startswith(f"{foreign} is not a cosign private key")
+    assert fake.calls == [], "nothing reached cosign"
+    older = tmp_path / "older.key"
+    older.write_text(f"{cosign.PRIVATE_KEY_HEADERS[1]}\nAAAA\n")
+    fake.answers(stderr="Error: reading key: decrypt: encrypted: decryption failed\n", code=1)
+    error = sign(older)
+    assert error.message.startswith("the password does not open older.key") and "pw" not in error.one_line()
+    assert [call["argv"][0] for call in fake.calls] == ["public-key"], "a wrong password signs nothing"

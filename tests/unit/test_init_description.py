@@ -212,7 +212,7 @@ def test_each_nodes_devices_capabilities_ulimits_and_writable_mounts_become_its_
 def test_each_placeholder_left_is_named_with_its_fix():
     described = describe(pair(digests=()), SWITCHES, ROOT)
     manifest = manifest_document(TEMPLATE, described, InitOptions())
-    deploy = deploy_document(pair(digests=()), described, ROOT)
+    deploy = deploy_document(pair(digests=()), described, ROOT, signing_keys=["alice.pub"])
     where = [p.where for p in placeholders(manifest, deploy, described)]
     assert where == ["manifest.yaml output.repository", "manifest.yaml donor.revision", "deploy.yaml nodes[].address of spark-b",
                      "manifest.yaml base.image (no registry digest)"]

@@ -30,6 +30,7 @@ def test_a_single_node_without_address_gpus_or_served_name_gets_in_order_start_a
                              "SERVED_MODEL_NAME": "/models/m"}},
         "start": "in-order",
         "readiness": {"url": "http://127.0.0.1:9000/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
+        "signing": {"require_signature": True, "keys": []},
     }
 
 
@@ -42,7 +43,8 @@ PAIR = ServeDescription(BASE, "spark-a", 163840, ("--served-model-name", "dsv41"
 
 
 def test_a_pair_with_a_drafter_gets_workers_first_the_heads_probe_and_the_drafter_at_controls_length():
-    document = deploy_document([serve_node("spark-b", "vllm_node"), serve_node("spark-a", "vllm_node")], PAIR, ROOT, ["/opt/launch"])
+    document = deploy_document([serve_node("spark-b", "vllm_node"), serve_node("spark-a", "vllm_node")], PAIR, ROOT, ["/opt/launch"],
+                               ["reviewers/alice.pub"])
     assert document == {
         "format": 1,
         "nodes": [{"name": "spark-a", "host": "ssh://ops@spark-a", "role": "head", "address": "10.0.0.11", "container": "vllm_node"},
@@ -52,6 +54,7 @@ def test_a_pair_with_a_drafter_gets_workers_first_the_heads_probe_and_the_drafte
         "start": "workers-first",
         "readiness": {"url": "http://10.0.0.11:8000/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
         "drafter": {"url": "http://10.0.0.20:8100", "max_positions": 163840},
+        "signing": {"require_signature": True, "keys": ["reviewers/alice.pub"]},
     }
     assert launcher_env(PAIR, ROOT) == {
         "MODEL_DIR": "/srv/m", "VLLM_PORT": "8000", "SOURCE_ROOT": ROOT, "GPUS": "all", "SHAPE": "exec", "MASTER_PORT": "29501",

@@ -32,13 +32,16 @@ def test_every_placeholder_names_where_it_is_and_how_to_fill_it():
     assert left["deploy.yaml launcher.env.MODEL_DIR"].endswith("set MODEL_DIR to the model folder on the nodes")
     assert left["deploy.yaml nodes[].address of b, c"].startswith("set each node's address")
     assert left["manifest.yaml base.image (no registry digest)"].endswith("`base sync` puts it into the private registry")
-    assert len(left) == 5
+    assert left["deploy.yaml signing.keys"].startswith("run init again with --signing-key PUB")
+    assert len(left) == 6
 
 
 def test_a_single_node_needs_no_address_and_a_filled_manifest_leaves_nothing():
     description = described(base=BasePin("r@sha256:" + "d" * 64, "sha256:" + "a" * 64, True), mounts=Mounts(model_dir="/srv/m"))
     manifest = manifest_document(TEMPLATE, description, InitOptions(registry="reg:5000", donor_revision="f" * 40))
-    assert placeholders(manifest, deploy_document(nodes("a"), description, ROOT), description) == []
+    deploy = deploy_document(nodes("a"), description, ROOT, signing_keys=["reviewers/alice.pub"])
+    assert deploy["signing"] == {"require_signature": True, "keys": ["reviewers/alice.pub"]}
+    assert placeholders(manifest, deploy, description) == []
 
 
 def test_control_gets_the_length_and_a_note_other_presets_keep_theirs_and_the_registry_keeps_the_path():

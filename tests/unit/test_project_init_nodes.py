@@ -93,7 +93,8 @@ def test_init_reads_each_nodes_serving_container_and_writes_both_files(nodes, tm
     assert json.loads(env["CONTAINER_ENV"]) == {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "{node_address}"}
     assert deploy["readiness"]["url"] == "http://10.0.0.11:9000/health"
     assert data["switches"] == {} and data["implied_preset"] == "control"
-    assert data["placeholders"] == ["manifest.yaml donor.revision"] and data["changes"] == {}
+    assert data["placeholders"] == ["manifest.yaml donor.revision", "deploy.yaml signing.keys"] and data["changes"] == {}
+    assert deploy["signing"] == {"require_signature": True, "keys": []}
     lines = text.splitlines()
     assert lines[0].startswith("spark-a: vllm_node (vLLM as its main process), image " + IMAGE_ID[:19])
     assert IMAGE_ID[:20] not in lines[0]
@@ -118,7 +119,7 @@ def test_init_reports_switches_changed_files_overrides_and_files_mounted_over_th
     data, text = run_init(tmp_path)
     assert data["switches"] == PACKING and data["implied_preset"] == "packing-327680"
     assert data["changes"] == {"spark-a": [f"{ROOT}/vllm/a.py", f"{ROOT}/vllm/b.py", f"{ROOT}/vllm/c.py", f"{ROOT}/vllm/d.py"]}
-    assert set(data["placeholders"]) == {"manifest.yaml output.repository", "manifest.yaml donor.revision"}
+    assert set(data["placeholders"]) == {"manifest.yaml output.repository", "manifest.yaml donor.revision", "deploy.yaml signing.keys"}
     lines = text.splitlines()
     shown = ",".join(f"{k}={v}" for k, v in sorted(PACKING.items()))
     assert f"switches set in the serve: {shown}: preset packing-327680" in lines

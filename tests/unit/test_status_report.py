@@ -22,7 +22,7 @@ def test_after_two_deploys_each_row_has_both_releases_in_brief_and_what_runs(wor
     row = data["nodes"][0]
     assert (row["node"], row["role"]) == ("a", "head") and data["nodes"][1]["role"] == "worker"
     assert row["current"] == {"id": PACKING.id, "preset": "packing", "image": PACKING.image, "max_model_len": PACKING.max_model_len,
-                              "deployed_at": PACKING.deployed_at, "deployed_by": PACKING.deployed_by, "reason": PACKING.reason}
+                              "deployed_at": PACKING.deployed_at, "deployed_by": PACKING.deployed_by, "reason": PACKING.reason, "signed_by": None}
     assert row["previous"]["id"] == CONTROL.id and row["previous"]["preset"] == "control"
     assert row["running"] is True and row["running_layers"] == len(PACKING.layers) and row["running_matches_current"] is True
     assert row["switches"] == {SWITCH: "3"} and row["recorded_current_missing"] is False

@@ -57,6 +57,31 @@ def run_cosign(argv: list[str], what: str, secret: str | None = None) -> str:
     return done.stdout
 
 
+PRIVATE_KEY_HEADERS = ("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----", "-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----")
+
+
+def check_private_key(key: Path) -> None:
+    """The signing key must be a cosign private key file (encrypted, as `keys` and cosign write it)."""
+    try:
+        head = key.read_text(encoding="utf-8", errors="replace").lstrip()[:80]
+    except FileNotFoundError:
+        raise SignatureError(f"signing key {key} not found", "give --key the cosign.key python build.py keys wrote") from None
+    except OSError as err:
+        raise SignatureError(f"signing key {key} cannot be read ({err.strerror})", "give --key a readable cosign.key") from None
+    if not head.startswith(PRIVATE_KEY_HEADERS):
+        raise SignatureError(f"{key} is not a cosign private key (no {PRIVATE_KEY_HEADERS[0]} line)",
+                             "give --key the cosign.key python build.py keys (or cosign generate-key-pair) wrote")
+
+
+def check_password(key: Path, secret: str) -> None:
+    """The password must open the key: cosign derives the public key from it, locally, before anything is pushed."""
+    try:
+        run_cosign(["public-key", "--key", str(key)], f"open {key.name}", secret)
+    except SignatureError:
+        raise SignatureError(f"the password does not open {key.name} (cosign could not decrypt it)",
+                             f"set {PASSWORD_ENV} to that key's password; nothing was signed") from None
+
+
 def generate_key_pair(prefix: Path, secret: str) -> tuple[Path, Path]:
     """A new key pair, the private key encrypted with `secret`: PREFIX.key and PREFIX.pub."""
     key, pub = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.lock import Lock
+from kvbake.provenance.core.admission import material_text, signed_digests, subject_digests
 
 # the kinds of link, in the order the chain runs
 KINDS = ("donor", "patch", "file", "layer", "config", "manifest", "signature", "attestation", "rank")
@@ -110,8 +111,7 @@ def signature_link(key: str, digest: str, verified: Sequence[Mapping[str, Any]] 
     """cosign's verified signature payloads for one key must sign exactly `digest`; a text is cosign's refusal."""
     if isinstance(verified, str):
         return Link("signature", key, digest, f"cosign refuses the signature with {key}: {verified}")
-    signed = sorted({str(((p.get("critical") or {}).get("image") or {}).get("docker-manifest-digest")) for p in verified})
-    return checked("signature", key, "the registry", digest, f"the signature by {key}", ", ".join(signed) or None)
+    return checked("signature", key, "the registry", digest, f"the signature by {key}", ", ".join(signed_digests(verified)) or None)
 
 
 def attestation_link(key: str, digest: str, statements: Sequence[Mapping[str, Any]] | str, materials: Sequence[Mapping[str, Any]]) -> Link:
@@ -120,14 +120,8 @@ def attestation_link(key: str, digest: str, statements: Sequence[Mapping[str, An
     if isinstance(statements, str):
         return Link("attestation", key, digest, f"cosign refuses the attestation with {key}: {statements}")
     for statement in statements:
-        subjects = {f"sha256:{(s.get('digest') or {}).get('sha256')}" for s in statement.get("subject") or []}
-        if digest in subjects:
+        if digest in subject_digests(statement):
             found = list((statement.get("predicate") or {}).get("materials") or [])
             link = checked("attestation", key, "the lock", material_text(materials), f"the attestation by {key}", material_text(found))
             return replace(link, value=f"{digest} ({len(materials)} materials)")
     return Link("attestation", key, digest, f"no attestation by {key} names {digest} as its subject")
-
-
-def material_text(materials: Sequence[Mapping[str, Any]]) -> str:
-    """Materials as one comparable text: each uri with its digests, in order."""
-    return "; ".join(f"{m.get('uri')} {sorted((m.get('digest') or {}).items())}" for m in materials)

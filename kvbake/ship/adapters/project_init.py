@@ -102,7 +102,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     described = describe(read, switch_names, source_root)
     kept = kept_base(str(document["base"]["image"]), described.base.image_id, host_of(nodes, described.head))
     manifest = manifest_document(document, described, replace(options, kept_base=kept))
-    deploy = deploy_document(read, described, source_root, options.launcher)
+    deploy = deploy_document(read, described, source_root, options.launcher, options.signing_keys)
     for path, written in zip(targets, (manifest, deploy)):
         write_atomic(path, dump(written))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),

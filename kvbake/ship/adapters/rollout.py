@@ -9,11 +9,12 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from kvbake.deployfile import Deployment
 from kvbake.engines.core.detection import EngineProfile
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
+from kvbake.provenance.adapters.admission import admitted, audit_note
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
@@ -222,14 +223,16 @@ def refuse_pending(deployment: Deployment) -> None:
 
 
 def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,
-           reseat: frozenset[str] = frozenset()) -> Journal:
+           reseat: frozenset[str] = frozenset(), materials: Sequence[Mapping[str, Any]] | None = None) -> Journal:
     """Phase 1 (pull and check) needs no lock; then every lock, then the state is read and the plan fixed, then phase
     2. On failure every node is reverted (or the deployment is marked diverged). A release record holding anything that
-    looks like a credential is refused before anything is pulled."""
+    looks like a credential is refused before anything is pulled, and so is one the deployment file's reviewers did
+    not sign and attest (its SLSA materials: `materials`, the lock's, when given)."""
     folder = fleet.deployment.state_dir
     refuse_credentials(json.loads(release_to_json(release)), f"release {release.id}")
     refuse_pending(fleet.deployment)
     profiles, reseated = checked_stores(fleet, reseat)
+    release = admitted(fleet.deployment.signing, release, materials, fleet.deployment.path.name)
     staged = stage_release(fleet, release, base_image, base_layers)
     for name, image_id in staged.items():
         try:
@@ -242,7 +245,7 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
         views = [view(fleet, name, reseated) for name in fleet.engines]
         check_views(views, reseated)
         journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
-        run_transition(fleet, journal, folder, held.check)
+        run_transition(fleet, journal, folder, held.check, audit_note(release))
     finally:
         held.release()
     remember_stores(folder, profiles)
@@ -262,8 +265,9 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
         missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
         if missing:
             raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
-        journal = Journal(journal_id, "rollback", views[0].records.previous.id, tuple(rollback_plan(v) for v in views))
-        run_transition(fleet, journal, folder, held.check)
+        target = admitted(fleet.deployment.signing, views[0].records.previous, None, fleet.deployment.path.name)
+        journal = Journal(journal_id, "rollback", target.id, tuple(rollback_plan(v) for v in views))
+        run_transition(fleet, journal, folder, held.check, audit_note(target))
     finally:
         held.release()
     remember_stores(folder, profiles)

@@ -76,7 +76,8 @@ def _brief(release: Release | None) -> dict[str, Any] | None:
     if release is None:
         return None
     return {"id": release.id, "preset": release.preset, "image": release.image, "max_model_len": release.max_model_len,
-            "deployed_at": release.deployed_at, "deployed_by": release.deployed_by, "reason": release.reason}
+            "deployed_at": release.deployed_at, "deployed_by": release.deployed_by, "reason": release.reason,
+            "signed_by": dict(release.signed_by) if release.signed_by else None}
 
 
 def status_table(data: dict[str, Any]) -> str:

@@ -217,14 +217,14 @@ def marker_image(fleet: Fleet, plan: NodePlan) -> str:
     return plan.after_current or plan.before_current or fleet.tag("staged")
 
 
-def publish(fleet: Fleet, journal: Journal, folder: Path) -> None:
+def publish(fleet: Fleet, journal: Journal, folder: Path, note: str = "") -> None:
     """Every node keeps the journal while the transition runs, so that any operator host sees it and can finish it.
     When a node cannot take it, nothing has changed yet: the nodes that took it drop it again and the transition stops
     without walking any node back."""
     published = []
     try:
         for plan in journal.nodes:
-            NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins",
+            NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} begins{f': {note}' if note else ''}",
                                                                   transition=node_copy(journal))
             published.append(plan)
     except KvbakeError as err:
@@ -277,9 +277,10 @@ def _short(image_id: str | None) -> str:
     return image_id[7:19] if image_id else "none"
 
 
-def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable[[], None] = no_guard) -> None:
+def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable[[], None] = no_guard, note: str = "") -> None:
     """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged. A host that lost
-    its locks stops at once and reverts nothing: the host holding them now owns the transition."""
+    its locks stops at once and reverts nothing: the host holding them now owns the transition. `note` goes in the
+    nodes' audit line of its beginning (which key signed the release)."""
     try:
         write_journal(folder, journal.with_phase("forward"))
         guard()
@@ -288,7 +289,7 @@ def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable
     except KvbakeError:
         clear_journal(folder)
         raise
-    publish(fleet, journal, folder)
+    publish(fleet, journal, folder, note)
     try:
         journal = apply_side(fleet, journal.with_phase("forward"), folder, "after", guard)
         failures = verify_ranks(fleet, {p.node: release_of(p.after_records, "current") for p in journal.nodes})

@@ -27,6 +27,7 @@ class InitOptions:
     donor_revision: str = ""
     launcher: tuple[str, ...] = tuple(LAUNCHER_COMMAND)
     kept_base: str = ""  # the template's base.image when it already names the image the nodes run
+    signing_keys: tuple[str, ...] = ()  # the reviewers' public keys, relative to the project folder
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
 
 
 def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, source_root: str,
-                    launcher: Sequence[str] = tuple(LAUNCHER_COMMAND)) -> dict[str, Any]:
-    """The deployment file: every node (head first) with its serving container, the reference launcher, readiness."""
+                    launcher: Sequence[str] = tuple(LAUNCHER_COMMAND), signing_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """The deployment file: every node (head first) with its serving container, the reference launcher, readiness, and
+    a signature required of every release (with the reviewers' keys given, or none yet: a placeholder)."""
     ordered = sorted(nodes, key=lambda n: n.node != described.head)
     entries = []
     for node in ordered:
@@ -111,6 +113,7 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
     }
     if described.drafter is not None:
         document["drafter"] = {"url": described.drafter.url, "max_positions": described.drafter.max_positions or described.max_model_len}
+    document["signing"] = {"require_signature": True, "keys": list(signing_keys)}
     return document
 
 
@@ -129,6 +132,10 @@ def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], describ
     if missing and len(deploy["nodes"]) > 1:
         found.append(Placeholder(f"deploy.yaml nodes[].address of {', '.join(missing)}",
                                  "set each node's address (how the other ranks reach it; the serve named none)"))
+    if not (deploy.get("signing") or {}).get("keys"):
+        found.append(Placeholder("deploy.yaml signing.keys",
+                                 "run init again with --signing-key PUB for each reviewer (python build.py keys makes a pair); "
+                                 "deploy and rollback refuse an unsigned image until a key is listed"))
     if not described.base.by_digest and str(manifest["base"]["image"]) == described.base.image:
         found.append(Placeholder("manifest.yaml base.image (no registry digest)",
                                  "the nodes' image came from no registry: lock pins its config digest; `base sync` puts it into "

@@ -57,6 +57,8 @@ class Release:
     adopted: Mapping[str, Any] | None = None
     # runtime_config() of the image (Env, Entrypoint, Cmd, WorkingDir); None in records of an earlier kvbake
     image_config: Mapping[str, Any] | None = None
+    # the reviewer's key that signed and attested the image, checked at deploy: {"key": file name, "fingerprint": sha256}
+    signed_by: Mapping[str, str] | None = None
 
     @property
     def id(self) -> str:
