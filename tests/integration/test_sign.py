@@ -328,6 +328,10 @@ def test_deploy_and_rollback_move_only_to_what_a_listed_key_signed_and_attested(
     relabelled = edits.relabelled(digest, tag)  # one label changed and re-pushed under the release tag
     other = ship("deploy", files["team"], "--preset", "control", "--image", f"{repository}@{relabelled}")
     refused(capsys, rig, repository, other, "team.pub", relabelled)
+    code, links, err = trace(capsys, manifest, "--key", str(tmp_path / "team.pub"))
+    assert code == 7 and broken(links)[0] == ("manifest", "pushed manifest digest") and relabelled in err, err
+    released = edits.manifest(digest)
+    assert edits.put_manifest(tag, released[0], released[1]) == digest  # the release tag back on the reviewed image
     signature = edits.manifest(f"{digest.replace(':', '-')}.sig")
     edits.put_manifest(f"{relabelled.replace(':', '-')}.sig", signature[0], signature[1])  # a signature for another digest
     assert subprocess.run([cosign.cosign_binary(), "verify", "--key", str(tmp_path / "team.pub"), "--insecure-ignore-tlog",
@@ -336,10 +340,13 @@ def test_deploy_and_rollback_move_only_to_what_a_listed_key_signed_and_attested(
 
     kept = edits.altered_attestation(digest)
     refused(capsys, rig, repository, control, "team.pub", "no attestation verifies")
+    code, links, err = trace(capsys, manifest, "--key", str(tmp_path / "team.pub"))
+    assert code == 19 and ("attestation", "team.pub") in broken(links) and ("signature", "team.pub") not in broken(links), err
     edits.put_manifest(f"{digest.replace(':', '-')}.att", kept, json.loads(kept)["mediaType"])
     predicate = provenance_predicate(read_lock(load_manifest(manifest)), "manifest.yaml")
     predicate["materials"][0]["digest"]["sha256"] = "1" * 64  # signed with the team's key, but not from this lock
     cosign.attest(reference, tmp_path / "team.key", PASSWORD, predicate, PREDICATE_TYPE)
+    assert len(cosign.verify_attestation(reference, tmp_path / "team.pub", PREDICATE_TYPE)) == 2, "cosign accepts both statements"
     refused(capsys, rig, repository, control, "team.pub", "materials are not the lock's")
 
     edits.delete(f"{digest.replace(':', '-')}.sig")
