@@ -17,6 +17,7 @@ from kvbake.rig import LocalRegistry
 
 from tiny import TINY_BASE
 
+pytestmark = pytest.mark.docker  # every profile: the registry route and the engine's archive heads on both stores
 SOURCE_LOGGER = "kvbake.bake.adapters.base_source"
 
 

@@ -16,7 +16,7 @@ from conftest import run
 from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
 from shiprig import BAKED, CONTAINER, REPO_ROOT, STANDIN_LAUNCHER, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # the main job (bake, push, deploy, rollback) is proven on Docker 20.10 too
 
 
 @pytest.mark.default_engine_only  # the ssh transport does not depend on the engine; the other profiles deploy over sockets
