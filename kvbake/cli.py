@@ -106,6 +106,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     sub.add_parser("dockerfile", parents=[common], help="render Dockerfile.overlay")
     push = sub.add_parser("push", parents=[common], help="push the built image, read it back by digest, record it")
     push.add_argument("--registry", default=None, metavar="HOST:PORT", help="push to this registry instead of output.repository's host")
+    push.add_argument("--sign", type=Path, default=None, metavar="KEY",
+                      help="then sign the pushed digest and attest its provenance with this cosign key (as the sign command does)")
     doctor = sub.add_parser("doctor", parents=[common], help="check this host, the registry and every node; change nothing")
     doctor.add_argument("--deploy", type=Path, default=None, help="deployment file whose nodes to check (default: none)")
     doctor.add_argument("--registry", default=None, metavar="HOST:PORT", help="the private registry (default: output.repository's host)")

@@ -23,6 +23,10 @@ def cmd_push(args: argparse.Namespace) -> Result:
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest)
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
+    secret = None
+    if args.sign is not None:
+        from kvbake.provenance.commands import opened_key
+        secret = opened_key(args.sign)  # before anything is pushed
     result = push_image(Engine(args.host), plan, args.registry)
     record = push_record(result)
     path = write_push_record(manifest.root, record)
@@ -34,6 +38,10 @@ def cmd_push(args: argparse.Namespace) -> Result:
         f"{len(result.manifest.layers)} layers, labels equal",
         f"record:    {path.relative_to(manifest.root)}",
     ])
+    if secret is not None:
+        from kvbake.provenance.commands import sign_pushed
+        signed, said = sign_pushed(manifest, lock, args.sign, secret)
+        return record | {"signed": signed}, f"{text}\nsigned:    {said}"
     return record, text
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -309,7 +310,8 @@ def test_deploy_and_rollback_move_only_to_what_a_listed_key_signed_and_attested(
     refused(capsys, rig, repository, ship("deploy", files["none"], "--preset", "control"), "signing.keys lists no key")
     refused(capsys, rig, repository, control, "team.pub", digest)  # not signed by the team yet
 
-    assert run(capsys, "sign", "--key", str(tmp_path / "team.key"), "--manifest", str(manifest))[0] == 0
+    code, out, err = run(capsys, "push", "--sign", str(tmp_path / "team.key"), "--manifest", str(manifest), "--json")
+    assert code == 0 and json.loads(out)["pinned"] == json.loads(out)["signed"]["image"] == reference, err
     refused(capsys, rig, repository, ship("deploy", files["stranger"], "--preset", "control"), "stranger.pub", digest)
     assert run(capsys, *control)[0] == 0
     assert run(capsys, *ship("deploy", files["team"], "--preset", "packing-327680"))[0] == 0
@@ -370,11 +372,30 @@ def test_sign_refuses_a_missing_key_a_foreign_key_and_a_read_only_registry(capsy
     monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
     registry = rig["registry"]
     name = reference.split("@")[0].split("/", 1)[1]
-    signature_tag = f"{reference.split('@')[1].replace(':', '-')}.sig"
-    before = RegistryEdits(registry.address, name).manifest(signature_tag)
+    tags = [f"{reference.split('@')[1].replace(':', '-')}.{kind}" for kind in ("sig", "att")]
+    edits = RegistryEdits(registry.address, name)
+    before = {tag: edits.manifest(tag) for tag in tags}
+    wrapper = tmp_path / "cosign-via-read-only"
+    wrapper.write_text(REDIRECTING_COSIGN.format(python=sys.executable, cosign=cosign.cosign_binary()))
+    wrapper.chmod(0o755)
     with LocalRegistry(tmp_path / "read-only", storage=registry.root / "storage", read_only=True) as read_only:
-        moved = f"{read_only.address}/{reference.split('/', 1)[1]}"
-        with pytest.raises(SignatureError) as caught:  # the registry refuses the upload: cosign's refusal, one line
-            cosign.sign(moved, tmp_path / "team.key", PASSWORD)
-    assert caught.value.exit_code == 19 and "cosign could not sign" in caught.value.one_line() and "\n" not in caught.value.one_line()
-    assert RegistryEdits(registry.address, name).manifest(signature_tag) == before
+        monkeypatch.setenv("KVBAKE_COSIGN", str(wrapper))
+        monkeypatch.setenv("REDIRECT_FROM", registry.address)
+        monkeypatch.setenv("REDIRECT_TO", read_only.address)
+        for refused_upload in ("sign", "attest"):  # the registry refuses the signature, or takes it and refuses the attestation
+            monkeypatch.setenv("REDIRECT_COMMAND", refused_upload)
+            code, _, err = run(capsys, "sign", "--key", str(tmp_path / "team.key"), "--manifest", str(manifest))
+            assert code == 19 and f"cosign could not {refused_upload}" in err and len(err.strip().splitlines()) == 1, err
+            assert "the signature and attestation tags are as they were" in err, err
+            assert {tag: edits.manifest(tag) for tag in tags} == before, refused_upload
+
+
+# A real cosign whose one command (REDIRECT_COMMAND) goes to another registry address (a read-only registry serving the
+# same storage): that upload is refused by a real registry, the others reach the rig's as usual.
+REDIRECTING_COSIGN = """#!{python}
+import os, sys
+argv = sys.argv[1:]
+if argv and argv[0] == os.environ["REDIRECT_COMMAND"]:
+    argv[-1] = argv[-1].replace(os.environ["REDIRECT_FROM"], os.environ["REDIRECT_TO"], 1)
+os.execv("{cosign}", ["{cosign}", *argv])
+"""

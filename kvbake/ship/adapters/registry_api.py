@@ -160,13 +160,16 @@ class RegistryClient:
             self._http = self._ping()
         return self._http
 
-    def _send(self, method: str, name: str, path: str, accept: str | None = None) -> httpx.Response:
+    def _send(self, method: str, name: str, path: str, accept: str | None = None, content: bytes | None = None,
+              content_type: str | None = None) -> httpx.Response:
         url = f"/v2/{name}/{path}"
         headers = {"Accept": accept} if accept else {}
-        response = self._request(method, url, headers)
+        if content_type:
+            headers["Content-Type"] = content_type
+        response = self._request(method, url, headers, content)
         if response.status_code == 401:
             self._authorize(response, name)
-            response = self._request(method, url, headers)
+            response = self._request(method, url, headers, content)
             if response.status_code == 401:
                 raise self._refused()
         if response.status_code == 403:
@@ -174,11 +177,11 @@ class RegistryClient:
                                 f"grant pull and push on {name}, or docker login {self.registry} as another user")
         return response
 
-    def _request(self, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
+    def _request(self, method: str, url: str, headers: dict[str, str], content: bytes | None = None) -> httpx.Response:
         if self._authorization:
             headers = {**headers, "Authorization": self._authorization}
         try:
-            return self.http.request(method, url, headers=headers)
+            return self.http.request(method, url, headers=headers, content=content)
         except httpx.HTTPError as err:
             raise RegistryError(f"registry {self.address}: {method} {url} failed ({type(err).__name__})",
                                 "check that the registry is up, then retry") from None
@@ -243,6 +246,14 @@ class RegistryClient:
         expect(reply, f"{name}:{reference}", self.address)
         return parse_manifest(reply.content, reply.headers.get("Docker-Content-Digest"), reply.headers.get("Content-Type", ""),
                               reference)
+
+    def put_manifest(self, name: str, reference: str, raw: bytes, media_type: str) -> None:
+        """Put a manifest's exact bytes under a tag (its blobs must be in the repository already)."""
+        expect(self._send("PUT", name, f"manifests/{reference}", content=raw, content_type=media_type), f"{name}:{reference}", self.address)
+
+    def delete_manifest(self, name: str, digest: str) -> None:
+        """Delete a manifest by digest, and with it every tag that names it."""
+        expect(self._send("DELETE", name, f"manifests/{digest}"), f"{name}@{digest}", self.address)
 
     def _blob_reply(self, method: str, name: str, digest: str) -> httpx.Response:
         """GET or HEAD a blob, following redirects (to object storage) without sending credentials to other hosts."""
