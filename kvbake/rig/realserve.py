@@ -72,8 +72,10 @@ def launch_vllm_command() -> str:
 
 
 def deployment(folder: Path, model: TinyModel, port: int, node_host: str, *, name: str = "deploy.yaml",
-               model_dir: str | None = None, readiness_port: int | None = None, readiness_timeout_s: float = 300.0) -> Path:
-    """A one-node deployment: the node's engine serves the model with kvbake-launch-vllm on the host network."""
+               model_dir: str | None = None, readiness_port: int | None = None, readiness_timeout_s: float = 300.0,
+               signing: dict | None = None) -> Path:
+    """A one-node deployment: the node's engine serves the model with kvbake-launch-vllm on the host network; with
+    `signing`, the deployment file's signing section."""
     env = {"MODEL_DIR": model_dir or str(model.folder), "SERVED_MODEL_NAME": SERVED_NAME, "VLLM_HOST": "127.0.0.1",
            "VLLM_PORT": str(port), "MASTER_PORT": str(port + 1), "GPUS": "none", "SHM_SIZE": "1g",
            "SOURCE_ROOT": SOURCE_ROOT, "CONTAINER_ENV": json.dumps({"HF_HUB_OFFLINE": "1"})}
@@ -85,6 +87,7 @@ def deployment(folder: Path, model: TinyModel, port: int, node_host: str, *, nam
         "readiness": {"url": f"http://127.0.0.1:{readiness_port or port}/health", "status": 200,
                       "timeout_s": readiness_timeout_s, "interval_s": 1},
         "lock_stale_after_s": 900,
+        **({"signing": signing} if signing else {}),
     }
     path = folder / name
     path.write_text(json.dumps(document, indent=1) + "\n")

@@ -72,12 +72,18 @@ def realserve(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Itera
     manifest.write_text(manifest.read_text().replace("output:", TOO_LONG + "output:"))  # a runtime section: no re-lock
     if not rs.lock_matches_local_base(manifest, engine):  # a base built on another machine: re-pin this one
         assert main(["lock", "--manifest", str(manifest), "--rebase-base"]) == 0
-    with LocalRegistry(rs.registry_root()) as registry, NodeEngine(folder / "node", name="node-a") as node:
+    with pytest.MonkeyPatch.context() as patch, LocalRegistry(rs.registry_root()) as registry, \
+            NodeEngine(folder / "node", name="node-a") as node:
+        # a reviewer's key signs the release and the deployment requires it (cosign reaches the registry only)
+        for name, value in {"COSIGN_PASSWORD": "the reviewer's own", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+                            "NO_PROXY": "127.0.0.1,localhost"}.items():
+            patch.setenv(name, value)
+        assert main(["keys", "--out", str(folder / "reviewer"), "--name", "reviewer"]) == 0
         repository = f"{registry.address}/kvbake/realserve-kvpack"
         port = free_port()
-        deploy = rs.deployment(folder, model, port, node.host)
+        deploy = rs.deployment(folder, model, port, node.host, signing={"require_signature": True, "keys": ["reviewer/reviewer.pub"]})
         try:
-            for argv in (["build"], ["push", "--registry", registry.address],
+            for argv in (["build"], ["push", "--registry", registry.address, "--sign", str(folder / "reviewer" / "reviewer.key")],
                          ["base", "sync", "--registry", registry.address, "--deploy", str(deploy)]):
                 assert main([*argv, "--manifest", str(manifest)]) == 0, argv[0]
             yield RealServe(manifest, model, deploy, port, folder, Engine(node.host))
@@ -193,6 +199,7 @@ def assert_forced_pressure(report: dict, pool_blocks: int) -> None:
 def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> None:
     prompt = json.loads((realserve.model.corpus / "opinions_cl.jsonl").read_text().splitlines()[0])["text"][:400]
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "control", "--reason", "inert first"))
+    assert status_of(capsys, realserve)["nodes"][0]["current"]["signed_by"]["key"] == "reviewer.pub", "the signed release was checked"
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", ""), "all ranks agree")
     assert f"node-a: {CONTROL_LINE}" in capacity(capsys, realserve, "control")
     control_answer = answer(realserve, prompt)

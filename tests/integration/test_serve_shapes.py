@@ -10,6 +10,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -42,6 +43,22 @@ def wait_for_serves(rig: dict, names: dict[str, str], keys: tuple[str, ...]) -> 
         time.sleep(0.2)
 
 
+@pytest.fixture(scope="module")
+def reviewer(shipped, tmp_path_factory) -> Iterator[Path]:
+    """A reviewer's key pair, with the shipped release signed by it: init lists the public key, so every deploy of the
+    walk checks the signature (cosign reaches the rig's registry only)."""
+    from kvbake.cli import main
+
+    folder = tmp_path_factory.mktemp("reviewer")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"COSIGN_PASSWORD": "the reviewer's own", "HTTPS_PROXY": "http://127.0.0.1:9",
+                            "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}.items():
+            patch.setenv(name, value)
+        assert main(["keys", "--out", str(folder), "--name", "reviewer"]) == 0
+        assert main(["sign", "--key", str(folder / "reviewer.key"), "--manifest", str(shipped["manifest"])]) == 0
+        yield folder / "reviewer.pub"
+
+
 @pytest.fixture()
 def shape_rig(rig, shipped):
     reset_nodes(rig, shipped["repository"])
@@ -69,13 +86,14 @@ class Walk:
         assert code == 0, f"{argv}: {err}"
         return out
 
-    def init(self, folder) -> dict:
+    def init(self, folder, signing_key: Path) -> dict:
         """`init` against both nodes, the containers found by their processes; then `config --check` against what runs.
         From here on the walk uses the files init wrote, as written; the lock beside them is the shipped one (lock,
         build and push of the same chain, which the shipped fixture already ran)."""
         nodes = [f"--node={NODES[key]}={self.rig[key].host}" for key in NODES]
         code, out, err = run(self.capsys, "init", *nodes, "--template", str(self.shipped["manifest"]), "--out", str(folder),
-                             "--registry", self.rig["registry"].address, "--launcher", STANDIN_REFERENCE_LAUNCHER, "--json")
+                             "--registry", self.rig["registry"].address, "--launcher", STANDIN_REFERENCE_LAUNCHER,
+                             "--signing-key", str(signing_key), "--json")
         assert code == 0, err
         written = json.loads(out)
         shutil.copyfile(self.shipped["manifest"].with_name("manifest.lock.json"), folder / "manifest.lock.json")
@@ -116,12 +134,12 @@ class Walk:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, shipped, rig, tmp_path, shape_rig, shape):
+def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, shipped, rig, tmp_path, shape_rig, shape, reviewer):
     walk = Walk(capsys, shipped, rig, tmp_path, shape)
     original = walk.original
     assert [key for key in NODES if walk.adopted_serves(original)[key]] == list(walk.serving), "the nodes serve in this shape"
     assert walk.serves_the_api(), "the pair serves before kvbake"
-    described = walk.init(tmp_path / "project")
+    described = walk.init(tmp_path / "project", reviewer)
     assert walk.state() == original, "init changes nothing on the nodes"
     assert described["check"]["nodes"] == {NODES[key]: "control" for key in walk.serving}
     control = described["manifest"]["presets"]["control"]

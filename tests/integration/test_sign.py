@@ -180,10 +180,16 @@ def test_trace_proves_each_link_and_names_the_first_broken_one_with_both_values(
     # another image pushed under the release tag: the registry's manifest is no longer the one push recorded
     repository = reference.split("@")[0]
     tag = next((manifest.parent / ".kvbake" / "pushes").glob("*.json")).stem
+    built = engine.client.image.inspect(f"{repository}:{tag}").id
     engine.client.image.tag(tiny_base, f"{repository}:{tag}")
     engine.client.image.push(f"{repository}:{tag}", quiet=True)
     code, links, err = trace(capsys, manifest, "--key", str(tmp_path / "team" / "cosign.pub"))
     assert code == 7 and broken(links)[0] == ("manifest", "pushed manifest digest") and digest in err, err
+    # the release tag back on the release, here and in the registry, for the tests after this one
+    engine.client.image.tag(built, f"{repository}:{tag}")
+    edits = RegistryEdits(rig["registry"].address, repository_name)
+    released = edits.manifest(digest)
+    assert edits.put_manifest(tag, released[0], released[1]) == digest
 
 
 def skopeo_copy(reference: str, layout: Path) -> subprocess.CompletedProcess:
