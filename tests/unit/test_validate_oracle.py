@@ -146,7 +146,7 @@ STOPS = {
     "prefix-corrupt-hits": (cannot_recall(corrupt_hits=True), "prefix identity",
                             fixed("incorrect output: hit output: distance 0.875000 (first divergence at 0), floor 0.000000"), 9),
     "corruption-differs-in-a-batch": (cannot_recall(Fault("truncate", batched=True, prompt_contains=CORRUPTION_CODES[12]),
-                                                    batch=16), "corruption set",
+                                                    batch=16, batch_wait_s=0.5), "corruption set",
                                       truncated_at_20("corruption set-solo-6", "request 7 under concurrency differs from "
                                                       "its solo cold run"), 41),
     "corruption-foreign-code": (cannot_recall(Fault("code", CORRUPTION_CODES[10], salt_suffix="-corruption set-0")),
