@@ -14,22 +14,12 @@ from kvbake.errors import PatchError
 from kvbake.bake.adapters.gitapply import GitApplier, check_strict_output, patch_id
 from kvbake.lock import LockedPatch, PatchFileHashes
 from kvbake.manifest import Manifest
+from tests.unit.bake_project import creation, modification as unified
 from tests.unit.helpers_manifest import make_lock, minimal_document, sha, tiny_manifest
 
 BASE = "".join(f"line {i}\n" for i in range(1, 13))
 PATCHED = BASE.replace("line 6\n", "line 6 patched\n")
 HELPER = "def helper():\n    return 1\n"
-
-
-def unified(path: str, old: str, new: str) -> bytes:
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3)
-    return f"diff --git a/{path} b/{path}\n{''.join(lines)}".encode()
-
-
-def creation(path: str, text: str) -> bytes:
-    body = "".join(f"+{line}" for line in text.splitlines(keepends=True))
-    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-            f"@@ -0,0 +1,{len(text.splitlines())} @@\n{body}").encode()
 
 
 MODIFY = unified("pkg/mod.py", BASE, PATCHED)
