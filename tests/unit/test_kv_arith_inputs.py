@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
 from kvbake.errors import KvArithError
-from kvbake.kvarith.cli import main
+from tests.unit.kvarith_cli import config, run_cli  # noqa: F401  (config is a fixture)
 from kvbake.kvarith.config import load_config
 from kvbake.kvarith.examples import v4_flash_config, v41_flash_config
 from kvbake.kvarith.limits import INT_OPTIONS, MAX_SIZE_BYTES
@@ -17,17 +16,6 @@ from kvbake.kvarith.limits import INT_OPTIONS, MAX_SIZE_BYTES
 HUGE = str(10**400)
 
 
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> str:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(v41_flash_config()))
-    return str(path)
 
 
 def refused(code: int, out: str, err: str, fragment: str, exit_code: int = 17) -> bool:

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from kvbake.kvarith.cli import main
+from tests.unit.kvarith_cli import config, run_cli  # noqa: F401  (config is a fixture)
 from kvbake.kvarith.examples import v41_flash_config
 from kvbake.kvarith.pressure import DEFAULT_MEM_FLOOR
 from tests.unit.message_words import says
 
 
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> str:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(v41_flash_config()))
-    return str(path)
 
 
 def refusal(code: int, out: str, err: str) -> str:
