@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -90,6 +91,28 @@ def mutated_line(diff: str) -> str:
     return ""
 
 
+STRING_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+
+
+def prose_only(diff: str) -> bool:
+    """True when the mutant only rewords a sentence: one string literal holding at least two spaces (text for a
+    person: a message, a fix, a help line) wrapped in "XX" or put in upper or lower case, and nothing else changed.
+    The tests assert behaviour (exit code, state, the named field) and never a whole text, so such a mutant is
+    reported in a column of its own and left out of the adjusted score."""
+    removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    if len(removed) != 1 or len(added) != 1:
+        return False
+    before, after = STRING_LITERAL.findall(removed[0]), STRING_LITERAL.findall(added[0])
+    if len(before) != len(after) or STRING_LITERAL.sub("S", removed[0]) != STRING_LITERAL.sub("S", added[0]):
+        return False
+    changed = [(old, new) for old, new in zip(before, after) if old != new]
+    if len(changed) != 1:
+        return False
+    old, new = changed[0][0][1:-1], changed[0][1][1:-1]
+    return old.count(" ") >= 2 and new in (f"XX{old}XX", old.upper(), old.lower())
+
+
 def diff_of(mutant: str, module_path: Path) -> str:
     """mutmut's own diff for one mutant (read from the mutated copy, without running anything)."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
@@ -146,14 +169,16 @@ def without(counts: dict[str, Counter[str]], left_out: Counter[tuple[str, str]])
     return adjusted
 
 
-def print_table(title: str, rows: dict[str, Counter[str]], adjusted: dict[str, Counter[str]], label) -> None:
+def print_table(title: str, rows: dict[str, Counter[str]], adjusted: dict[str, Counter[str]], prose: Counter[str],
+                label) -> None:
+    """One row per key; `prose[key]` of its left-out survivors only reword a sentence, the rest are argued equivalent."""
     print(f"\n| {title} | generated | killed | survived | no tests | timeout | suspicious | skipped | score"
-          " | equivalent left out | score without them |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          " | equivalent left out | prose only left out | score without them |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key, counts in rows.items():
         cells = " | ".join(str(counts[c]) for c in COLUMNS[:-1])
-        equivalent = counts["survived"] + counts["no_tests"] - adjusted[key]["survived"] - adjusted[key]["no_tests"]
-        print(f"| {label(key)} | {cells} | {format_score(score(counts))} | {equivalent}"
+        left_out = counts["survived"] + counts["no_tests"] - adjusted[key]["survived"] - adjusted[key]["no_tests"]
+        print(f"| {label(key)} | {cells} | {format_score(score(counts))} | {left_out - prose[key]} | {prose[key]}"
               f" | {format_score(score(adjusted[key]))} |")
 
 
@@ -173,11 +198,15 @@ def main(argv: list[str]) -> int:
     equivalent: list[tuple[str, str]] = []
     live: list[tuple[str, str, str]] = []
     left_out: Counter[tuple[str, str]] = Counter()
+    prose: Counter[str] = Counter()
     for module, name, column, source in survivors:
         diff = diff_of(name, source)
         entry = known.get(name)
         if entry is not None and entry[0] == mutated_line(diff):
             equivalent.append((name, entry[1]))
+            left_out[(module, column)] += 1
+        elif prose_only(diff):
+            prose[module] += 1
             left_out[(module, column)] += 1
         else:
             live.append((name, column, diff))
@@ -189,12 +218,14 @@ def main(argv: list[str]) -> int:
     adjusted_total: Counter[str] = Counter()
     for counts in adjusted_modules.values():
         adjusted_total.update(counts)
+    prose_total = Counter({"total": sum(prose.values())})
     print_table("module", {**per_module, "total": total}, {**adjusted_modules, "total": adjusted_total},
-                lambda m: "**total**" if m == "total" else f"`{m}.py`")
+                prose + prose_total, lambda m: "**total**" if m == "total" else f"`{m}.py`")
     per_stage = stage_counts(per_module)
     adjusted_stages = stage_counts(adjusted_modules)
     if args.stages:
-        print_table("stage", per_stage, adjusted_stages, lambda stage: f"`{stage}`")
+        prose_stages = Counter({stage: sum(n for m, n in prose.items() if stage_of(m) == stage) for stage in per_stage})
+        print_table("stage", per_stage, adjusted_stages, prose_stages, lambda stage: f"`{stage}`")
     if total["unchecked"]:
         print(f"\n{total['unchecked']} mutant(s) were never checked (the run was interrupted).")
     print(
@@ -202,7 +233,8 @@ def main(argv: list[str]) -> int:
         " mutants no test reaches count as survivors; suspicious and skipped mutants are left out."
     )
     print(f"\ntotal score, every mutant counted:          {format_score(score(total))}")
-    print(f"total score, {len(equivalent):3d} equivalent survivors left out: {format_score(score(adjusted_total))}")
+    print(f"total score, {len(equivalent)} equivalent and {prose_total['total']} prose-only survivors left out:"
+          f" {format_score(score(adjusted_total))}")
     if args.seconds is not None:
         print(f"run time: {args.seconds // 60} min {args.seconds % 60} s")
     if equivalent:
@@ -223,6 +255,7 @@ def main(argv: list[str]) -> int:
             "score": score(total),
             "adjusted_score": score(adjusted_total),
             "equivalent": dict(equivalent),
+            "prose_only": dict(prose),
             "live_survivors": [name for name, _, _ in live],
             "seconds": args.seconds,
         }
