@@ -11,6 +11,7 @@ is set.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -104,7 +105,12 @@ class Misbehaviour:
     cannot_recall: bool = False  # answers never hold a needle code: a digest of the prompt, as a model that cannot recall
     batch: int = 0  # hold each completion until this many are held (a batch) or none arrives for batch_wait_s (alone)
     batch_wait_s: float = 0.2
+    batch_salt: str | None = None  # hold only completions whose cache_salt this regular expression finds (None: all)
     faults: tuple[Fault, ...] = ()  # targeted faults, see Fault
+
+    def holds(self, salt: str | None) -> bool:
+        """Whether the batch gate holds a completion under this salt (a request it does not hold is alone)."""
+        return self.batch > 0 and (self.batch_salt is None or re.search(self.batch_salt, salt or "") is not None)
 
     def selected(self, kind: str, number: int, salt: str | None = None, prompt_tokens: int | None = None,
                  prompt: str | None = None, batched: bool = False) -> dict[str, Any]:

@@ -212,7 +212,7 @@ class OpenAIDouble:
         faults, max_tokens = self.faults, int(body.get("max_tokens", 16))
         salt = body.get("cache_salt")
         ids = token_ids(body["prompt"], self.tokenizer)
-        batched = self.gate.hold(faults.batch, faults.batch_wait_s) if faults.batch else False
+        batched = self.gate.hold(faults.batch, faults.batch_wait_s) if faults.holds(salt) else False
         effects = faults.selected("completion", number, salt, len(ids), body["prompt"], batched)
         early = self._early(effects) or self._too_long(len(ids), max_tokens)
         if early is not None:

@@ -403,3 +403,11 @@ def test_a_fault_from_json_is_a_fault_or_a_value_error(body: dict) -> None:
         assert str(err) and "\n" not in str(err)
     else:
         assert isinstance(fault, Fault)
+
+
+def test_the_batch_gate_holds_only_the_completions_its_salt_pattern_finds() -> None:
+    only_the_set = Misbehaviour(batch=16, batch_salt=r"-corruption set-\d+$")
+    assert only_the_set.holds("kvbake-x-corruption set-3")
+    assert not only_the_set.holds("kvbake-x-corruption set-solo-3") and not only_the_set.holds(None)
+    assert Misbehaviour(batch=2).holds(None) and Misbehaviour(batch=2).holds("any")
+    assert not Misbehaviour().holds("any"), "no batch: nothing is held"

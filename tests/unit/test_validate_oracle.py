@@ -146,7 +146,7 @@ STOPS = {
     "prefix-corrupt-hits": (cannot_recall(corrupt_hits=True), "prefix identity",
                             fixed("incorrect output: hit output: distance 0.875000 (first divergence at 0), floor 0.000000"), 9),
     "corruption-differs-in-a-batch": (cannot_recall(Fault("truncate", batched=True, prompt_contains=CORRUPTION_CODES[12]),
-                                                    batch=16, batch_wait_s=0.5), "corruption set",
+                                                    batch=16, batch_wait_s=0.5, batch_salt=r"-corruption set-\d+$"), "corruption set",
                                       truncated_at_20("corruption set-solo-6", "request 7 under concurrency differs from "
                                                       "its solo cold run"), 41),
     "corruption-foreign-code": (cannot_recall(Fault("code", CORRUPTION_CODES[10], salt_suffix="-corruption set-0")),
@@ -169,7 +169,8 @@ STOPS = {
                                   fixed(f"needle request (fresh salt) {LEAK}"), 44),
     "needles-fresh-leaking-salt": (cannot_recall(Fault("cached_tokens", 384, salt_suffix="-needles-fresh")), "needles",
                                    fixed(f"needle fresh-salt request {LEAK}"), 44),
-    "pressure-differs-in-a-batch": (cannot_recall(Fault("empty", batched=True, prompt_contains=PRESSURE_CODES[2]), batch=2),
+    "pressure-differs-in-a-batch": (cannot_recall(Fault("empty", batched=True, prompt_contains=PRESSURE_CODES[2]), batch=2,
+                                                  batch_salt=r"-pressure-\d+$"),
                                     "pressure", emptied("pressure-solo-1", "request 2 under concurrency differs from its "
                                                         "solo cold run"), 48),
     "pressure-foreign-code": (cannot_recall(Fault("code", PRESSURE_CODES[0], salt_suffix="-pressure-1")), "pressure",
