@@ -57,12 +57,12 @@ def cmd_trace(args: argparse.Namespace) -> Result:
     from kvbake.errors import IntegrityError, SignatureError
     from kvbake.lock import load_lock_file
     from kvbake.provenance.adapters.evidence import fleet_links, local_links, registry_links, signature_links
-    from kvbake.provenance.core.trace import first_broken, table
+    from kvbake.provenance.core.trace import PUSHED_MANIFEST, first_broken, table
 
     manifest = load_manifest(args.manifest)
     lock = load_lock_file(manifest.lock_path)  # a drifted manifest is a broken link to show, not a refusal
     links = local_links(manifest, lock) + registry_links(manifest, lock)
-    pushed = next((link for link in links if link.kind == "manifest" and link.holds), None)
+    pushed = next((link for link in links if link.name == PUSHED_MANIFEST and link.holds), None)
     if args.key and pushed is not None:
         links += signature_links(f"{manifest.output.repository}@{pushed.value}", list(args.key), lock, manifest)
     if args.deploy is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from kvbake.provenance.core.admission import SLSA_V02, attestation_problem, key_fingerprint, signature_problem
+from kvbake.provenance.core.admission import SLSA_V02, attestation_problem, key_fingerprint, material_text, signature_problem
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -56,3 +56,23 @@ def test_a_key_fingerprint_is_the_sha256_of_its_der_bytes_whatever_the_line_brea
     wrapped = "-----BEGIN PUBLIC KEY-----\n" + "\n".join(body[i:i + 64] for i in range(0, len(body), 64)) + "\n-----END PUBLIC KEY-----\n"
     assert key_fingerprint(one) == key_fingerprint(wrapped) == f"sha256:{hashlib.sha256(der).hexdigest()}"
     assert key_fingerprint(one) != key_fingerprint(one.replace(body[:4], "AAAA"))
+
+
+def test_a_signature_over_several_digests_names_each_of_them():
+    problem = signature_problem([payload(DIGEST), payload(OTHER)], DIGEST)
+    assert f"{DIGEST}, {OTHER}" in problem
+
+
+def test_an_attestation_of_another_kind_names_that_kind():
+    assert "https://example.com/other" in attestation_problem([statement(kind="https://example.com/other")], DIGEST, CONFIG, MATERIALS)
+
+
+def test_materials_read_as_each_uri_with_its_sorted_digests_in_order():
+    text = material_text([{"uri": "docker-image://base", "digest": {"sha256": "11", "md5": "00"}}, {"uri": "patch:a.patch"}])
+    assert text.split("; ") == ["docker-image://base [('md5', '00'), ('sha256', '11')]", "patch:a.patch []"]
+
+
+def test_a_key_whose_body_is_not_strict_base64_is_fingerprinted_by_its_text():
+    body = "QUJD!"
+    pem = f"-----BEGIN PUBLIC KEY-----\n{body}\n-----END PUBLIC KEY-----\n"
+    assert key_fingerprint(pem) == f"sha256:{hashlib.sha256(body.encode()).hexdigest()}"

@@ -13,7 +13,10 @@ from kvbake.deployfile import Signing
 from kvbake.errors import SignatureError
 from kvbake.provenance.adapters import admission
 from kvbake.provenance.core.admission import SLSA_V02, key_fingerprint
+from kvbake.provenance.core.slsa import PREDICATE_TYPE
 from kvbake.ship.core.release import Release
+
+from message_words import says
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"127.0.0.1:5000/team/release@{DIGEST}"
@@ -45,7 +48,7 @@ class StandInCosign:
         return [{"critical": {"image": {"docker-manifest-digest": digest}}} for digest in found]
 
     def verify_attestation(self, reference: str, key: Path, predicate_type: str) -> list[dict]:
-        self.calls.append(("verify-attestation", reference, key.name))
+        self.calls.append(("verify-attestation", reference, key.name, predicate_type))
         found = self.attested.get(key.name, "none of the attestations matched the predicate type")
         if isinstance(found, str):
             raise SignatureError(f"cosign could not verify the attestation of {reference} with {key.name} ({found})", "fix")
@@ -96,7 +99,7 @@ def test_cosigns_own_refusals_and_unreadable_envelopes_are_named(monkeypatch, ke
     StandInCosign(monkeypatch, {"alice.pub": [DIGEST], "bob.pub": [DIGEST]}, {"alice.pub": "no matching attestations", "bob.pub": [{"payload": "%%"}]})
     message = refusal(Signing(True, keys)).message
     assert "alice.pub: no attestation verifies (no matching attestations)" in message
-    assert "bob.pub: cosign printed an envelope that is not an in-toto statement" in message
+    assert "bob.pub: cosign printed an envelope that is not an in-toto statement (JSONDecodeError)" in message
     StandInCosign(monkeypatch, {}, {})
     assert "alice.pub: no signature verifies (no signatures found)" in refusal(Signing(True, keys)).message
 
@@ -109,8 +112,10 @@ def test_the_lock_materials_are_compared_on_deploy_only(monkeypatch, keys):
 
 def test_a_required_signature_without_keys_is_refused_before_cosign_runs(monkeypatch):
     cosign = StandInCosign(monkeypatch, {}, {})
-    message = refusal(Signing(True, ())).message
+    error = refusal(Signing(True, ()))
+    message = error.message
     assert message.startswith("deploy.yaml: signing.require_signature is true but signing.keys lists no key") and IMAGE in message
+    assert says(error.fix, "signing.keys") and says(error.fix, "nothing was moved")
     assert cosign.calls == []
 
 
@@ -124,3 +129,14 @@ def test_the_audit_note_names_the_signer_or_why_there_is_none():
 def test_cosigns_reason_is_the_text_in_its_last_parentheses():
     assert admission.cosign_reason(SignatureError("cosign could not verify x (no signatures found)", "f")) == "no signatures found"
     assert admission.cosign_reason(SignatureError("cosign is not installed", "f")) == "cosign is not installed"
+
+
+def test_cosign_checks_the_release_s_own_reference_and_the_slsa_predicate_type(monkeypatch, keys):
+    cosign = StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope()]})
+    admission.admitted(Signing(True, keys[:1]), RELEASE, MATERIALS, "deploy.yaml")
+    assert cosign.calls == [("verify", IMAGE, "alice.pub"), ("verify-attestation", IMAGE, "alice.pub", PREDICATE_TYPE)]
+
+
+def test_cosigns_reason_may_hold_parentheses_of_its_own_and_only_a_last_one_counts():
+    assert admission.cosign_reason(SignatureError("cosign could not verify x (Error: key (expired))", "f")) == "Error: key (expired)"
+    assert admission.cosign_reason(SignatureError("cosign (2.5) is not installed", "f")) == "cosign (2.5) is not installed"

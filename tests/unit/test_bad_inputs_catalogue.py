@@ -1273,7 +1273,9 @@ def test_config_out_on_a_file_is_a_one_line_error(tmp_path: Path, monkeypatch: p
     assert outcome.after == outcome.before
 
 
-@pytest.mark.parametrize("record", ["{half", "[]", '{"pinned": 5}'], ids=["not-json", "a-list", "pinned-a-number"])
+@pytest.mark.parametrize("record", ["{half", "[]", '{"pinned": 5}', '{"pinned": "r/x@y@sha256:%s"}' % ("a" * 64),
+                                    '{"pinned": "r/x@sha256:%s"}' % ("a" * 63)],
+                         ids=["not-json", "a-list", "pinned-a-number", "pinned-two-at-signs", "pinned-short-digest"])
 def test_a_corrupt_push_record_is_a_registry_error(record: str, tmp_path: Path) -> None:
     from kvbake.bake.core.plan import tag_for
     from kvbake.errors import RegistryError

@@ -289,3 +289,76 @@ def test_sign_refuses_a_missing_or_foreign_key_and_a_wrong_password_before_anyth
     error = sign(older)
     assert error.message.startswith("the password does not open older.key") and "pw" not in error.one_line()
     assert [call["argv"][0] for call in fake.calls] == ["public-key"], "a wrong password signs nothing"
+
+
+def test_cosign_3_gets_the_old_signature_format_for_sign_and_attest_as_each_command_s_own_help_says(tmp_path, monkeypatch):
+    program, log = tmp_path / "cosign3", tmp_path / "calls.txt"
+    program.write_text(f'#!/bin/sh\nif [ "$2" = "--help" ]; then\n  case "$1" in sign|attest) echo "  --use-signing-config=true:";; esac\n'
+                       f'  exit 0\nfi\necho "$@" >> {log}\n')
+    program.chmod(0o755)
+    monkeypatch.setenv(cosign.BINARY_ENV, str(program))
+    cosign.sign("registry.lan/r@sha256:1", tmp_path / "k.key", "pw")
+    cosign.attest("registry.lan/r@sha256:1", tmp_path / "k.key", "pw", {}, "slsaprovenance")
+    signed, attested = log.read_text().splitlines()
+    assert "--use-signing-config=false" in signed.split() and "--new-bundle-format=false" in signed.split()
+    assert "--use-signing-config=false" in attested.split() and "--new-bundle-format=false" in attested.split()
+
+
+def test_a_failed_signature_or_attestation_names_the_step_and_the_reference(fake, tmp_path):
+    fake.answers(stderr="Error: denied\n", code=1)
+    assert says(signature_error(lambda: cosign.sign("r@sha256:1", tmp_path / "k.key", "pw")).message, "could not sign r@sha256:1")
+    attest = signature_error(lambda: cosign.attest("r@sha256:1", tmp_path / "k.key", "pw", {}, "slsaprovenance"))
+    assert says(attest.message, "could not attest r@sha256:1")
+
+
+def test_the_password_is_checked_with_the_one_given_not_the_environment_s(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv(cosign.PASSWORD_ENV, "from-the-environment")
+    cosign.check_password(tmp_path / "k.key", "given")
+    assert fake.calls == [{"argv": ["public-key", "--key", str(tmp_path / "k.key")], "password": "given", "predicate": None}]
+    fake.answers(stderr="Error: decryption failed\n", code=1)
+    error = signature_error(lambda: cosign.check_password(tmp_path / "k.key", "wrong"))
+    assert "k.key" in error.message and says(error.fix, "COSIGN_PASSWORD")
+
+
+def test_a_key_file_is_read_past_leading_blank_lines_and_bytes_that_are_no_text(tmp_path):
+    padded = tmp_path / "padded.key"
+    padded.write_text(f"\n\n  {cosign.PRIVATE_KEY_HEADERS[0]}\nAAAA\n")
+    cosign.check_private_key(padded)
+    binary = tmp_path / "binary.key"
+    binary.write_bytes(b"\xff\xfe\x00garbage" * 20)
+    error = signature_error(lambda: cosign.check_private_key(binary))
+    assert str(binary) in error.message and "SIGSTORE PRIVATE KEY" in error.message and says(error.fix, "--key")
+
+
+def test_a_missing_or_unreadable_key_file_is_named_with_the_reason(tmp_path):
+    missing = signature_error(lambda: cosign.check_private_key(tmp_path / "absent.key"))
+    assert str(tmp_path / "absent.key") in missing.message and says(missing.fix, "--key")
+    (tmp_path / "folder.key").mkdir()
+    unreadable = signature_error(lambda: cosign.check_private_key(tmp_path / "folder.key"))
+    assert str(tmp_path / "folder.key") in unreadable.message and says(unreadable.message, "Is a directory") and says(unreadable.fix, "--key")
+
+
+def test_the_developers_copy_must_be_a_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(cosign.BINARY_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "tools").mkdir()
+    monkeypatch.setattr(cosign, "CACHED", tmp_path / "tools")
+    assert says(signature_error(cosign.cosign_binary).message, "cosign is not installed")
+
+
+def test_sign_uses_the_typed_password_and_the_given_key_throughout_and_undoes_by_the_pushed_reference(fake, tmp_path, monkeypatch):
+    root = tmp_path / "standin"
+    shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
+    manifest = load_manifest(root / "manifest.yaml")
+    (root / PUSHES_DIR).mkdir(parents=True)
+    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    guarded = []
+    monkeypatch.setattr(commands, "all_or_nothing", lambda reference: guarded.append(reference) or contextlib.nullcontext())
+    monkeypatch.setattr(cosign.sys, "stdin", SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setattr(cosign.getpass, "getpass", lambda prompt: "typed")
+    key = tmp_path / "release.key"
+    key.write_text(f"{cosign.PRIVATE_KEY_HEADERS[0]}\nAAAA\n")
+    commands.cmd_sign(Namespace(manifest=root / "manifest.yaml", key=key))
+    assert [call["password"] for call in fake.calls] == ["typed"] * 3
+    assert [call["argv"][call["argv"].index("--key") + 1] for call in fake.calls] == [str(key)] * 3
+    assert guarded == [PINNED]

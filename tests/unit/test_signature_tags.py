@@ -13,8 +13,8 @@ SIG, ATT = "sha256-" + "ab" * 32 + ".sig", "sha256-" + "ab" * 32 + ".att"
 OCI = "application/vnd.oci.image.manifest.v1+json"
 
 
-def manifest(digest: str) -> RemoteManifest:
-    return RemoteManifest("sha256:" + digest * 64, OCI, {}, f"raw {digest}".encode())
+def manifest(digest: str, media_type: str = OCI) -> RemoteManifest:
+    return RemoteManifest("sha256:" + digest * 64, media_type, {}, f"raw {digest}".encode())
 
 
 class FakeRegistry:
@@ -36,17 +36,20 @@ class FakeRegistry:
     def put_manifest(self, name: str, tag: str, raw: bytes, media_type: str) -> None:
         if self.broken:
             raise RegistryError("registry 127.0.0.1:5000 answered 405", "check the registry's log")
+        assert name == "team/release"
+        [put] = [m for m in ORIGINALS if m.raw == raw and m.media_type == media_type]
         self.writes.append(("put", tag, raw))
-        self.tags[tag] = next(m for m in ORIGINALS if m.raw == raw)
+        self.tags[tag] = put
 
     def delete_manifest(self, name: str, digest: str) -> None:
         if self.broken:
             raise RegistryError("registry 127.0.0.1:5000 answered 405", "check the registry's log")
+        assert name == "team/release"
         self.writes.append(("delete", digest))
         self.tags = {tag: m for tag, m in self.tags.items() if m.digest != digest}
 
 
-ORIGINALS = [manifest("1"), manifest("2")]
+ORIGINALS = [manifest("1"), manifest("2", "application/vnd.docker.distribution.manifest.v2+json")]
 
 
 @pytest.fixture()
@@ -90,3 +93,25 @@ def test_a_tag_that_cannot_be_put_back_is_named(registry):
             registry.tags[ATT] = manifest("4")
             raise SignatureError("cosign could not attest it (refused)", "fix")
     assert caught.value.message.endswith(f"; {ATT} (registry 127.0.0.1:5000 answered 405) could not be put back")
+
+
+def test_a_tag_deleted_halfway_is_put_back_with_its_exact_bytes_and_media_type(monkeypatch):
+    made = FakeRegistry({SIG: ORIGINALS[0], ATT: ORIGINALS[1]})
+    monkeypatch.setattr(signature_tags, "RegistryClient", lambda registry, auth: made)
+    monkeypatch.setattr(signature_tags, "credentials_for", lambda registry: None)
+    with pytest.raises(SignatureError):
+        with signature_tags.all_or_nothing(REFERENCE):
+            del made.tags[SIG]
+            made.tags[ATT] = manifest("4")
+            raise SignatureError("cosign could not attest it (refused)", "fix")
+    assert made.tags == {SIG: ORIGINALS[0], ATT: ORIGINALS[1]}
+    assert made.writes == [("put", SIG, b"raw 1"), ("put", ATT, b"raw 2")]
+
+
+def test_the_registry_is_opened_with_its_own_credentials(monkeypatch):
+    made, opened = FakeRegistry({}), []
+    monkeypatch.setattr(signature_tags, "RegistryClient", lambda registry, auth: opened.append((registry, auth)) or made)
+    monkeypatch.setattr(signature_tags, "credentials_for", lambda registry: f"login for {registry}")
+    with signature_tags.all_or_nothing(REFERENCE):
+        pass
+    assert opened == [("127.0.0.1:5000", "login for 127.0.0.1:5000")]

@@ -63,7 +63,7 @@ PRIVATE_KEY_HEADERS = ("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----", "-----B
 def check_private_key(key: Path) -> None:
     """The signing key must be a cosign private key file (encrypted, as `keys` and cosign write it)."""
     try:
-        head = key.read_text(encoding="utf-8", errors="replace").lstrip()[:80]
+        head = key.read_text(encoding="utf-8", errors="replace").lstrip()
     except FileNotFoundError:
         raise SignatureError(f"signing key {key} not found", "give --key the cosign.key python build.py keys wrote") from None
     except OSError as err:

@@ -13,8 +13,8 @@ from kvbake.digests import sha256_hex
 from kvbake.errors import KvbakeError
 from kvbake.lock import Lock, pinned_manifest_sha256
 from kvbake.manifest import Manifest
-from kvbake.provenance.core.trace import (Link, checked, donor_link, file_links, image_links, manifest_links, patch_links,
-                                          rank_links)
+from kvbake.provenance.core.trace import (PUSHED_MANIFEST, Link, checked, donor_link, file_links, image_links, manifest_links,
+                                          patch_links, rank_links, recorded_digest)
 from kvbake.rebase.adapters.rebaser import chain_taken_out
 
 
@@ -30,7 +30,7 @@ def local_links(manifest: Manifest, lock: Lock) -> list[Link]:
         derived = make_plan(manifest, lock, overlay).derived()
         links += image_links(lock, derived.layer_diff_id, derived.image_id)
     else:
-        links += image_links(lock, "", "")
+        links += image_links(lock, None, None)
     return links
 
 
@@ -74,7 +74,7 @@ def registry_links(manifest: Manifest, lock: Lock) -> list[Link]:
         with RegistryClient(registry, credentials_for(registry)) as client:
             served = client.manifest(name, tag)
     except KvbakeError as err:
-        return [checked("manifest", "pushed manifest digest", "the push record", pinned.split("@")[-1] if pinned else None,
+        return [checked("manifest", PUSHED_MANIFEST, "the push record", recorded_digest(pinned),
                         f"the registry ({err.message})", None)]
     return manifest_links(lock, pinned, served.digest if served else None, served.config_digest if served else None)
 
@@ -98,7 +98,7 @@ def fleet_links(fleet, lock: Lock) -> list[Link]:
         if release is None:
             failures[node.name] = ["no release recorded on the node"]
             continue
-        found = list(fleet.check_rank(node.name, release, None).failures)
+        found = list(fleet.check_rank(node.name, release).failures)
         if release.config_digest != lock.derived.image_id:
             found.append(f"the node's record says {release.config_digest}, the lock says {lock.derived.image_id}")
         failures[node.name] = found
@@ -111,7 +111,7 @@ def signature_links(reference: str, keys: list[Path], lock: Lock, manifest: Mani
     from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
     from kvbake.provenance.core.trace import attestation_link, signature_link
 
-    digest = reference.split("@", 1)[1]
+    digest = recorded_digest(reference)
     materials = provenance_predicate(lock, manifest.path.name)["materials"]
     links = []
     for key in keys:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kvbake import __version__
@@ -9,11 +10,13 @@ from kvbake.lock import Lock
 
 PREDICATE_TYPE = "slsaprovenance"  # cosign's name for https://slsa.dev/provenance/v0.2
 BUILD_TYPE = "kvbake/bake@v1"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def hex_of(digest: str) -> str:
+    """The 64 hex digits of a sha256 digest; ValueError naming anything else."""
     algorithm, _, value = digest.partition(":")
-    if algorithm != "sha256" or len(value) != 64:
+    if algorithm != "sha256" or not SHA256_HEX.fullmatch(value):
         raise ValueError(f"not a sha256 digest: {digest!r}")
     return value
 

@@ -11,6 +11,7 @@ from kvbake.provenance.core.admission import material_text, signed_digests, subj
 
 # the kinds of link, in the order the chain runs
 KINDS = ("donor", "patch", "file", "layer", "config", "manifest", "signature", "attestation", "rank")
+PUSHED_MANIFEST = "pushed manifest digest"  # the link whose value, once it holds, is the digest signatures must sign
 
 
 @dataclass(frozen=True)
@@ -69,17 +70,21 @@ def file_links(lock: Lock, overlay: Mapping[str, str | None], recovered_base: Ma
     return links
 
 
-def image_links(lock: Lock, planned_diff_id: str, planned_config: str) -> list[Link]:
+def image_links(lock: Lock, planned_diff_id: str | None, planned_config: str | None) -> list[Link]:
     """The thin layer and the image config, rebuilt from overlay/ in memory, against the lock's derived section."""
     return [checked("layer", "thin layer diff_id", "the lock", lock.derived.layer_diff_id, "the layer rebuilt from overlay/", planned_diff_id),
             checked("config", "image config digest", "the lock", lock.derived.image_id, "the config assembled again", planned_config)]
 
 
+def recorded_digest(pinned: str | None) -> str | None:
+    """The digest a digest reference pins: everything after its first @ (None without one)."""
+    return pinned.split("@", 1)[1] if pinned and "@" in pinned else None
+
+
 def manifest_links(lock: Lock, pinned: str | None, served_digest: str | None, served_config: str | None) -> list[Link]:
     """The pushed manifest: the push record's digest against the registry's answer, and the config it names against
     the lock's."""
-    recorded = pinned.split("@", 1)[1] if pinned and "@" in pinned else None
-    return [checked("manifest", "pushed manifest digest", "the push record", recorded, "the registry", served_digest),
+    return [checked("manifest", PUSHED_MANIFEST, "the push record", recorded_digest(pinned), "the registry", served_digest),
             checked("manifest", "config the registry's manifest names", "the lock", lock.derived.image_id, "the registry's manifest", served_config)]
 
 

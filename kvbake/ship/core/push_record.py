@@ -14,6 +14,7 @@ from kvbake.manifest import Manifest
 from kvbake.ship.core.release import PushedImage, runtime_config
 
 PUSHES_DIR = ".kvbake/pushes"
+DIGEST_REFERENCE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 def pushed_reference(root: Path, reference: str, tag: str) -> str:
@@ -27,12 +28,9 @@ def pushed_reference(root: Path, reference: str, tag: str) -> str:
         raise RegistryError(f"the push record of {tag} ({path.name}) is unreadable or not JSON ({err})",
                             "run python build.py push again to rewrite it") from None
     pinned = record.get("pinned") if isinstance(record, dict) else None
-    if not isinstance(pinned, str) or "@sha256:" not in pinned:
+    if not isinstance(pinned, str) or not DIGEST_REFERENCE.match(pinned):
         raise RegistryError(f"the push record of {tag} has no digest reference", "run python build.py push again")
     return pinned
-
-
-DIGEST_REFERENCE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 def check_digest_reference(image: str) -> str:
