@@ -124,7 +124,7 @@ def _v41_layer(model: ModelConfig, options: SpecOptions, layer: int, block: int)
         out.append(LayerSpec(f"{prefix}.attn", f"r{ratio}_kv", MLA, block, record, ratio, align))
         if layer in model.index_source_layer_ids:
             out.append(_v41_indexer(model, options, prefix, ratio, block))
-    swa_stride = math.lcm(record, record) if options.sm100 else 1
+    swa_stride = record if options.sm100 else 1  # SM100 rows start on a record boundary
     out.append(LayerSpec(f"{prefix}.swa_cache", "swa" if backbone else "mtp_swa", SWA_MLA, V41_SWA_BLOCK, record,
                          1, align, model.sliding_window, True, swa_stride))
     if kv_source and ratio > 1:
