@@ -217,13 +217,19 @@ def test_keys_checks_for_cosign_before_asking_a_password_and_writes_into_a_new_f
     assert not (tmp_path / "k").exists()
 
 
-def test_sign_signs_the_pushed_digest_then_attests_the_locks_provenance(fake, tmp_path, monkeypatch):
+def pushed_standin(tmp_path: Path) -> Path:
+    """A copy of the stand-in example (without overlay/) whose locked release has a push record naming PINNED."""
     root = tmp_path / "standin"
     shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
     manifest = load_manifest(root / "manifest.yaml")
-    lock = read_lock(manifest)
     (root / PUSHES_DIR).mkdir(parents=True)
-    (root / PUSHES_DIR / f"{tag_for(manifest, lock)}.json").write_text(json.dumps({"pinned": PINNED}))
+    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    return root
+
+
+def test_sign_signs_the_pushed_digest_then_attests_the_locks_provenance(fake, tmp_path, monkeypatch):
+    root = pushed_standin(tmp_path)
+    lock = read_lock(load_manifest(root / "manifest.yaml"))
     monkeypatch.setenv(cosign.PASSWORD_ENV, "pw")
     (tmp_path / "release.key").write_text(f"{cosign.PRIVATE_KEY_HEADERS[0]}\nAAAA\n")
     data, text = commands.cmd_sign(Namespace(manifest=root / "manifest.yaml", key=tmp_path / "release.key"))
@@ -237,11 +243,7 @@ def test_sign_signs_the_pushed_digest_then_attests_the_locks_provenance(fake, tm
 
 
 def test_sign_checks_for_cosign_before_asking_a_password(tmp_path, monkeypatch):
-    root = tmp_path / "standin"
-    shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
-    manifest = load_manifest(root / "manifest.yaml")
-    (root / PUSHES_DIR).mkdir(parents=True)
-    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    root = pushed_standin(tmp_path)
     monkeypatch.delenv(cosign.BINARY_ENV, raising=False)
     monkeypatch.delenv(cosign.PASSWORD_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
@@ -268,11 +270,7 @@ def test_keys_passes_the_typed_password_and_writes_into_an_existing_folder(fake,
 
 
 def test_sign_refuses_a_missing_or_foreign_key_and_a_wrong_password_before_anything_is_signed(fake, tmp_path, monkeypatch):
-    root = tmp_path / "standin"
-    shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
-    manifest = load_manifest(root / "manifest.yaml")
-    (root / PUSHES_DIR).mkdir(parents=True)
-    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    root = pushed_standin(tmp_path)
     monkeypatch.setenv(cosign.PASSWORD_ENV, "pw")
 
     def sign(key: Path) -> SignatureError:
@@ -347,11 +345,7 @@ def test_the_developers_copy_must_be_a_file(tmp_path, monkeypatch):
 
 
 def test_sign_uses_the_typed_password_and_the_given_key_throughout_and_undoes_by_the_pushed_reference(fake, tmp_path, monkeypatch):
-    root = tmp_path / "standin"
-    shutil.copytree(EXAMPLES / "standin", root, ignore=shutil.ignore_patterns("overlay", ".kvbake"))
-    manifest = load_manifest(root / "manifest.yaml")
-    (root / PUSHES_DIR).mkdir(parents=True)
-    (root / PUSHES_DIR / f"{tag_for(manifest, read_lock(manifest))}.json").write_text(json.dumps({"pinned": PINNED}))
+    root = pushed_standin(tmp_path)
     guarded = []
     monkeypatch.setattr(commands, "all_or_nothing", lambda reference: guarded.append(reference) or contextlib.nullcontext())
     monkeypatch.setattr(cosign.sys, "stdin", SimpleNamespace(isatty=lambda: True))
