@@ -83,10 +83,7 @@ def capacity_line(pool: str, num_blocks: int, blocks_per_request: int, max_model
 
 def lookahead_extra_retained(spec_tokens: int, mtp_layers: int) -> int:
     """`extra_retained_tokens` of every sliding window: num_prefill_lookahead_tokens - 1."""
-    if spec_tokens <= 0:
-        return 0
-    lookahead = spec_tokens if min(mtp_layers, spec_tokens) > 1 else 1
-    return max(0, lookahead - 1)
+    return spec_tokens - 1 if min(mtp_layers, spec_tokens) > 1 else 0
 
 
 def group_demands(layout: Layout, settings: ServeSettings, packing: Mapping[str, int]) -> tuple[GroupDemand, ...]:

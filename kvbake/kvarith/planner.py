@@ -74,13 +74,10 @@ def approximate_gcd(values: Sequence[int], lower_bound: int | None = None) -> in
     if not values or any(v <= 0 for v in values):
         raise ValueError(f"values must be positive and non-empty, got {list(values)!r}")
     low = max(1, lower_bound or 1)
-    high = max(values)
-    if low > high:
-        return low
-    best, best_pad = low, None
-    for d in range(low, high + 1):
+    best, best_pad = low, None  # a lower bound above every value is the answer itself
+    for d in range(low, max(values) + 1):  # ascending, so a tie goes to the larger d
         pad = sum((d - x % d) % d for x in values)
-        if best_pad is None or pad < best_pad or (pad == best_pad and d > best):
+        if best_pad is None or pad <= best_pad:
             best, best_pad = d, pad
     return best
 
