@@ -84,8 +84,8 @@ def test_whales_options_carry_the_node_settings() -> None:
 
 
 def test_the_json_round_trips() -> None:
-    node = read_node_launch(SPARK)
-    assert read_node_launch(json.loads(node.to_json())) == node
+    node = read_node_launch(SPARK, "launch")
+    assert read_node_launch(json.loads(node.to_json()), "launch") == node
     assert node.interfaces() == {"NCCL_SOCKET_IFNAME": ("enp1s0f0np0",), "GLOO_SOCKET_IFNAME": ("enp1s0f0np0",)}
 
 

@@ -194,7 +194,7 @@ def shell_line(argv: Sequence[str]) -> str:
 # ---- reading and checking the variables ----
 
 def _required(env: Mapping[str, str], name: str, fix: str) -> str:
-    value = env.get(name, "")
+    value = env.get(name)
     if not value:
         raise LaunchInputError(f"{name} is not set", fix)
     return value
@@ -221,12 +221,12 @@ def _port(env: Mapping[str, str], name: str) -> int:
 
 def _json_value(env: Mapping[str, str], name: str, kind: type, what: str):
     try:
-        value = json.loads(env.get(name, ""))
+        value = json.loads(env[name])
+        if isinstance(value, kind):
+            return value
     except ValueError:
-        value = None
-    if not isinstance(value, kind):
-        raise LaunchInputError(f"{name} is not {what}", f"set {name} to {what}, e.g. {EXAMPLES[name]}")
-    return value
+        pass
+    raise LaunchInputError(f"{name} is not {what}", f"set {name} to {what}, e.g. {EXAMPLES[name]}")
 
 
 def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:

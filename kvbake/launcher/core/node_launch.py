@@ -144,7 +144,7 @@ def read_env(raw: object, where: str) -> dict[str, str]:
 
 
 def check_interface_list(name: str, value: str, where: str) -> None:
-    items = value.lstrip("^").lstrip("=").split(",")
+    items = value.lstrip("^").split(",")
     if not value or not all(INTERFACE.match(item.lstrip("=")) for item in items):
         raise LaunchInputError(f"{where}.env {name}={value!r} is not a comma-separated list of interface names",
                                f"set {name} to the node's interface, e.g. enp1s0f0np0 (doctor --deploy lists the node's interfaces)")
@@ -206,9 +206,9 @@ def read_cache_mounts(raw: object, where: str) -> tuple[Mount, ...]:
         raise LaunchInputError(f"{where}.cache_mounts is not a list", fix)
     mounts, taken = [], {MODEL_MOUNT}
     for entry in raw:
-        source, colon, target = entry.partition(":") if isinstance(entry, str) else ("", "", "")
-        if not colon:
+        if not isinstance(entry, str) or ":" not in entry:
             raise LaunchInputError(f"{where}.cache_mounts entry {entry!r} is not SOURCE:TARGET", fix)
+        source, _, target = entry.partition(":")
         mount = Mount(absolute_path(f"{where}.cache_mounts source", source, fix),
                       absolute_path(f"{where}.cache_mounts target", target, fix), writable=True)
         refuse_protected_target(f"{where}.cache_mounts", mount.target, None, taken)
@@ -217,7 +217,7 @@ def read_cache_mounts(raw: object, where: str) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
-def read_node_launch(raw: object, where: str = "launch") -> NodeLaunch:
+def read_node_launch(raw: object, where: str) -> NodeLaunch:
     """One node's `launch:` object (or the launcher's KVBAKE_NODE_LAUNCH_JSON), every value checked."""
     if raw is None:
         return NodeLaunch()
