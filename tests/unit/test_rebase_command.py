@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import shutil
+import sys
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvbake.bake.adapters import pinning
-from kvbake.errors import BaseImageError, LockError, RebaseError, UsageError
+from kvbake.errors import BaseImageError, LockError, PatchError, RebaseError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.rebase import commands
@@ -313,3 +316,152 @@ def test_a_candidate_is_written_beside_its_folder_and_one_that_cannot_be_written
     assert source.parent == target.parent == project.root and source.name.startswith(".kvbake-rebase-")
     assert names == ["patches", "rebase.json", "report.json", "report.md", "resolve"]
     assert not list(project.root.glob("rebase-*")) and not list(project.root.glob(".kvbake-rebase-*"))
+
+
+def test_the_engine_is_the_one_the_host_names(project, tmp_path):
+    hosts = []
+    project.monkeypatch.setattr(commands, "Engine", lambda host: hosts.append(host) or project.engine)
+    with pytest.raises(BaseImageError):
+        commands.cmd_rebase(Namespace(manifest=project.root / "manifest.yaml", host="ssh://box", to="absent:1", out=None, accept=None, json=True))
+    with pytest.raises(RebaseError):
+        commands.cmd_rebase(Namespace(manifest=project.root / "manifest.yaml", host="ssh://other", to=None, out=None, accept=tmp_path, json=True))
+    assert hosts == ["ssh://box", "ssh://other"]
+
+
+def test_a_target_holding_only_a_file_the_chain_creates_holds_none_of_the_files_it_edits(project):
+    created = "vllm/models/deepseek_v41/kv_pack.py"
+    project.engine.add_image("created-only:1", {"architecture": "amd64", "os": "linux"},
+                             [layer_tar([(f"{project.lock.source_root.strip('/')}/{created}", b"x = 1\n", 0o644)])])
+    with pytest.raises(BaseImageError) as caught:
+        rebase_to(project, "created-only:1")
+    assert says(caught.value.message, "created-only:1") and says(caught.value.message, "(the manifest's source root)")
+    assert caught.value.fix.startswith("rebase onto an image of the same layout")
+
+
+def test_the_locked_base_named_as_target_is_named_by_its_short_digest(project):
+    project.engine._profile = project.engine._profile.__class__("26.1.5", "containerd", "overlayfs")
+    project.engine.configs[project.engine.image_id_of(TARGET)] = project.lock.base.config_digest
+    with pytest.raises(BaseImageError) as caught:
+        rebase_to(project)
+    assert says(caught.value.message, project.lock.base.config_digest[:19])
+
+
+def test_a_stale_candidate_names_its_folder_and_each_digest_short(rebased):
+    record = json.loads((rebased.out / "rebase.json").read_text())
+    lock = read_lock(rebased.manifest)
+    now = rebased.engine.config_digest_of(rebased.engine.inspect_image(TARGET), TARGET)
+    rewrite_record(rebased.out, **{**record, "manifest": "/elsewhere/manifest.yaml"})
+    with pytest.raises(RebaseError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, str(rebased.out))
+    rewrite_record(rebased.out, **{**record, "base_config": "sha256:" + "e" * 64})
+    with pytest.raises(RebaseError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, "sha256:" + "e" * 12) and says(caught.value.message, lock.base.config_digest[:19])
+    rewrite_record(rebased.out, **{**record, "target_config": "sha256:" + "f" * 64})
+    with pytest.raises(RebaseError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, "sha256:" + "f" * 12) and says(caught.value.message, now[:19])
+
+
+def test_a_record_that_is_a_list_lacks_every_key(project, tmp_path):
+    (tmp_path / "rebase.json").write_text('["manifest", "target"]')
+    with pytest.raises(RebaseError) as caught:
+        commands.cmd_rebase(Namespace(manifest=project.root / "manifest.yaml", host=None, to=None, out=None, accept=tmp_path, json=True))
+    assert says(caught.value.message, "'manifest'") and says(caught.value.message, "'target'")
+
+
+MARKERS = "<<<<<<< a\n=======\n>>>>>>> b\n<<<<<<< a\n=======\n>>>>>>> b\n<<<<<<< a\n"
+
+
+def test_a_refusal_for_markers_names_the_first_five_lines_only(rebased):
+    (rebased.out / "resolve" / "0076" / WORKER).unlink()
+    (rebased.out / "resolve" / "0077" / TENSOR).write_text(MARKERS)
+    with pytest.raises(RebaseError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, "(lines 1, 2, 3, 4, 5)")
+    (rebased.out / "resolve" / "0077" / TENSOR).write_text("import os\n")
+    clean = rebased.out / rebased.manifest.chain[0].file
+    clean.write_text(MARKERS)
+    with pytest.raises(RebaseError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, "(lines 1, 2, 3, 4, 5)")
+
+
+def test_a_deleted_resolve_file_drops_its_file_and_a_new_one_is_created_by_the_patch(rebased):
+    resolve(rebased.out)
+    record = json.loads((rebased.out / "rebase.json").read_text())
+    extra = "vllm/v1/worker/extra.py"
+    record["paths"]["0076"] = [*record["paths"]["0076"], extra]
+    rewrite_record(rebased.out, **record)
+    (rebased.out / "resolve" / "0076" / extra).write_text("EXTRA = 1\n")
+    (rebased.out / "resolve" / "0076" / "vllm/v1/worker/workspace.py").unlink()
+    (data, _), _ = accept(rebased, rebased.out)
+    patch = next(p for p in rebased.manifest.chain if p.id == "0076").path.read_text()
+    assert f"b/{extra}" in patch and "+EXTRA = 1" in patch
+    assert "workspace.py" not in patch.split("diff --git", 1)[1]
+
+
+def test_a_rebase_onto_the_same_files_needs_nobody_and_accepting_it_replaces_nothing(project, capsys):
+    base, _ = old_chain(project.manifest, project.lock)
+    engine = engine_holding(base, project.lock.source_root)
+    project.monkeypatch.setattr(commands, "Engine", lambda host: engine)
+    data, text = rebase_to(project)
+    assert data["needs_person"] == [] and data["manifest"] == "manifest.yaml"
+    assert "needs a person: none\n" in text
+    project.monkeypatch.setattr(pinning, "create_lock", lambda engine, manifest, rebase: SimpleNamespace(
+        base=SimpleNamespace(config_digest="sha256:" + "c" * 64), derived=SimpleNamespace(image_id="sha256:" + "d" * 64)))
+    result, text = commands.cmd_rebase(Namespace(manifest=project.root / "manifest.yaml", host=None, to=None, out=None,
+                                                 accept=Path(data["candidate"]), json=False))
+    assert result["replaced"] == [] and "replaced patches: none;" in capsys.readouterr().out
+    assert says(text, "sha256:" + "c" * 12) and says(text, "sha256:" + "d" * 12)
+
+
+def test_a_resolve_file_that_is_not_utf8_is_read_for_markers_and_kept_when_unchanged(rebased):
+    resolve(rebased.out)
+    record = json.loads((rebased.out / "rebase.json").read_text())
+    latin = "vllm/v1/worker/latin.py"
+    record["paths"]["0076"] = [*record["paths"]["0076"], latin]
+    rewrite_record(rebased.out, **record)
+    for where in (rebased.out / "resolve" / "0076" / ".before" / latin, rebased.out / "resolve" / "0076" / latin):
+        where.write_bytes(b"name = 'caf\xe9'\n")
+    (data, _), _ = accept(rebased, rebased.out)
+    assert data["replaced"] == ["0076", "0077"]
+    assert "latin.py" not in next(p for p in rebased.manifest.chain if p.id == "0076").path.read_text()
+
+
+def test_a_candidate_patch_that_is_not_a_diff_is_named_by_its_id(rebased):
+    resolve(rebased.out)
+    (rebased.out / rebased.manifest.chain[0].file).write_text("not a diff at all\n")
+    with pytest.raises(PatchError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, rebased.manifest.chain[0].id)
+
+
+def test_a_chain_patch_that_is_no_longer_a_diff_is_named_by_its_id(rebased):
+    resolve(rebased.out)
+    rebased.manifest.chain[0].path.write_text("not a diff at all\n")
+    with pytest.raises(PatchError) as caught:
+        accept(rebased, rebased.out)
+    assert says(caught.value.message, rebased.manifest.chain[0].id)
+
+
+def test_the_preview_is_flushed_before_locking_starts(rebased, monkeypatch):
+    resolve(rebased.out)
+    written = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(written, encoding="utf-8"))
+    seen = []
+    rebased.monkeypatch.setattr(pinning, "create_lock", lambda engine, manifest, rebase: seen.append(written.getvalue()) or SimpleNamespace(
+        base=SimpleNamespace(config_digest="sha256:" + "c" * 64), derived=SimpleNamespace(image_id="sha256:" + "d" * 64)))
+    commands.cmd_rebase(Namespace(manifest=rebased.root / "manifest.yaml", host=None, to=None, out=None, accept=rebased.out, json=False))
+    assert b"replaced patches: 0076, 0077;" in seen[0]
+
+
+def test_a_failure_after_the_candidate_was_renamed_is_the_error_raised(project, monkeypatch):
+    def rename_then_fail(source, target):
+        shutil.move(source, target)
+        raise OSError(errno.EIO, "fsync of the parent failed")
+    monkeypatch.setattr(commands, "rename_durably", rename_then_fail)
+    with pytest.raises(OSError) as caught:
+        rebase_to(project)
+    assert caught.value.errno == errno.EIO

@@ -97,7 +97,7 @@ def refresh(step: OldStep, current: Files, text: bytes) -> Refreshed:
     applicable = [s for s in sections if applies_to(s, current)]
     applied, outcomes = apply_with_rejects(section_text(applicable), {s.path: current[s.path] for s in applicable}) \
         if applicable else ({}, {})
-    after = dict({s.path: current[s.path] for s in sections}, **applied)
+    after: Files = dict(applied)  # the sections git could not try get their merge below
     hunks: list[HunkReport] = []
     conflicted: set[str] = set()
     for section in sections:

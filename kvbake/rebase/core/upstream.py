@@ -46,7 +46,7 @@ def overlapping_changes(old_text: str, new_text: str, start: int, length: int) -
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        touches = (i1 < last and i2 > first) if i2 > i1 else first < i1 < last
+        touches = i1 < last and i2 > first  # for an insertion (i1 == i2): strictly between the hunk's first and last line
         if not touches:
             continue
         regions.append(UpstreamRegion(i1 + 1, tuple(old[i1:i2]), j1 + 1, tuple(new[j1:j2])))
