@@ -388,12 +388,17 @@ def test_a_refusal_for_markers_names_the_first_five_lines_only(rebased):
     assert says(caught.value.message, "(lines 1, 2, 3, 4, 5)")
 
 
+def list_in_record(out: Path, path: str) -> str:
+    """rebase.json of the candidate `out` lists one more file of patch 0076 (its resolve/0076/ copy); the path."""
+    record = json.loads((out / "rebase.json").read_text())
+    record["paths"]["0076"] = [*record["paths"]["0076"], path]
+    rewrite_record(out, **record)
+    return path
+
+
 def test_a_deleted_resolve_file_drops_its_file_and_a_new_one_is_created_by_the_patch(rebased):
     resolve(rebased.out)
-    record = json.loads((rebased.out / "rebase.json").read_text())
-    extra = "vllm/v1/worker/extra.py"
-    record["paths"]["0076"] = [*record["paths"]["0076"], extra]
-    rewrite_record(rebased.out, **record)
+    extra = list_in_record(rebased.out, "vllm/v1/worker/extra.py")
     (rebased.out / "resolve" / "0076" / extra).write_text("EXTRA = 1\n")
     (rebased.out / "resolve" / "0076" / "vllm/v1/worker/workspace.py").unlink()
     (data, _), _ = accept(rebased, rebased.out)
@@ -419,10 +424,7 @@ def test_a_rebase_onto_the_same_files_needs_nobody_and_accepting_it_replaces_not
 
 def test_a_resolve_file_that_is_not_utf8_is_read_for_markers_and_kept_when_unchanged(rebased):
     resolve(rebased.out)
-    record = json.loads((rebased.out / "rebase.json").read_text())
-    latin = "vllm/v1/worker/latin.py"
-    record["paths"]["0076"] = [*record["paths"]["0076"], latin]
-    rewrite_record(rebased.out, **record)
+    latin = list_in_record(rebased.out, "vllm/v1/worker/latin.py")
     for where in (rebased.out / "resolve" / "0076" / ".before" / latin, rebased.out / "resolve" / "0076" / latin):
         where.write_bytes(b"name = 'caf\xe9'\n")
     (data, _), _ = accept(rebased, rebased.out)
