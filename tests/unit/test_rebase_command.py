@@ -467,3 +467,12 @@ def test_a_failure_after_the_candidate_was_renamed_is_the_error_raised(project, 
     with pytest.raises(OSError) as caught:
         rebase_to(project)
     assert caught.value.errno == errno.EIO
+
+
+def test_declared_switches_the_new_files_no_longer_read_reach_the_report_and_its_record(project, tmp_path):
+    # no stand-in base drops a read the chain keeps, so the finder's answer is given; the report must carry it whole
+    project.monkeypatch.setattr(commands, "switch_changes", lambda old, new, declared: (("VLLM_ADDED",), ("VLLM_DSV41_KV_PAIR",)))
+    data, text = rebase_to(project, out=tmp_path / "candidate")
+    assert data["unread_switches"] == ["VLLM_DSV41_KV_PAIR"] and data["new_switches"] == ["VLLM_ADDED"]
+    assert json.loads((tmp_path / "candidate" / "report.json").read_text())["unread_switches"] == ["VLLM_DSV41_KV_PAIR"]
+    assert "`VLLM_DSV41_KV_PAIR`" in (tmp_path / "candidate" / "report.md").read_text()

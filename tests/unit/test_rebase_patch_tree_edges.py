@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kvbake.errors import PatchError
@@ -52,3 +54,26 @@ def test_a_section_for_a_missing_file_is_refused_with_only_gits_last_line():
     with pytest.raises(PatchError) as caught:
         apply_with_rejects(b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-y\n+z\n", {"f": None})
     assert says(caught.value.message, "f: No such file or directory") and not says(caught.value.message, "Checking patch f")
+
+
+def test_git_dying_with_its_fatal_exit_code_128_is_refused_not_taken_for_128_conflicts(tmp_path, monkeypatch):
+    dying = tmp_path / "bin" / "git"
+    dying.parent.mkdir()
+    dying.write_text("#!/bin/sh\necho 'fatal: could not read old-base' >&2\nexit 128\n")
+    dying.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{dying.parent}:{os.environ['PATH']}")
+    with pytest.raises(PatchError) as caught:
+        merge_three(b"a\n", b"b\n", b"c\n")
+    assert says(caught.value.message, "git merge-file failed") and says(caught.value.message, "could not read old-base")
+
+
+def test_a_failing_merge_quotes_exactly_the_last_200_characters_of_gits_output(tmp_path, monkeypatch):
+    talkative = tmp_path / "bin" / "git"
+    talkative.parent.mkdir()
+    output = "".join(f"{i:03d}" for i in range(100))  # 300 characters, every tail of them distinct
+    talkative.write_text(f"#!/bin/sh\nprintf '%s' '{output}' >&2\nexit 255\n")
+    talkative.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{talkative.parent}:{os.environ['PATH']}")
+    with pytest.raises(PatchError) as caught:
+        merge_three(b"a\n", b"b\n", b"c\n")
+    assert quoted_output(caught.value.message) == repr(output[-200:])

@@ -74,3 +74,13 @@ def test_hunks_that_merge_one_by_one_but_not_together_are_a_conflict_named_so():
     assert [(h.number, h.status, h.reason) for h in moved.report.hunks] == [
         (1, "offset", ""), (2, "offset", ""), (3, "conflict", "the file's hunks conflict when merged together")]
     assert moved.report.files[0].after is None
+
+
+CREATING = b"diff --git a/n.py b/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/n.py\n@@ -0,0 +1,2 @@\n+x = 1\n+y = 2\n"
+CREATED = OldStep(SimpleNamespace(id="0005", file="patches/0005.patch"), {"n.py": None}, {"n.py": b"x = 1\ny = 2\n"})
+
+
+def test_a_file_the_patch_creates_that_the_new_base_holds_empty_merges_to_the_patchs_content():
+    moved = refresh(CREATED, {"n.py": b""}, CREATING)
+    assert moved.after == {"n.py": b"x = 1\ny = 2\n"}, "nothing on either side to conflict with: the created lines, no markers"
+    assert [(h.status, h.reason) for h in moved.report.hunks] == [("conflict", "the new base already has this file")]
