@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import tarfile
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ from kvbake.errors import EngineError
 from message_words import says
 
 # The stand-in docker: writes down its argv, then answers with the archive in FAKE_DOCKER_ARCHIVE (its path), or with
-# FAKE_DOCKER_STDERR and FAKE_DOCKER_EXIT.
+# FAKE_DOCKER_STDERR (its bytes as the environment holds them) and FAKE_DOCKER_EXIT.
 FAKE_DOCKER = """
 import json, os, sys
 with open(os.environ["FAKE_DOCKER_LOG"], "a", encoding="utf-8") as log:
@@ -28,7 +29,7 @@ if archive:
     with open(archive, "rb") as handle:
         sys.stdout.buffer.write(handle.read())
     sys.stdout.flush()
-sys.stderr.write(os.environ.get("FAKE_DOCKER_STDERR", ""))
+sys.stderr.buffer.write(os.environb.get(b"FAKE_DOCKER_STDERR", b""))
 sys.exit(int(os.environ.get("FAKE_DOCKER_EXIT", "0")))
 """
 
@@ -92,6 +93,13 @@ def test_any_other_refusal_is_an_engine_error_naming_the_path_and_the_reason(doc
     with pytest.raises(EngineError) as caught:
         docker.engine.dir_meta("c1", "/usr/lib")
     assert says(caught.value.message, "(exit 3)")
+
+
+def test_a_refusal_whose_text_is_not_utf_8_is_reported_with_replacement_characters(docker):
+    docker.answer(stderr=os.fsdecode(b"permission denied \xff\n"), code=1)
+    with pytest.raises(EngineError) as caught:
+        docker.engine.dir_meta("c1", "/usr/lib")
+    assert says(caught.value.message, "permission denied \N{REPLACEMENT CHARACTER}")
 
 
 def test_a_directory_read_before_the_copy_failed_still_counts(docker):
