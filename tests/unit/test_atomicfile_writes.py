@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,33 @@ def test_a_durable_rename_moves_the_file(tmp_path: Path) -> None:
     (tmp_path / "old").write_bytes(b"x")
     rename_durably(tmp_path / "old", tmp_path / "new")
     assert [p.name for p in tmp_path.iterdir()] == ["new"]
+
+
+def test_every_file_and_folder_of_a_tree_is_synced_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "one").write_bytes(b"1")
+    (tmp_path / "a" / "b" / "two").write_bytes(b"2")
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(handle: int) -> None:
+        synced.append(os.fstat(handle).st_ino)
+        real_fsync(handle)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    fsync_tree(tmp_path)
+    every = [tmp_path, tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "one", tmp_path / "a" / "b" / "two"]
+    assert sorted(synced) == sorted(p.stat().st_ino for p in every)
+
+
+def test_an_interruption_after_the_temporary_file_was_cleaned_away_still_propagates(tmp_path: Path) -> None:
+    target = tmp_path / "record.json"
+
+    def cleaned_then_killed() -> None:
+        for leftover in partial_files(target):
+            leftover.unlink()
+        raise Interrupted()
+
+    with pytest.raises(Interrupted):
+        write_atomic(target, b"new", before_rename=cleaned_then_killed)
+    assert not target.exists() and partial_files(target) == []

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kvbake.errors import ManifestError
-from kvbake.manifest import load_manifest, manifest_schema
+from kvbake.manifest import Switch, load_manifest, manifest_schema
 from tests.unit.helpers_manifest import MINIMAL, minimal_document, referenced_files, tiny_manifest, write_manifest, write_patch_files
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "manifests"
@@ -110,6 +110,8 @@ def test_full_manifest_keeps_every_optional_field(tmp_path: Path) -> None:
     assert manifest.base.tag == "v5.1"
     assert manifest.patch("0059").needed_by == ("0060", "0076")
     assert manifest.patch("0051").summary == "page packing"
+    assert manifest.switches["FULL_KV_PAIR"] == Switch("FULL_KV_PAIR", ("3",), (), "pack three pages", None)
+    assert manifest.switches["FULL_ALIAS"] == Switch("FULL_ALIAS", ("1",), ("FULL_TRANSIENT",), "", None)
     assert manifest.presets["packing-327680"].prefix_block == 512
     assert manifest.presets["packing-327680"].launcher_args == ("--enforce-eager",)
     assert dict(manifest.presets["alias"].switches) == {"FULL_ALIAS": "1", "FULL_TRANSIENT": "1"}
