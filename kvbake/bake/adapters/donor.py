@@ -16,7 +16,9 @@ from kvbake.manifest import Manifest
 def _git(donor: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
-    done = subprocess.run(["git", "-C", str(donor), *args], env=env, capture_output=True, text=True, check=False)
+    # core.excludesFile: otherwise git still reads the caller's default global ignore file ($XDG_CONFIG_HOME/git/ignore)
+    done = subprocess.run(["git", "-c", f"core.excludesFile={os.devnull}", "-C", str(donor), *args],
+                          env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise DonorError(f"{donor.name} is not a readable git checkout ({done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'git failed'})",
                          "pass --donor the folder of a clean clone of the donor repository")
