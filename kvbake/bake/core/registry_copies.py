@@ -51,15 +51,14 @@ def registry_copies(reference: str, repo_digests: list[str]) -> list[RegistryCop
 
 
 def platform_entries(index: Mapping[str, Any], platform: str) -> list[str]:
-    """Digests of the index entries for `platform` (os/arch[/variant], as lock writes it), attestations left out."""
+    """Digests of the index entries for `platform` (os/arch, as the lock writes it), attestations left out."""
     found = []
     for entry in index.get("manifests") or []:
         described = entry.get("platform") or {}
         annotations = entry.get("annotations") or {}
         if ATTESTATION_KIND in annotations:
             continue
-        entry_platform = platform_of({"Os": described.get("os"), "Architecture": described.get("architecture"),
-                                      "Variant": described.get("variant")})
+        entry_platform = platform_of({"Os": described.get("os"), "Architecture": described.get("architecture")})
         if entry_platform == platform and isinstance(entry.get("digest"), str):
             found.append(entry["digest"])
     return found
