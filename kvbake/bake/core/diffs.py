@@ -16,6 +16,7 @@ KEPT_MODES = (None, "100644", "100755")
 EPOCH_STAMP = re.compile(r"(1970-01-01|1969-12-31)[ T]")
 UNUSUAL = re.compile(r"[\s\"\\\x00-\x1f\x7f\u0080-\u009f\u2028\u2029]")
 NO_NEWLINE = "\\ No newline at end of file\n"
+MARKER_LINE = re.compile(r"^\\ [^\n]*\n", re.MULTILINE)  # a line that opens with "\ ": only the no-newline marker does
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def parse_sections(patch_id: str, text: str) -> tuple[Section, ...]:
     text = text if text.endswith("\n") or not text else text + "\n"
     refuse_special_headers(patch_id, text)
     try:
-        patch_set = unidiff.PatchSet(text)
+        patch_set = unidiff.PatchSet(english_markers(text))
     except (unidiff.UnidiffParseError, ValueError, IndexError, TypeError) as err:
         reason = " ".join(str(err).split())[:120] or type(err).__name__
         raise PatchError(f"patch {patch_id} is not a unified diff: {reason}", "regenerate it with git diff, git format-patch or diff -u") from None
@@ -57,6 +58,12 @@ def parse_sections(patch_id: str, text: str) -> tuple[Section, ...]:
     for path in sorted({p for p in paths if paths.count(p) > 1}):
         raise PatchError(f"patch {patch_id} touches {path} in two sections", "regenerate the patch so each file appears once")
     return sections
+
+
+def english_markers(text: str) -> str:
+    """Every "\\ ..." line in git's English words: a diff made under another locale translates the no-newline marker,
+    and unidiff reads only the English one at the end of a hunk (a translated one there would be dropped)."""
+    return MARKER_LINE.sub(lambda _: NO_NEWLINE, text)
 
 
 def normalized_patch(patch_id: str, text: str) -> str:
