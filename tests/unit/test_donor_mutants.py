@@ -39,12 +39,10 @@ def git_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> N
     monkeypatch.setenv("PATH", f"{folder}:{Path(real).parent}")
 
 
-def ignore_everything(tmp_path: Path) -> Path:
-    """A git config file whose excludes file ignores every untracked file."""
-    ignore = tmp_path / "ignore-all"
-    ignore.write_text("*\n")
-    config = tmp_path / "hiding.gitconfig"
-    config.write_text(f"[core]\n\texcludesFile = {ignore}\n")
+def broken_config(tmp_path: Path) -> Path:
+    """A git config file git refuses to read: any git that reads it stops with exit 128."""
+    config = tmp_path / "broken.gitconfig"
+    config.write_text("[core]\n\tfilemode = notabool\n")
     return config
 
 
@@ -60,22 +58,20 @@ def test_a_git_dir_in_the_callers_environment_does_not_redirect_the_donor_check(
     check_donor(manifest, donor)
 
 
-def test_the_callers_global_git_config_does_not_hide_a_dirty_donor(tmp_path, monkeypatch):
+def test_the_callers_global_git_config_is_never_read(tmp_path, monkeypatch):
     manifest, donor = clean_donor(tmp_path)
-    (donor / "notes.txt").write_text("work in progress\n")
     home = tmp_path / "home"
     home.mkdir()
-    shutil.copy(ignore_everything(tmp_path), home / ".gitconfig")
+    shutil.copy(broken_config(tmp_path), home / ".gitconfig")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    assert says(refused(lambda: check_donor(manifest, donor)).message, "notes.txt")
+    check_donor(manifest, donor)  # a git that read it would stop, and the donor would be refused as unreadable
 
 
-def test_the_machines_system_git_config_does_not_hide_a_dirty_donor(tmp_path, monkeypatch):
+def test_the_machines_system_git_config_is_never_read(tmp_path, monkeypatch):
     manifest, donor = clean_donor(tmp_path)
-    (donor / "notes.txt").write_text("work in progress\n")
-    git_on_path(tmp_path, monkeypatch, f"GIT_CONFIG_SYSTEM='{ignore_everything(tmp_path)}' exec \"$REAL\" \"$@\"")
-    assert says(refused(lambda: check_donor(manifest, donor)).message, "notes.txt")
+    git_on_path(tmp_path, monkeypatch, f"GIT_CONFIG_SYSTEM='{broken_config(tmp_path)}' exec \"$REAL\" \"$@\"")
+    check_donor(manifest, donor)
 
 
 def test_git_runs_in_the_c_locale_whatever_the_callers_locale(tmp_path, monkeypatch):
