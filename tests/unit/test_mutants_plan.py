@@ -15,6 +15,7 @@ from kvbake.lock import Derived, LockedDir, LockedPatch, PatchFileHashes
 from kvbake.bake.core.plan import (check_plan_matches_lock, compare_three_ways, layer_dirs, layer_files, make_plan, plan_summary,
                          read_overlay, whiteouts)
 from tests.unit.helpers_manifest import BASE_DIFF_IDS, EPOCH, locked_file, make_lock, tiny_manifest
+from tests.unit.message_words import says
 
 OLD, NEW, OTHER = b"VALUE = 1\n", b"VALUE = 2\n", b"VALUE = 3\n"
 
@@ -127,6 +128,8 @@ def test_a_plan_that_differs_from_its_lock_names_both_ids(tmp_path: Path) -> Non
         check_plan_matches_lock(plan)
     assert caught.value.exit_code == 7
     assert plan.image_id[:19] in caught.value.message and f"sha256:{'7' * 12}" in caught.value.message
+    assert says(caught.value.message, f"the assembled image {plan.image_id[:19]}")
+    assert says(caught.value.message, f"the lock's {plan.lock.derived.image_id[:19]}")
     assert "build.py lock" in caught.value.fix
     right_image_wrong_layer = dataclasses.replace(plan, lock=plan.lock.with_derived(Derived("sha256:" + "0" * 64, plan.image_id)))
     with pytest.raises(IntegrityError):

@@ -27,12 +27,10 @@ class ModuleEvidence:
 
 def shadow_candidates(module: str, python_tags: tuple[str, ...], architecture: str) -> tuple[str, ...]:
     """Paths that Python's path finder would take before `pkg/mod.py`: a package `pkg/mod/`, or an extension module."""
-    parent, _, name = module.rpartition("/")
-    stem = name.removesuffix(".py")
-    prefix = f"{parent}/" if parent else ""
+    stem = module.removesuffix(".py")  # a relative path (lock and patch paths are), so its folders stay as they are
     triplet = ARCH_TRIPLETS.get(architecture, f"{architecture}-linux-gnu")
-    candidates = [f"{prefix}{stem}/__init__.py", f"{prefix}{stem}.so", f"{prefix}{stem}.abi3.so"]
-    candidates += [f"{prefix}{stem}.{tag}-{triplet}.so" for tag in python_tags]
+    candidates = [f"{stem}/__init__.py", f"{stem}.so", f"{stem}.abi3.so"]
+    candidates += [f"{stem}.{tag}-{triplet}.so" for tag in python_tags]
     return tuple(candidates)
 
 
