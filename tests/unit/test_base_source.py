@@ -17,6 +17,7 @@ from kvbake.engines.core.savefile import DirMeta
 from kvbake.errors import BaseImageError
 from kvbake.ship.adapters.registry_api import RegistryClient
 from kvbake.ship.core.remote_manifest import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
+from message_words import says
 
 LAYERS = ["sha256:" + "1" * 64, "sha256:" + "2" * 64]
 CONFIG = canonical_json({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": LAYERS}})
@@ -109,6 +110,12 @@ def save_instead(monkeypatch: pytest.MonkeyPatch, engine: Engine, dirs: dict[str
     monkeypatch.setattr(base_source, "capture_base", capture)
 
 
+def read_with_no_save(monkeypatch: pytest.MonkeyPatch, engine: Engine, image_id: str, repo_digests: list[str]):
+    """read_base of base:1 for linux/amd64, with a save stand-in that hands back the engine's saved config and no folders."""
+    save_instead(monkeypatch, engine, {})
+    return base_source.read_base(engine, "base:1", inspect_of(image_id, repo_digests), "linux/amd64", WANTED)
+
+
 def inspect_of(image_id: str, repo_digests: list[str]) -> dict:
     return {"Id": image_id, "RepoDigests": repo_digests, "RootFS": {"Layers": list(LAYERS)}}
 
@@ -118,9 +125,7 @@ def test_a_registry_copy_gives_the_config_and_the_engine_the_directories_without
     registry = Registry(manifest, CONFIG)
     serve(monkeypatch, registry)
     engine = Engine()
-    save_instead(monkeypatch, engine, {})
-    read = base_source.read_base(engine, "base:1", inspect_of(CONFIG_DIGEST, [f"{REGISTRY}/team/base@{sha256_digest(manifest)}"]),
-                                 "linux/amd64", WANTED)
+    read = read_with_no_save(monkeypatch, engine, CONFIG_DIGEST, [f"{REGISTRY}/team/base@{sha256_digest(manifest)}"])
     assert (read.config_bytes, read.config_digest) == (CONFIG, CONFIG_DIGEST)
     assert read.source == f"registry {REGISTRY}/team/base@{sha256_digest(manifest)}"
     assert read.dirs == {"usr": DirMeta(0o755, 0, 0, 7), "usr/lib": DirMeta(0o755, 0, 0, 7)}
@@ -148,9 +153,7 @@ def test_the_containerd_store_s_manifest_comes_from_the_copy_too(monkeypatch) ->
     manifest = image_manifest(media_type=OCI_MANIFEST)
     serve(monkeypatch, Registry(manifest, CONFIG))
     engine = Engine(containerd=True)
-    save_instead(monkeypatch, engine, {})
-    read = base_source.read_base(engine, "base:1", inspect_of(sha256_digest(manifest), [f"{REGISTRY}/base@{sha256_digest(manifest)}"]),
-                                 "linux/amd64", WANTED)
+    read = read_with_no_save(monkeypatch, engine, sha256_digest(manifest), [f"{REGISTRY}/base@{sha256_digest(manifest)}"])
     assert read.config_digest == CONFIG_DIGEST and engine.remembered == [manifest]
     assert not any(call.startswith("save") for call in engine.calls)
 
@@ -191,6 +194,7 @@ def test_a_registry_config_naming_other_layers_is_refused(monkeypatch) -> None:
     with pytest.raises(BaseImageError) as caught:
         base_source.read_base(Engine(), "base:1", inspect, "linux/amd64", WANTED)
     assert caught.value.exit_code == 6 and "other layers" in caught.value.message
+    assert says(caught.value.message, "base:1") and says(caught.value.fix, "run lock again")
 
 
 def test_the_config_digest_of_a_containerd_image_comes_from_its_copy_or_else_from_the_engine(monkeypatch) -> None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from message_words import says
 from test_base_source import (CONFIG, CONFIG_DIGEST, LAYERS, REGISTRY, WANTED, Engine, Registry, image_manifest, inspect_of,
-                              private_cache, save_instead, serve)  # noqa: F401 - private_cache: the autouse fixture by name
+                              private_cache, read_with_no_save, save_instead, serve)  # noqa: F401 - private_cache: the autouse fixture by name
 
 from kvbake.bake.adapters import base_source
 from kvbake.digests import canonical_json, sha256_digest
@@ -133,9 +133,7 @@ def test_the_containerd_store_s_manifest_is_fetched_from_the_copy_s_own_reposito
     manifest = image_manifest(media_type=OCI_MANIFEST)
     serve(monkeypatch, RepositoryRegistry("team/base", manifest, CONFIG))
     engine = Engine(containerd=True)
-    save_instead(monkeypatch, engine, {})
-    read = base_source.read_base(engine, "base:1", inspect_of(sha256_digest(manifest), [f"{REGISTRY}/team/base@{sha256_digest(manifest)}"]),
-                                 "linux/amd64", WANTED)
+    read = read_with_no_save(monkeypatch, engine, sha256_digest(manifest), [f"{REGISTRY}/team/base@{sha256_digest(manifest)}"])
     assert read.config_digest == CONFIG_DIGEST and engine.remembered == [manifest]
     assert not any(call.startswith("save") for call in engine.calls)
 
@@ -145,9 +143,7 @@ def test_a_registry_that_asks_for_a_login_is_read_with_the_login_store_s_credent
     registry = LoginRegistry(manifest, CONFIG)
     serve_with_login(monkeypatch, registry)
     engine = Engine()
-    save_instead(monkeypatch, engine, {})
-    read = base_source.read_base(engine, "base:1", inspect_of(CONFIG_DIGEST, [f"{REGISTRY}/base@{sha256_digest(manifest)}"]),
-                                 "linux/amd64", WANTED)
+    read = read_with_no_save(monkeypatch, engine, CONFIG_DIGEST, [f"{REGISTRY}/base@{sha256_digest(manifest)}"])
     assert read.source.startswith("registry ")
     assert f"GET /v2/base/blobs/{CONFIG_DIGEST}" in registry.requests
 
@@ -234,17 +230,6 @@ def test_a_registry_config_without_diff_ids_is_refused_naming_the_base_and_the_c
     assert caught.value.exit_code == 6
     assert says(caught.value.message, "base:1") and says(caught.value.message, sha256_digest(config)[:19])
     assert says(caught.value.fix, "docker save")
-
-
-def test_a_registry_config_naming_other_layers_is_refused_naming_the_base_with_a_fix(monkeypatch) -> None:
-    manifest = image_manifest()
-    serve(monkeypatch, Registry(manifest, CONFIG))
-    inspect = inspect_of(CONFIG_DIGEST, [f"{REGISTRY}/base@{sha256_digest(manifest)}"])
-    inspect["RootFS"]["Layers"] = LAYERS[:1]
-    with pytest.raises(BaseImageError) as caught:
-        base_source.read_base(Engine(), "base:1", inspect, "linux/amd64", WANTED)
-    assert says(caught.value.message, "base:1")
-    assert says(caught.value.fix, "run lock again")
 
 
 def test_a_changed_save_is_refused_naming_both_config_digests(monkeypatch) -> None:

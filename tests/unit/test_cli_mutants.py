@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import logging
 from pathlib import Path
 
 import pytest
 
 from kvbake import cli
-from kvbake.engines.adapters import client
 
-
-@pytest.fixture()
-def plan_runs(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Namespace]:
-    """`plan` records its arguments instead of reading a manifest; the progress setting is put back afterwards."""
-    calls: list[argparse.Namespace] = []
-
-    def record(args: argparse.Namespace) -> tuple[dict, str]:
-        calls.append(args)
-        return {"planned": True}, "planned"
-
-    monkeypatch.setattr(importlib.import_module("kvbake.bake.commands"), "cmd_plan", record)
-    monkeypatch.setitem(client._PROGRESS, "show", False)
-    return calls
+from test_cli_main_flow import plan_runs  # noqa: F401 (a fixture)
 
 
 def bare_root_logger(monkeypatch: pytest.MonkeyPatch) -> logging.Logger:

@@ -11,6 +11,7 @@ import pytest
 from kvbake.deployfile import Signing, check_node_launches, load_deployment
 from kvbake.errors import ManifestError
 from tests.unit.message_words import says
+from tests.unit.test_deployfile_loading import refusal
 
 PUBLIC = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
 HEAD = {"name": "spark-a", "host": "unix:///run/a.sock", "role": "head"}
@@ -23,11 +24,6 @@ def deploy_file(folder: Path, **fields) -> Path:
     return path
 
 
-def refusal(path: Path) -> ManifestError:
-    with pytest.raises(ManifestError) as caught:
-        load_deployment(path)
-    assert caught.value.exit_code == 3
-    return caught.value
 
 
 def with_key(folder: Path, data: bytes) -> Path:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from message_words import says
 
@@ -13,19 +11,9 @@ from kvbake.bake.core.switch_coverage import (CoverageReport, base_lines, check_
                                               summary_lines)
 from kvbake.errors import ManifestError
 
+from test_coverage import Declared, change
+
 ENVS = 'import os\nenvironment_variables = {\n    "VLLM_BASE_ONE": lambda: os.getenv("VLLM_BASE_ONE"),\n}\n'
-
-
-@dataclass(frozen=True)
-class Declared:
-    """The two name sets a check needs, without a whole manifest."""
-
-    switches: dict = field(default_factory=dict)
-    forbidden: dict = field(default_factory=dict)
-
-
-def change(path: str, *lines: str) -> FileChange:
-    return FileChange(path=path, change="modify", added_lines=tuple(line + "\n" for line in lines))
 
 
 def reading_chain(*names: str) -> tuple[dict, dict]:
