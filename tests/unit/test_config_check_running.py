@@ -156,3 +156,15 @@ def test_a_node_whose_records_are_damaged_is_named(world, monkeypatch, tmp_path,
     options = world.command_line(monkeypatch, manifest=tmp_path / "project" / "manifest.yaml")
     assert main(["config", "--check", *options]) == RolloutError.exit_code
     assert "node b: every copy of its state record is corrupt" in capsys.readouterr().err
+
+
+def test_an_adopted_serve_is_read_from_the_nodes_own_container_and_matched_against_every_preset(world, monkeypatch, tmp_path, capsys) -> None:
+    from kvbake.ship.adapters.adoption import adopt
+
+    for engine in world.engines.values():
+        engine.run_serving("hand-serve", "base:1", [f"{SWITCH}=3"])
+    adopted = adopt(world.fleet, "the serve before kvbake", False, "hand-serve")
+    assert all(r.adopted is not None for r in adopted.values())
+    options = with_node_containers(world.command_line(monkeypatch, manifest=write_manifest(tmp_path / "project", MANIFEST)), "hand-serve")
+    assert main(["config", "--check", *options, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == {"a": "packing", "b": "packing"}

@@ -128,20 +128,27 @@ def test_concurrent_results_keep_the_order_of_the_requests(double: OpenAIDouble)
 
 
 class HeaderRecorder:
-    """A loopback server that answers /v1/models and records the Authorization header of every request."""
+    """A loopback server that answers every GET and POST with one JSON body (by default a /v1/models list naming
+    "m") and records the Authorization header and the header names, as sent, of every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Any = None) -> None:
         self.seen: list[str | None] = []
+        self.names: list[tuple[str, ...]] = []
+        body = json.dumps({"data": [{"id": "m"}]} if answer is None else answer).encode()
         recorder = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 recorder.seen.append(self.headers.get("Authorization"))
-                body = json.dumps({"data": [{"id": "m"}]}).encode()
+                recorder.names.append(tuple(self.headers.keys()))
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.do_GET()
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -173,6 +173,11 @@ def test_deploy_passes_byte_for_byte_what_config_writes(tmp_path: Path) -> None:
     assert deployed.argv() == ["--max-model-len", "2048", "--enable-prompt-tokens-details", "--block-size", "64"]
 
 
+def test_an_older_release_without_a_runtime_hash_is_marked_unrecorded(tmp_path: Path) -> None:
+    manifest = manifest_with(tmp_path, packed=PACKED)
+    assert settings_of_release(deployed(manifest, "packed", runtime_sha256=None)).preset_sha256 == "unrecorded"
+
+
 def deployed(manifest: Manifest, name: str, **changes) -> Release:
     chosen = choose_preset(manifest, name)
     settings = settings_of_preset(manifest, chosen, "l" * 64)

@@ -34,3 +34,10 @@ def test_without_an_exception_the_last_line_is_shown() -> None:
 
 def test_process_tags_and_logger_headers_are_dropped() -> None:
     assert message_of("(Worker pid=37) ERROR 12-02 04:00:39 [multiproc_executor.py:953] ValueError: x") == "ValueError: x"
+
+
+def test_a_line_of_exactly_the_limit_is_kept_whole_and_one_more_character_is_cut() -> None:
+    exact = "ValueError: " + "x" * (MAX_CHARS - len("ValueError: "))
+    assert telling_line(exact) == exact
+    longer = telling_line(exact + "y")
+    assert len(longer) == MAX_CHARS and longer == exact[: MAX_CHARS - 1] + "…"

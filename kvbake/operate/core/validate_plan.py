@@ -314,6 +314,6 @@ def report_text(report: Report) -> str:
     for number, step in enumerate(report.steps, start=1):
         state = "passed" if step.passed else "STOPPED" if step.stop else "-"
         lines.append(f"{number} {step.name:<16} {state:<8} {step.summary}")
-        lines += [f"      {'ok  ' if c.passed else 'FAIL'} {c.name}: {c.detail}" for c in step.checks if not c.passed]
+        lines += [f"      FAIL {c.name}: {c.detail}" for c in step.checks if not c.passed]
     result = f"STOPPED at {stop.name}: {stop.stop}" if stop else "PASSED: every step that ran passed"
     return "\n".join(lines + [f"result:   {result}", f"rollback: {report.rollback}"]) + "\n"
