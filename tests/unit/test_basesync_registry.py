@@ -18,6 +18,7 @@ from kvbake import cli
 from kvbake.digests import sha256_digest
 from kvbake.errors import BaseImageError, RegistryError
 from kvbake.lock import read_lock
+from message_words import says
 from kvbake.manifest import load_manifest
 from kvbake.ship import commands
 from kvbake.ship.adapters import basesync, fleet as fleet_module
@@ -210,6 +211,7 @@ def test_a_base_neither_in_the_registry_nor_on_this_host_is_refused_by_name(setu
     code, _, err = base_sync(capsys, argv)
     assert code == BaseImageError.exit_code
     assert f"the locked base is not in the registry ({REPOSITORY}:{TAG})" in err and f"{MANIFEST.base.image} is not present on host" in err
+    assert says(err, "fix: pull or load the locked base on this host") and says(err, "then run base sync again")
     assert host.pushed == [] and node_base(world, "a") is None
 
 

@@ -65,3 +65,20 @@ def test_a_refused_delete_names_the_status_and_the_digest(status):
     with registry(recording([], status)) as client, pytest.raises(RegistryError) as failure:
         client.delete_manifest("tiny", DIGEST)
     assert f"registry 127.0.0.1:5000 answered {status} for tiny@{DIGEST}" in failure.value.message
+
+
+def dropping(request: httpx.Request) -> httpx.Response:
+    """A registry that answers its ping and drops the connection of every other request."""
+    if request.url.path == "/v2/":
+        return httpx.Response(200)
+    raise httpx.ConnectError("connection reset", request=request)
+
+
+@pytest.mark.parametrize(("write", "method"), [
+    (lambda client: client.put_manifest("tiny", "v1", MANIFEST, DOCKER_MANIFEST), "PUT"),
+    (lambda client: client.delete_manifest("tiny", DIGEST), "DELETE"),
+])
+def test_a_dropped_connection_names_the_method_and_the_manifest_url(write, method):
+    with registry(dropping) as client, pytest.raises(RegistryError) as failure:
+        write(client)
+    assert f"{method} /v2/tiny/manifests/" in failure.value.message and "ConnectError" in failure.value.message

@@ -32,7 +32,7 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
             container, image = fleet.observe(node.name)
             failures = [f"{node.name}: no release recorded"] + rank_failures(
                 node.name, container, image, (), {}, fleet.baked_paths, None, fleet.source_root)
-            env = switch_env((container or {}).get("Config", {}).get("Env"), fleet.switch_names)
+            env = {}  # never shown: a rank without a recorded release always fails the check
         reports.append(RankReport(node.name, tuple(failures), env))
     failures = [f for r in reports for f in r.failures] + agreement_failures(observed)
     if failures:

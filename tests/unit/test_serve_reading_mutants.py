@@ -1,0 +1,35 @@
+"""Which main process is a Ray node, where a serve's root is, and what a `docker exec` restart adds to its environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbake.ship.core.serve_reading import MAIN, exec_command, read_serve, runs_ray_node
+from test_process_checks import SERVE, proc
+
+
+@pytest.mark.parametrize(("argv", "ray_node"), [
+    (("ray", "start", "--block"), True),
+    (("python3", "-u", "/usr/local/bin/ray", "start"), True),
+    (("env", "A=1", "B=2", "ray", "start"), False),
+    (("ray", "status", "start"), False),
+    (("ray",), False),
+])
+def test_a_ray_node_names_ray_in_its_first_three_tokens_and_start_right_after(argv, ray_node):
+    assert runs_ray_node(proc(1, 0, argv)) is ray_node
+
+
+def test_a_variable_whose_value_holds_an_equals_sign_is_the_containers_own_when_alike():
+    env = {"OPTS": "a=b", "X": "k=1"}
+    reading = read_serve([proc(1, 0, SERVE, env)])
+    assert exec_command(reading.serving[0], ["OPTS=a=b", "X=k=2"])["env"] == {"X": "k=1"}
+
+
+def test_a_serve_under_a_child_of_pid_1_is_the_containers_own():
+    reading = read_serve([proc(1, 0, ("tini", "--", "bash")), proc(2, 1, ("bash", "-c", "vllm serve /m")), proc(3, 2, SERVE)])
+    assert reading.shape == MAIN and reading.serving[0].root.pid == 1
+
+
+def test_a_parent_cycle_ends_at_the_first_process_seen_again():
+    reading = read_serve([proc(5, 6, SERVE), proc(6, 5, ("bash", "-c", "vllm serve /m"))])
+    assert [(s.process.pid, s.root.pid) for s in reading.serving] == [(5, 5)]
