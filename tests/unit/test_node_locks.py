@@ -44,6 +44,7 @@ def test_the_node_clock_is_read_to_the_microsecond_in_any_zone():
     assert node_epoch("1970-01-01T00:00:10.123456789Z") == pytest.approx(10.123456)
     assert node_epoch("1970-01-01T01:00:10Z") == 3610.0
     assert node_epoch("1970-01-01T02:00:10.5+01:00") == pytest.approx(3610.5)
+    assert node_epoch("1970-01-01t01:00:10.25z") == pytest.approx(3610.25), "RFC 3339 allows a lower-case t and z"
 
 
 def test_a_claim_round_trips_through_labels_and_an_unlabelled_lock_has_no_token():

@@ -48,11 +48,9 @@ def split_repository(repository: str) -> tuple[str, str]:
 
 def is_loopback(address: str) -> bool:
     """True for localhost, 127.0.0.0/8 and ::1 (with or without a port)."""
-    host = urlsplit(f"//{address}").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
+    try:  # urlsplit refuses a malformed bracketed host, ip_address anything but an address: neither is loopback
+        host = urlsplit(f"//{address}").hostname or ""
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 

@@ -75,7 +75,7 @@ def broken_name(lock_name: str, container_id: str) -> str:
 
 def node_epoch(system_time: str) -> float:
     """The engine's `SystemTime` (RFC 3339, nanoseconds, Z or an offset) as seconds since the epoch."""
-    text = system_time.strip().replace("Z", "+00:00")
+    text = re.sub(r"[Zz]$", "+00:00", system_time.strip())  # RFC 3339 allows a lower-case z
     found = re.fullmatch(r"([^.]+)(?:\.([0-9]+))?(.*)", text)
     head, fraction, zone = found.groups() if found else (text, None, "")
     if fraction:
