@@ -31,6 +31,8 @@ class FakeEngine:
         self.containers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, bytes]] = {}
         self.configs: dict[str, str] = {}  # containerd store: manifest digest -> config digest
+        self.identified: list[str] = []  # containerd store: the references whose config digest was read
+        self.pulled: list[str] = []
         self.down = False
         self.clock = 1_000_000.0  # the node's own clock (docker info SystemTime), in seconds
         self.serial = 0
@@ -83,6 +85,7 @@ class FakeEngine:
         fake keeps in `configs` (as the real client reads it from the manifest)."""
         self._up()
         if self._profile.store == "containerd":
+            self.identified.append(reference)
             return self.configs[str(inspect["Id"])]
         return str(inspect["Id"])
 
@@ -90,6 +93,7 @@ class FakeEngine:
         """`registry` holds images by reference with their config digest as Id; on the containerd store the pulled
         image's Id is the manifest digest the reference names."""
         self._up()
+        self.pulled.append(reference)
         image = self.registry[reference]
         if self._profile.store == "containerd":
             manifest = reference.partition("@")[2]

@@ -4,6 +4,7 @@ release repository, the manifest's switch names and the lock's baked files as ab
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,3 +49,18 @@ def test_an_unreachable_node_stops_the_command_naming_the_node(nodes):
         fleet_module.connect(deployment)
     assert failure.value.message.startswith("node b: ") and "unreachable" in failure.value.message
     assert "bring the node's engine back" in failure.value.fix and "nothing was changed" in failure.value.fix
+
+
+def serving_names(deployment: Deployment) -> tuple[str, str, str, str]:
+    """The serving container's name for no release, a baked release, an adopted serve recorded by name, and one an
+    earlier kvbake recorded without a name."""
+    fleet = fleet_module.make_fleet(deployment, load_manifest(STANDIN), read_lock(load_manifest(STANDIN)))
+    baked = SimpleNamespace(adopted=None)
+    named, unnamed = SimpleNamespace(adopted={"name": "eugr-serve", "kept_as": "k"}), SimpleNamespace(adopted={"kept_as": "k"})
+    return (fleet.serving_container_name(), fleet.serving_container_name(baked), fleet.serving_container_name(named),
+            fleet.serving_container_name(unnamed))
+
+
+def test_a_release_is_served_by_the_launchers_container_unless_it_is_an_adopted_serve_with_a_name_of_its_own(nodes):
+    _, deployment = nodes
+    assert serving_names(deployment) == ("vllm-serve", "vllm-serve", "eugr-serve", "vllm-serve")
