@@ -22,19 +22,19 @@ class RankReport:
 
 def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankReport]:
     """Every rank against its recorded current release; the switch set is `expect` when given. Raises on any failure."""
-    reports, observed = [], {}
+    reports, observed, failures = [], {}, []
     for node in fleet.deployment.nodes:
         release = NodeState(node.name, fleet.engines[node.name]).read().current
-        if release is not None:
-            check = fleet.check_rank(node.name, release, expect)
-            failures, observed[node.name], env = list(check.failures), check.signature, check.switches
-        else:
+        if release is None:  # always a failure: the rank has no switch set to report
             container, image = fleet.observe(node.name)
-            failures = [f"{node.name}: no release recorded"] + rank_failures(
+            failures += [f"{node.name}: no release recorded"] + rank_failures(
                 node.name, container, image, (), {}, fleet.baked_paths, None, fleet.source_root)
-            env = {}  # never shown: a rank without a recorded release always fails the check
-        reports.append(RankReport(node.name, tuple(failures), env))
-    failures = [f for r in reports for f in r.failures] + agreement_failures(observed)
+            continue
+        check = fleet.check_rank(node.name, release, expect)
+        failures += check.failures
+        observed[node.name] = check.signature
+        reports.append(RankReport(node.name, tuple(check.failures), check.switches))
+    failures += agreement_failures(observed)
     if failures:
         raise IntegrityError(f"verify-running: {len(failures)} problem(s): {'; '.join(failures)}",
                              "roll back (python build.py rollback) or redeploy; never fix one rank by hand")
