@@ -121,3 +121,39 @@ def test_release_with_no_adopted_serve_kept_is_refused_as_nothing_to_do(world):
         release_adoption(world.fleet, False)
     assert says(refused.value.message, "no node keeps an adopted serve") and says(refused.value.fix, "nothing to do")
     assert world.snapshot() == before
+
+
+def test_a_rollback_to_the_adopted_serve_is_journalled_under_its_own_id_and_holds_the_locks_by_it(world):
+    start_serves(world)
+    adopted = adopt(world.fleet, "seed serve", False)
+    deploy(world, CONTROL)
+    serving = {node: engine.tags[world.fleet.tag("current")] for node, engine in world.engines.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HeldLocks, "release", lambda self: None)  # the locks stay as they were held
+        journal = rollback_to_adopted(world.fleet, False)
+    assert re.fullmatch(r"rollback-\d{8}T\d{6}Z-[0-9a-f]{6}", journal.id)
+    assert (journal.kind, journal.release_id) == ("rollback", adopted["a"].id)
+    for node, engine in world.engines.items():
+        lock = engine.containers[LOCK_NAME]
+        assert claim_from_labels(lock["Config"]["Labels"]).deploy == journal.id
+        assert lock["Image"] == serving[node]  # the lock was made from what served when it was taken
+
+
+def test_a_rollback_to_an_adopted_serve_no_node_keeps_is_refused_naming_every_node(world):
+    deploy(world, CONTROL)
+    before = world.snapshot()
+    with pytest.raises(RolloutError) as refused:
+        rollback_to_adopted(world.fleet, False)
+    assert says(refused.value.message, "a, b keeps no adopted serve (none was adopted, or adopt --release forgot it)")
+    assert says(refused.value.fix, "roll back to the previous release instead (python build.py rollback)")
+    assert world.snapshot() == before
+
+
+def test_a_rollback_to_the_adopted_serve_while_it_serves_is_refused_as_nothing_to_do(world):
+    start_serves(world)
+    adopt(world.fleet, "seed serve", False)
+    before = world.snapshot()
+    with pytest.raises(RolloutError) as refused:
+        rollback_to_adopted(world.fleet, False)
+    assert says(refused.value.message, "a, b already serves the adopted serve") and says(refused.value.fix, "nothing to do")
+    assert world.snapshot() == before
