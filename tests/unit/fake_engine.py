@@ -160,9 +160,12 @@ class FakeEngine:
         self._get(container).setdefault("HostConfig", {})["RestartPolicy"] = {"Name": policy, "MaximumRetryCount": 0}
 
     def start(self, container: str) -> None:
-        """Its main process runs again; whatever a docker exec had started is gone."""
+        """Its main process runs again; whatever a docker exec had started is gone. A running container is left as it
+        is (docker start does nothing to it)."""
         self._up()
         found = self._get(container)
+        if (found.get("State") or {}).get("Running"):
+            return
         found["State"] = {**found.get("State", {}), "Running": True}
         if "Main" in found:
             found["Processes"] = (found["Main"],)
