@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,11 @@ def serving(world: World) -> tuple:
     return found["Id"], found["State"]["Running"], tuple(p.argv for p in found.get("Processes", ()))
 
 
-def test_an_adopted_exec_serve_that_already_runs_under_its_name_is_not_executed_again(world):
+@pytest.mark.parametrize("shown_as", [CONTAINER, "/" + CONTAINER], ids=["plain", "docker's leading slash"])
+def test_an_adopted_exec_serve_that_already_runs_under_its_name_is_not_executed_again(world, shown_as):
     start_serves(world, "exec")
     adopted = adopt(world.fleet, "seed serve", False)["a"]
+    world.engines["a"].containers[CONTAINER]["Name"] = shown_as
     before = serving(world)
     adopted_serve.bring_back(world.engines["a"], "a", adopted, CONTAINER, CONTAINER)
     assert serving(world) == before
@@ -41,3 +44,15 @@ def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_fo
     before = serving(world)
     adopted_serve.bring_back(engine, "a", recorded, CONTAINER, CONTAINER)
     assert serving(world) == before
+
+
+def test_a_serve_whose_name_begins_with_an_x_is_still_known_by_its_name(world):
+    names = {"a": "Xavier", "b": "Xavier"}
+    world.fleet.deployment.__dict__["nodes"] = tuple(dataclasses.replace(n, container=names[n.name]) for n in world.fleet.deployment.nodes)
+    start_serves(world, "exec", names=names)
+    adopted = adopt(world.fleet, "seed serve", False)["a"]
+    engine = world.engines["a"]
+    engine.containers["Xavier"]["Name"] = "/Xavier"
+    before = tuple(p.argv for p in engine.containers["Xavier"]["Processes"])
+    adopted_serve.bring_back(engine, "a", adopted, "Xavier", "Xavier")
+    assert tuple(p.argv for p in engine.containers["Xavier"]["Processes"]) == before
