@@ -1,4 +1,5 @@
-"""Bringing the adopted serve back when it already runs: nothing is started or executed again, found by ID or by spec."""
+"""Bringing the adopted serve back: nothing started or executed again when it runs, found by ID, spec or Docker's
+slash-prefixed name; refused, naming the node, when its name is taken or its container does not start."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from kvbake.errors import RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.release import Release
 
-from fake_fleet import CONTAINER, World, make_world, start_serves
+from fake_fleet import CONTAINER, CONTROL, World, deploy, make_world, start_serves
+from message_words import says
 
 
 @pytest.fixture()
@@ -56,3 +59,45 @@ def test_a_serve_whose_name_begins_with_an_x_is_still_known_by_its_name(world):
     before = tuple(p.argv for p in engine.containers["Xavier"]["Processes"])
     adopted_serve.bring_back(engine, "a", adopted, "Xavier", "Xavier")
     assert tuple(p.argv for p in engine.containers["Xavier"]["Processes"]) == before
+
+
+KEPT = f"{CONTAINER}-kvbake-adopted"
+
+
+def set_aside_by_a_deploy(world: World) -> Release:
+    """Node a's adopted exec serve, set aside under its kept name by a deploy; its record."""
+    start_serves(world, "exec")
+    adopted = adopt(world.fleet, "seed serve", False)["a"]
+    deploy(world, CONTROL)
+    assert KEPT in world.engines["a"].containers
+    return adopted
+
+
+@pytest.mark.parametrize("name", [CONTAINER, "Xavier"])
+def test_a_stopped_adopted_serve_under_dockers_slash_name_is_started_where_it_is(world, name):
+    world.fleet.deployment.__dict__["nodes"] = tuple(dataclasses.replace(n, container=name) for n in world.fleet.deployment.nodes)
+    start_serves(world, "exec", names={"a": name, "b": name})
+    adopted = adopt(world.fleet, "seed serve", False)["a"]
+    engine = world.engines["a"]
+    engine.stop(name)  # set aside half-way: stopped under its own name
+    engine.containers[name]["Name"] = "/" + name
+    adopted_serve.bring_back(engine, "a", adopted, name, name)
+    assert engine.containers[name]["State"]["Running"] and engine.containers[name]["Name"] == "/" + name
+
+
+def test_an_adopted_serve_whose_name_another_container_holds_is_refused_naming_it(world):
+    adopted = set_aside_by_a_deploy(world)
+    with pytest.raises(RolloutError) as refused:
+        adopted_serve.bring_back(world.engines["a"], "a", adopted, CONTAINER, "another-launchers-serve")
+    assert says(refused.value.message, f"node a: the adopted serve cannot take its name {CONTAINER} back")
+    assert says(refused.value.fix, f"remove that container {CONTAINER}, then roll back again")
+
+
+def test_an_adopted_exec_serve_whose_container_does_not_start_is_refused_naming_the_node(world, monkeypatch):
+    adopted = set_aside_by_a_deploy(world)
+    engine = world.engines["a"]
+    monkeypatch.setattr(adopted_serve, "START_WAIT_S", 0.0)
+    monkeypatch.setattr(engine, "start", lambda name: None)  # the container exits at once
+    with pytest.raises(RolloutError) as refused:
+        adopted_serve.bring_back(engine, "a", adopted, CONTAINER, CONTAINER)
+    assert says(refused.value.message, f"node a: the adopted container {CONTAINER} did not start within 0 s")
