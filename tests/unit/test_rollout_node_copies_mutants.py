@@ -9,8 +9,8 @@ import pytest
 
 from kvbake.errors import DivergedError, RolloutError
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.adapters.rollout import journal_on_nodes, refuse_node_marks
-from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy
+from kvbake.ship.adapters.rollout import journal_on_nodes, recover, refuse_node_marks
+from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy, mark_diverged
 from message_words import says
 
 from fake_fleet import CONTROL, World, deploy, make_world
@@ -65,3 +65,13 @@ def test_a_diverged_mark_without_an_author_refuses_a_resume_naming_another_host_
         refuse_node_marks(world.fleet)
     assert says(refused.value.message, "node b is marked diverged by another host (node a: engine lost)")
     assert says(refused.value.fix, "repair first: deploy --revert")
+
+
+def test_a_diverged_mark_with_no_journal_anywhere_is_refused_naming_the_mark_to_move_aside(world):
+    deploy(world, CONTROL)
+    folder = world.fleet.deployment.state_dir
+    mark_diverged(folder, {"by": "ops@h1", "journal": "deploy-9"})
+    with pytest.raises(RolloutError) as refused:
+        recover(world.fleet, "revert", False)
+    assert says(refused.value.message, "neither this host nor any node keeps its journal")
+    assert says(refused.value.fix, f"move {folder / 'DIVERGED.json'} aside")
