@@ -10,10 +10,10 @@ import pytest
 from kvbake.errors import DivergedError, RolloutError
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.rollout import journal_on_nodes, recover, refuse_node_marks
-from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy, mark_diverged
+from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy, mark_diverged, read_journal
 from message_words import says
 
-from fake_fleet import CONTROL, World, deploy, make_world
+from fake_fleet import CONTROL, PACKING, World, deploy, interrupted_deploy, killed_adopt, make_world, start_serves
 
 
 @pytest.fixture()
@@ -75,3 +75,23 @@ def test_a_diverged_mark_with_no_journal_anywhere_is_refused_naming_the_mark_to_
         recover(world.fleet, "revert", False)
     assert says(refused.value.message, "neither this host nor any node keeps its journal")
     assert says(refused.value.fix, f"move {folder / 'DIVERGED.json'} aside")
+
+
+def test_recovering_an_interrupted_deploy_with_adopt_is_refused_naming_the_deploy_and_its_own_commands(world):
+    deploy(world, CONTROL)
+    interrupted_deploy(world, PACKING)
+    journal = read_journal(world.fleet.deployment.state_dir)
+    with pytest.raises(RolloutError) as refused:
+        recover(world.fleet, "revert", False, command="adopt")
+    assert refused.value.message.endswith(f"the interrupted transition is deploy {journal.id}, not an adopt")
+    assert says(refused.value.fix, "finish or undo it with python build.py deploy --resume or deploy --revert")
+
+
+def test_recovering_an_interrupted_adopt_with_deploy_is_refused_naming_the_adopt(world):
+    start_serves(world)
+    killed_adopt(world, 2)
+    journal = read_journal(world.fleet.deployment.state_dir)
+    with pytest.raises(RolloutError) as refused:
+        recover(world.fleet, "revert", True)
+    assert refused.value.message.endswith(f"the interrupted transition is adopt {journal.id}")
+    assert says(refused.value.fix, "finish or undo it with python build.py adopt --resume or adopt --revert")
