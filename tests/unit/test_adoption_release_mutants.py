@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import kvbake.ship.adapters.transitions as transitions
-from kvbake.errors import RolloutError
+from kvbake.errors import LockLost, RolloutError
 from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.adoption import adopt, release_adoption, rollback_to_adopted
 from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
@@ -157,3 +157,22 @@ def test_a_rollback_to_the_adopted_serve_while_it_serves_is_refused_as_nothing_t
         rollback_to_adopted(world.fleet, False)
     assert says(refused.value.message, "a, b already serves the adopted serve") and says(refused.value.fix, "nothing to do")
     assert world.snapshot() == before
+
+
+def test_a_rollback_to_the_adopted_serve_whose_locks_are_taken_from_it_midway_stops_at_once(world):
+    start_serves(world)
+    adopt(world.fleet, "seed serve", False)
+    deploy(world, CONTROL)
+    original = transitions.retag
+
+    def retag_then_lose_the_locks(fleet, name, current, previous):
+        original(fleet, name, current, previous)
+        for engine in world.engines.values():
+            engine.remove_container(LOCK_NAME)
+            engine.create_marker("base:1", LOCK_NAME, {"kvbake.lock.token": "other"})
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transitions, "retag", retag_then_lose_the_locks)
+        patch.setattr(HeldLocks, "check", lambda self: [lock.renew() for lock in self.locks] and None)
+        with pytest.raises(LockLost):
+            rollback_to_adopted(world.fleet, False)

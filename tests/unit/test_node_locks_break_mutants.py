@@ -10,7 +10,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
 from kvbake.ship.adapters.registry_api import split_repository
 from kvbake.ship.adapters.rollout import kept_by_any_node
-from kvbake.ship.core.lock_claims import broken_name
+from kvbake.ship.core.lock_claims import broken_name, claim_from_labels
 from message_words import says
 
 from fake_fleet import CONTROL, deploy
@@ -68,3 +68,27 @@ def test_a_node_whose_records_are_corrupt_is_named_when_looking_for_a_journal(wo
 
 def test_a_registry_host_with_a_port_and_no_dot_is_the_registry():
     assert split_repository("myreg:5000/team/model") == ("myreg:5000", "team/model")
+
+
+def test_a_broken_lock_is_taken_anew_under_the_breakers_deploy(world):
+    stale_lock(world)
+    lock_of(world).acquire(IMAGE, "deploy-2", True, no_note)
+    assert claim_from_labels(world.engines["a"].containers[LOCK_NAME]["Config"]["Labels"]).deploy == "deploy-2"
+
+
+def test_a_breaker_whose_free_name_another_deploy_took_is_told_to_retry_later(world):
+    stale_id = stale_lock(world)
+    breaker, newcomer = lock_of(world), lock_of(world)
+    seen = breaker._read()
+    engine = world.engines["a"]
+    original = engine.rename_container
+
+    def rename_then_newcomer(container, name):
+        done = original(container, name)
+        newcomer.acquire(IMAGE, "deploy-9", False, no_note)
+        return done
+
+    engine.rename_container = rename_then_newcomer
+    with pytest.raises(RolloutError) as refused:
+        breaker._break(IMAGE, "deploy-2", stale_id, seen[1], "not renewed")
+    assert says(refused.value.message, "node a: another deploy took the lock") and says(refused.value.fix, "retry later")
