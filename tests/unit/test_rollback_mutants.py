@@ -1,0 +1,78 @@
+"""rollback on fake nodes: the locks it holds, its journal, its audit line, and its refusals (nothing to roll back to,
+a record without its tag, a signature the deployment file requires without a key to check it)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvbake.deployfile import Signing
+from kvbake.errors import RolloutError, SignatureError
+from kvbake.ship.adapters import rollout
+from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.lock_claims import claim_from_labels
+
+from fake_fleet import CONTROL, PACKING, REPO, World, deploy, make_world
+from message_words import says
+
+
+@pytest.fixture()
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def test_a_rollback_is_journalled_as_one_and_holds_the_locks_under_its_id_made_from_what_served(world):
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    serving = {node: engine.image_id_of(f"{REPO}:current") for node, engine in world.engines.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HeldLocks, "release", lambda self: None)  # the locks stay as they were held
+        journal = rollout.rollback(world.fleet, False)
+    assert re.fullmatch(r"rollback-\d{8}T\d{6}Z-[0-9a-f]{6}", journal.id)
+    assert (journal.kind, journal.release_id) == ("rollback", CONTROL.id)
+    for node, engine in world.engines.items():
+        lock = engine.containers[LOCK_NAME]
+        assert claim_from_labels(lock["Config"]["Labels"]).deploy == journal.id and lock["Image"] == serving[node]
+
+
+def test_a_rollback_notes_in_each_nodes_audit_what_it_moved_to_and_its_signature(world):
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    journal = rollout.rollback(world.fleet, False)
+    for node, engine in world.engines.items():
+        lines = [line.split(" ", 2)[2] for line in NodeState(node, engine).read().audit.splitlines()]
+        assert f"rollback {journal.id} begins: {CONTROL.image} (signature not required by the deployment file)" in lines
+
+
+def test_a_rollback_with_nothing_to_roll_back_to_is_refused_naming_every_node(world):
+    deploy(world, CONTROL)
+    before = world.snapshot()
+    with pytest.raises(RolloutError) as refused:
+        rollout.rollback(world.fleet, False)
+    assert says(refused.value.message, "no previous release on a, b") and says(refused.value.fix, "there is nothing to roll back to")
+    assert world.snapshot() == before
+
+
+def test_a_previous_record_whose_tag_is_gone_is_nothing_to_roll_back_to(world):
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    world.engines["b"].untag(f"{REPO}:previous")
+    before = world.snapshot()
+    with pytest.raises(RolloutError) as refused:
+        rollout.rollback(world.fleet, False)
+    assert says(refused.value.message, "no previous release on b")
+    assert world.snapshot() == before
+
+
+def test_a_rollback_the_deployment_file_requires_signed_without_keys_names_that_file(world):
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    world.fleet.deployment.__dict__["signing"] = Signing(require_signature=True)
+    before = world.snapshot()
+    with pytest.raises(SignatureError) as refused:
+        rollout.rollback(world.fleet, False)
+    assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
+    assert world.snapshot() == before
