@@ -156,8 +156,12 @@ class FakeEngine:
         return self.containers[name]
 
     def set_restart_policy(self, container: str, policy: str) -> None:
+        """Like docker update --restart, refused for a container created with --rm."""
         self._up()
-        self._get(container).setdefault("HostConfig", {})["RestartPolicy"] = {"Name": policy, "MaximumRetryCount": 0}
+        found = self._get(container)
+        if (found.get("HostConfig") or {}).get("AutoRemove"):
+            raise EngineError(f"{self.label}: update {container}: a restart policy cannot be set on a --rm container", "check the engine")
+        found.setdefault("HostConfig", {})["RestartPolicy"] = {"Name": policy, "MaximumRetryCount": 0}
 
     def start(self, container: str) -> None:
         """Its main process runs again; whatever a docker exec had started is gone. A running container is left as it
