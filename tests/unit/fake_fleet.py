@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -21,8 +22,9 @@ from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.fleet import Fleet
-from kvbake.ship.adapters.node_locks import HeldLocks
+from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.journal import read_diverged, read_journal
 from kvbake.ship.core.release import Release, runtime_config
 
@@ -227,8 +229,9 @@ def diverged_deploy(w: World, r: Release) -> None:
     w.engines["b"].down = False
 
 
-def killed_adopt(w: World, at: int) -> None:
-    """Adopt, killed right after its `at`-th journal write, holding its locks."""
+def killed_after_journal_write(at: int, command: Callable[[], object]) -> bool:
+    """Run `command`, killed right after its `at`-th journal write, holding its locks; False when it had fewer writes
+    and finished."""
     original, count = transitions.write_journal, [0]
 
     def write_then_die(folder: Path, journal: rollout.Journal) -> None:
@@ -240,8 +243,41 @@ def killed_adopt(w: World, at: int) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(transitions, "write_journal", write_then_die)
         patch.setattr(HeldLocks, "release", lambda self: None)
-        with pytest.raises(KeyboardInterrupt):
-            adopt(w.fleet, "seed serve", False)
+        try:
+            command()
+        except KeyboardInterrupt:
+            return True
+    return False
+
+
+def killed_adopt(w: World, at: int) -> None:
+    """Adopt, killed right after its `at`-th journal write, holding its locks."""
+    assert killed_after_journal_write(at, lambda: adopt(w.fleet, "seed serve", False)), f"adopt has fewer than {at} journal writes"
+
+
+@contextmanager
+def locks_taken_after_each_retag(w: World) -> Iterator[None]:
+    """Every lock is taken by another host right after each retag, and the held locks are renewed at every check."""
+    original = transitions.retag
+
+    def retag_then_lose_the_locks(fleet, name, current, previous):
+        original(fleet, name, current, previous)
+        for engine in w.engines.values():
+            engine.remove_container(LOCK_NAME)
+            engine.create_marker("base:1", LOCK_NAME, {"kvbake.lock.token": "other"})
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transitions, "retag", retag_then_lose_the_locks)
+        patch.setattr(HeldLocks, "check", lambda self: [lock.renew() for lock in self.locks] and None)
+        yield
+
+
+def nameless_adopted_record(engine: FakeEngine) -> Release:
+    """An adopted serve as an earlier kvbake recorded it (no name of its own), known by the create spec of what serves
+    under the launcher's name now, its recorded ID gone."""
+    return Release(image="base:1", config_digest="sha256:c", layers=(), labels={}, preset="adopted", switches={},
+                   max_model_len=4096, launcher_args=(), deployed_by="t", deployed_at="now", reason="adopt", override=None,
+                   adopted={"container_id": "an-id-now-gone", "kept_as": "kept_serve", "spec": create_spec(engine.containers[CONTAINER])})
 
 
 def start_serves(w: World, shape: str = "main", auto_remove: bool = False, names: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,10 +11,9 @@ import pytest
 from kvbake.errors import RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.adoption import adopt
-from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.release import Release
 
-from fake_fleet import CONTAINER, CONTROL, World, deploy, make_world, start_serves
+from fake_fleet import CONTAINER, CONTROL, World, deploy, make_world, nameless_adopted_record, start_serves
 from message_words import says
 
 
@@ -41,9 +40,7 @@ def test_an_adopted_exec_serve_that_already_runs_under_its_name_is_not_executed_
 def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_found_by_its_spec_and_left_running(world):
     start_serves(world)
     engine = world.engines["a"]
-    recorded = Release(image="base:1", config_digest="sha256:c", layers=(), labels={}, preset="adopted", switches={},
-                       max_model_len=4096, launcher_args=(), deployed_by="t", deployed_at="now", reason="adopt", override=None,
-                       adopted={"container_id": "an-id-now-gone", "kept_as": "kept_serve", "spec": create_spec(engine.containers[CONTAINER])})
+    recorded = nameless_adopted_record(engine)
     before = serving(world)
     adopted_serve.bring_back(engine, "a", recorded, CONTAINER, CONTAINER)
     assert serving(world) == before

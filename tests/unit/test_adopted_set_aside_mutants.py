@@ -13,11 +13,9 @@ import pytest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.node_locks import holder_gone, machine_id
-from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.lock_claims import LockClaim
-from kvbake.ship.core.release import Release
 
-from fake_fleet import CONTAINER, World, make_world, start_serves
+from fake_fleet import CONTAINER, World, make_world, nameless_adopted_record, start_serves
 
 
 @pytest.fixture()
@@ -28,9 +26,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_set_aside(world):
     start_serves(world)
     engine = world.engines["a"]
-    recorded = Release(image="base:1", config_digest="sha256:c", layers=(), labels={}, preset="adopted", switches={},
-                       max_model_len=4096, launcher_args=(), deployed_by="t", deployed_at="now", reason="adopt", override=None,
-                       adopted={"container_id": "an-id-now-gone", "kept_as": "kept_serve", "spec": create_spec(engine.containers[CONTAINER])})
+    recorded = nameless_adopted_record(engine)
     adopted_serve.set_aside(engine, "a", recorded, CONTAINER)
     assert CONTAINER not in engine.containers and not engine.containers["kept_serve"]["State"]["Running"]
 

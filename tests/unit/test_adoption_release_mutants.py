@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import kvbake.ship.adapters.transitions as transitions
 from kvbake.errors import LockLost, RolloutError
 from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.adoption import adopt, release_adoption, rollback_to_adopted
@@ -15,7 +14,8 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import claim_from_labels
 
-from fake_fleet import CONTAINER, CONTROL, PACKING, World, deploy, make_world, start_serves
+from fake_fleet import (CONTAINER, CONTROL, PACKING, World, deploy, killed_after_journal_write, locks_taken_after_each_retag, make_world,
+                        start_serves)
 from message_words import says
 
 KEPT = f"{CONTAINER}-kvbake-adopted"
@@ -57,27 +57,6 @@ def test_releasing_an_adopted_serve_two_deploys_back_keeps_the_rollback_target(w
         assert last_audit(world, node) == f"adopt --release: forgot the adopted serve {adopted[node].id}"
 
 
-def killed_rollback_to_adopted(world: World, at: int) -> bool:
-    """`rollback --to adopted`, killed right after its `at`-th journal write, holding its locks; False when it had
-    fewer writes and finished."""
-    original, count = transitions.write_journal, [0]
-
-    def write_then_die(folder: Path, journal: rollout.Journal) -> None:
-        original(folder, journal)
-        count[0] += 1
-        if count[0] == at:
-            raise KeyboardInterrupt
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "write_journal", write_then_die)
-        patch.setattr(HeldLocks, "release", lambda self: None)
-        try:
-            rollback_to_adopted(world.fleet, False)
-        except KeyboardInterrupt:
-            return True
-    return False
-
-
 def test_a_rollback_to_the_adopted_serve_killed_at_any_write_is_undone_to_the_records_and_tags_before_it(world):
     start_serves(world)
     adopt(world.fleet, "seed serve", False)
@@ -85,7 +64,7 @@ def test_a_rollback_to_the_adopted_serve_killed_at_any_write_is_undone_to_the_re
     deploy(world, PACKING)
     before = world.snapshot()
     at = 1
-    while killed_rollback_to_adopted(world, at):
+    while killed_after_journal_write(at, lambda: rollback_to_adopted(world.fleet, False)):
         world.advance(901)  # the killed host's locks went stale
         rollout.recover(world.fleet, "revert", True, command="deploy")
         assert world.snapshot() == before, f"killed after journal write {at}"
@@ -163,16 +142,5 @@ def test_a_rollback_to_the_adopted_serve_whose_locks_are_taken_from_it_midway_st
     start_serves(world)
     adopt(world.fleet, "seed serve", False)
     deploy(world, CONTROL)
-    original = transitions.retag
-
-    def retag_then_lose_the_locks(fleet, name, current, previous):
-        original(fleet, name, current, previous)
-        for engine in world.engines.values():
-            engine.remove_container(LOCK_NAME)
-            engine.create_marker("base:1", LOCK_NAME, {"kvbake.lock.token": "other"})
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "retag", retag_then_lose_the_locks)
-        patch.setattr(HeldLocks, "check", lambda self: [lock.renew() for lock in self.locks] and None)
-        with pytest.raises(LockLost):
-            rollback_to_adopted(world.fleet, False)
+    with locks_taken_after_each_retag(world), pytest.raises(LockLost):
+        rollback_to_adopted(world.fleet, False)

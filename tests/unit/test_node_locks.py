@@ -15,7 +15,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import LockClaim, broken_name, claim_from_labels, is_stale, node_epoch, renewal_bytes, renewed_at
 
-from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, interrupted_deploy, make_world
+from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, interrupted_deploy, locks_taken_after_each_retag, make_world
 
 STALE = 60.0
 
@@ -206,20 +206,8 @@ def test_recovery_from_another_host_is_refused_while_the_lock_is_live(world, tmp
 
 def test_a_host_that_lost_its_locks_mid_deploy_changes_nothing_more_and_reverts_nothing(world, tmp_path):
     deploy(world, CONTROL)
-    original = transitions.retag
-
-    def break_after_first_retag(fleet, name, current, previous):
-        original(fleet, name, current, previous)
-        if name == "a":
-            for engine in world.engines.values():
-                engine.remove_container(LOCK_NAME)
-                engine.create_marker("img", LOCK_NAME, {"kvbake.lock.token": "other"})
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "retag", break_after_first_retag)
-        patch.setattr(HeldLocks, "check", lambda self: [lock.renew() for lock in self.locks] and None)
-        with pytest.raises(LockLost):
-            deploy(world, PACKING)
+    with locks_taken_after_each_retag(world), pytest.raises(LockLost):
+        deploy(world, PACKING)
     state = world.snapshot()
     assert state["nodes"]["a"]["current"] == PACKING.config_digest and state["nodes"]["b"]["current"] == CONTROL.config_digest
     assert world.launches == ["a:control", "b:control"], "nothing was launched or reverted after the lock was lost"

@@ -17,7 +17,8 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.journal import Journal, NodePlan, node_copy, read_journal, write_journal
 from kvbake.ship.core.lock_claims import claim_from_labels
 
-from fake_fleet import BASE, CONTROL, PACKING, REPO, World, deploy, interrupted_deploy, make_world, start_serves
+from fake_fleet import (BASE, CONTROL, PACKING, REPO, World, deploy, interrupted_deploy, killed_after_journal_write, locks_taken_after_each_retag,
+                        make_world, start_serves)
 
 
 @pytest.fixture()
@@ -77,39 +78,8 @@ def test_a_recovery_whose_locks_are_taken_from_it_midway_stops_at_once(world, mo
     deploy(world, CONTROL)
     killed_at_node_bs_retag(world)
     world.advance(901)
-    original = transitions.retag
-
-    def retag_then_lose_the_locks(fleet, name, current, previous):
-        original(fleet, name, current, previous)
-        for engine in world.engines.values():
-            engine.remove_container(LOCK_NAME)
-            engine.create_marker("base:1", LOCK_NAME, {"kvbake.lock.token": "other"})
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "retag", retag_then_lose_the_locks)
-        patch.setattr(HeldLocks, "check", lambda self: [lock.renew() for lock in self.locks] and None)
-        with pytest.raises(LockLost):
-            rollout.recover(world.fleet, mode, True)
-
-
-def killed_rollback(world: World, at: int) -> bool:
-    """A rollback, killed right after its `at`-th journal write, holding its locks; False when it finished first."""
-    original, count = transitions.write_journal, [0]
-
-    def write_then_die(folder: Path, journal: rollout.Journal) -> None:
-        original(folder, journal)
-        count[0] += 1
-        if count[0] == at:
-            raise KeyboardInterrupt
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transitions, "write_journal", write_then_die)
-        patch.setattr(HeldLocks, "release", lambda self: None)
-        try:
-            rollout.rollback(world.fleet, False)
-        except KeyboardInterrupt:
-            return True
-    return False
+    with locks_taken_after_each_retag(world), pytest.raises(LockLost):
+        rollout.recover(world.fleet, mode, True)
 
 
 def adopted_ids(world: World) -> dict[str, str | None]:
@@ -124,7 +94,7 @@ def test_a_killed_rollback_undone_at_any_write_keeps_the_adopted_serves_record(w
     before, adopted = world.snapshot(), adopted_ids(world)
     assert all(adopted.values())
     at = 1
-    while killed_rollback(world, at):
+    while killed_after_journal_write(at, lambda: rollout.rollback(world.fleet, False)):
         world.advance(901)
         rollout.recover(world.fleet, "revert", True)
         assert (world.snapshot(), adopted_ids(world)) == (before, adopted), f"killed after journal write {at}"
