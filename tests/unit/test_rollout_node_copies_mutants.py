@@ -10,7 +10,7 @@ import pytest
 from kvbake.errors import DivergedError, RolloutError
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.rollout import journal_on_nodes, recover, refuse_node_marks
-from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy, mark_diverged, read_journal
+from kvbake.ship.core.journal import Journal, NodePlan, from_node_copy, mark_diverged, read_journal, undo_scope
 from message_words import says
 
 from fake_fleet import CONTROL, PACKING, World, deploy, interrupted_deploy, killed_adopt, make_world, start_serves
@@ -95,3 +95,10 @@ def test_recovering_an_interrupted_adopt_with_deploy_is_refused_naming_the_adopt
         recover(world.fleet, "revert", True)
     assert refused.value.message.endswith(f"the interrupted transition is adopt {journal.id}")
     assert says(refused.value.fix, "finish or undo it with python build.py adopt --resume or adopt --revert")
+
+
+def test_a_revert_walks_back_every_node_a_journalled_forward_step_names_and_no_other():
+    journal = Journal("deploy-1", "deploy", "r1", (plan("a"), plan("b"), plan("c")), phase="reverting",
+                      done=("before:retag:c", "after:retag:a+b", "after:restart:a"))
+    scope = undo_scope(journal)
+    assert (scope.retagged, scope.restarted) == (frozenset({"a", "b"}), frozenset({"a"}))
