@@ -1,16 +1,19 @@
-"""Setting the adopted serve aside: found by its spec under the launcher's name, done once (a second call, or Docker's
-slash-prefixed kept name, changes nothing), and a lock holder that is alive on this machine left untouched."""
+"""Setting the adopted serve aside: found by its spec under the launcher's name or by its ID under any name, done once (a
+second call, or Docker's slash-prefixed kept name, changes nothing), refused naming the node when its kept name is taken;
+and a lock holder that is alive on this machine left untouched."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from kvbake.ship.adapters import adopted_serve
+from kvbake.errors import RolloutError
+from kvbake.ship.adapters import adopted_serve, transitions
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.node_locks import holder_gone, machine_id
 from kvbake.ship.core.lock_claims import LockClaim
@@ -31,10 +34,43 @@ def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_se
     assert CONTAINER not in engine.containers and not engine.containers["kept_serve"]["State"]["Running"]
 
 
+def test_a_nameless_record_is_set_aside_through_the_fleet_under_the_launchers_name(world):
+    start_serves(world)
+    engine = world.engines["a"]
+    transitions.set_adopted_aside(world.fleet, "a", nameless_adopted_record(engine))
+    assert CONTAINER not in engine.containers and not engine.containers["kept_serve"]["State"]["Running"]
+
+
+def test_a_serve_renamed_by_hand_is_found_by_its_id_and_set_aside(world):
+    ids = start_serves(world)
+    adopted = adopt(world.fleet, "seed serve", False)["a"]
+    engine = world.engines["a"]
+    assert engine.rename_container(CONTAINER, "renamed-by-hand")
+    adopted_serve.set_aside(engine, "a", adopted, CONTAINER)
+    kept = engine.containers[adopted.kept_as]
+    assert (kept["Id"], kept["State"]["Running"]) == (ids["a"], False) and "renamed-by-hand" not in engine.containers
+
+
+def test_a_kept_name_another_container_holds_is_refused_naming_the_node_and_that_name(world):
+    start_serves(world)
+    adopted = adopt(world.fleet, "seed serve", False)["b"]
+    engine = world.engines["b"]
+    engine.run_serving(adopted.kept_as, "base:1", ["LANG=C"])
+    squatter = dict(engine.containers[adopted.kept_as])
+    with pytest.raises(RolloutError) as refused:
+        transitions.set_adopted_aside(world.fleet, "b", adopted)
+    assert "node b" in refused.value.message and adopted.kept_as in refused.value.message and adopted.kept_as in refused.value.fix
+    assert engine.containers[adopted.kept_as] == squatter
+    assert not engine.containers[CONTAINER]["State"]["Running"]  # stopped, under its own name still
+
+
 @pytest.mark.parametrize("shown_as", ["plain", "docker's leading slash"])
-def test_setting_aside_a_serve_already_set_aside_changes_nothing(world, shown_as):
+@pytest.mark.parametrize("kept_as", ["recorded", "beginning with a letter the slash strip must keep"])
+def test_setting_aside_a_serve_already_set_aside_changes_nothing(world, shown_as, kept_as):
     start_serves(world)
     adopted = adopt(world.fleet, "seed serve", False)["a"]
+    if kept_as != "recorded":
+        adopted = replace(adopted, adopted={**adopted.adopted, "kept_as": "Xserve-kept"})
     engine = world.engines["a"]
     adopted_serve.set_aside(engine, "a", adopted, CONTAINER)
     kept = engine.containers[adopted.kept_as]

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvbake.errors import PresetError
+from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.running import (adopted_rank_failures, agreement_failures, expected_image_id, mount_failures, override_failures,
                             parse_expect, rank_failures, switch_env)
 
@@ -288,3 +289,12 @@ def test_the_adopted_serve_running_as_it_was_passes_whatever_it_mounts() -> None
 ])
 def test_every_way_the_adopted_serve_changed_is_named(container, image, failures: list[str]) -> None:
     assert adopted_rank_failures("n1", container, image, adopted_release()) == failures
+
+
+def test_another_container_than_the_adopted_one_or_its_recreation_is_named_as_neither() -> None:
+    release = adopted_release()
+    release.adopted["spec"] = create_spec(adopted_container())
+    other = adopted_container(container_id="d" * 64, env=("VLLM_A=1", "OTHER=1"))
+    failures = adopted_rank_failures("n1", other, release_image(), release)
+    assert failures[:1] == [f"n1: the serving container is {'d' * 12}, not the adopted {'c' * 12} nor one recreated from its spec"]
+    assert adopted_rank_failures("n1", adopted_container(container_id="e" * 64), release_image(), release) == []

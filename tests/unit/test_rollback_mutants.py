@@ -1,9 +1,11 @@
-"""rollback on fake nodes: the locks it holds, its journal, its audit line, and its refusals (nothing to roll back to,
-a record without its tag, a signature the deployment file requires without a key to check it)."""
+"""rollback on fake nodes: the locks it holds, its journal, its audit line, a deployment of one node, and its refusals
+(nothing to roll back to, a record without its tag, nodes whose previous releases differ, a signature the deployment
+file requires without a key to check it)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import claim_from_labels
 
-from fake_fleet import CONTROL, PACKING, REPO, World, deploy, make_world
+from fake_fleet import CONTROL, OTHER, PACKING, REPO, World, deploy, make_world
 from message_words import says
 
 
@@ -75,4 +77,27 @@ def test_a_rollback_the_deployment_file_requires_signed_without_keys_names_that_
     with pytest.raises(SignatureError) as refused:
         rollout.rollback(world.fleet, False)
     assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
+    assert world.snapshot() == before
+
+
+def test_a_deployment_of_one_node_rolls_back(world):
+    world.engines.pop("b")
+    world.fleet = replace(world.fleet, deployment=replace(world.fleet.deployment, nodes=world.fleet.deployment.nodes[:1]))
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    journal = rollout.rollback(world.fleet, False)
+    records = NodeState("a", world.engines["a"]).read()
+    assert journal.release_id == CONTROL.id and (records.current, records.previous) == (CONTROL, PACKING)
+
+
+def test_nodes_whose_previous_releases_differ_are_refused_before_anything_moves(world):
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    state = NodeState("b", world.engines["b"])
+    state.update(world.engines["b"].image_id_of(f"{REPO}:current"), "a previous record from elsewhere", previous=OTHER)
+    before = world.snapshot()
+    with pytest.raises(RolloutError) as refused:
+        rollout.rollback(world.fleet, False)
+    assert f"a={CONTROL.id}" in refused.value.message and f"b={OTHER.id}" in refused.value.message
+    assert "deploy --preset" in refused.value.fix
     assert world.snapshot() == before

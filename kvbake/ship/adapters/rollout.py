@@ -265,6 +265,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
         missing = [v.name for v in views if not (v.previous_id and v.records.previous)]
         if missing:
             raise RolloutError(f"no previous release on {', '.join(missing)}", "there is nothing to roll back to; deploy a release instead")
+        refuse_different_previous(views)
         target = admitted(fleet.deployment.signing, views[0].records.previous, None, fleet.deployment.path.name)
         journal = Journal(journal_id, "rollback", target.id, tuple(rollback_plan(v) for v in views))
         run_transition(fleet, journal, folder, held.check, audit_note(target))
@@ -357,6 +358,14 @@ def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
         return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before,
                         records_of(release, v.records.previous, v.records.adopted))
     return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current, v.records.adopted))
+
+
+def refuse_different_previous(views: list[NodeView]) -> None:
+    """Every rank rolls back to one release: nodes whose previous releases differ would serve different ones after it."""
+    if len({v.records.previous.id for v in views if v.records.previous}) > 1:
+        shown = ", ".join(f"{v.name}={v.records.previous.id if v.records.previous else None}" for v in views)
+        raise RolloutError(f"the nodes' previous releases differ ({shown}), so a rollback would leave the ranks serving different releases",
+                           "deploy the release you want on every node instead: python build.py deploy --preset NAME; nothing was changed")
 
 
 def rollback_plan(v: NodeView) -> NodePlan:
