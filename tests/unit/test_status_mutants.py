@@ -123,3 +123,12 @@ def test_a_node_without_a_recorded_release_shows_none_though_it_holds_the_curren
     forget_b(world)
     row = status(world.fleet)["nodes"][1]
     assert (row["current"], row["recorded_current_missing"], row["running_matches_current"], row["running"]) == (None, False, False, True)
+
+
+@pytest.mark.parametrize("forgotten, failing", [("a", "b"), ("b", "a")])
+def test_a_rank_without_a_record_keeps_every_other_ranks_failures_in_order(world, forgotten, failing):
+    deploy(world, CONTROL)
+    NodeState(forgotten, world.engines[forgotten]).update("base:1", "forgotten", current=None)
+    del world.engines[failing].containers[CONTAINER]
+    message = refusal(world).message
+    assert says(message, f"{forgotten}: no release recorded") and says(message, f"{failing}: the serving container is not there")
