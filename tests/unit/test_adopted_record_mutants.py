@@ -1,6 +1,7 @@
 """The release record adopt writes for a serve kvbake did not deploy: the image reference the container was created
 from (its image ID when none is named), the image's identity on either store and its runtime config, who adopted it
-and when (UTC, whatever the local zone), its --max-model-len (0 when absent or not a number) and its restart policy."""
+and when (UTC, whatever the local zone), the serve's command line, its --max-model-len (0 when absent or not a number)
+and its restart policy."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def test_the_record_names_the_reference_the_identity_the_runtime_config_and_who_
         stamped = datetime.strptime(release.deployed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         assert asked <= stamped <= asked + timedelta(seconds=30)
         assert (release.max_model_len, release.adopted["restart"], release.switches) == (4096, "unless-stopped", {SWITCH: "3"})
+        assert release.adopted["serve_argv"] == list(engine.containers[CONTAINER]["Processes"][0].argv)
+        assert "serve" in release.adopted["serve_argv"]
 
 
 def test_a_container_that_names_no_image_reference_is_recorded_by_its_image_id(tmp_path, monkeypatch):

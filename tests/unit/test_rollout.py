@@ -442,7 +442,8 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
     ("no serve anywhere", ("a, b run no serve", "container serve"), "running serve"),
     ("no vllm on b", ("no vLLM serve", "in b", "sleep infinity"), "start vLLM"),
     ("another length on b", ("different serves", "max-model-len 4096", "max-model-len 8192"), None),
-    ("another switch on b", ("different serves",), None),
+    ("another switch on b", ("different serves", "{'S': '3'}, max-model-len 4096; b: ", "{'S': '1'}"), "one image and one switch set"),
+    ("no switch on b", ("different serves", "{'S': '3'}, max-model-len 4096; b: ", "with no switches, max-model-len"), "one switch set"),
     ("a release on a", ("a (", "already runs a kvbake release"), "did not deploy"),
     ("a release on both", ("a (", "b (", "already run a kvbake release"), "did not deploy"),
 ])
@@ -460,6 +461,8 @@ def test_adopt_refuses_and_changes_nothing(world, change, named, fix_names):
         world.engines["b"].containers[CONTAINER]["Processes"] = (Process(1, 0, ("sleep", "infinity"), {}, "/", "/bin/sleep"),)
     elif change == "another length on b":
         world.engines["b"].run_serving(CONTAINER, "base:1", ["S=3"], ("--max-model-len", "8192"))
+    elif change == "no switch on b":
+        world.engines["b"].run_serving(CONTAINER, "base:1", [])
     else:
         world.engines["b"].run_serving(CONTAINER, "base:1", ["S=1"])
     before = world.snapshot()
