@@ -23,6 +23,20 @@ def test_only_set_fields_are_kept_with_the_image_and_the_name_without_slash():
     assert INSPECT["HostConfig"]["CapAdd"] == ["IPC_LOCK"], "the spec is a copy"
 
 
+def test_the_spec_is_a_deep_copy_that_later_changes_to_the_inspect_data_leave_alone():
+    inspect = {**INSPECT, "Config": {**INSPECT["Config"], "Healthcheck": {"Test": ["CMD", "curl", "-f", "http://127.0.0.1:8000/health"]}},
+               "HostConfig": {"PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8000"}]}}}
+    spec = create_spec(inspect)
+    inspect["Config"]["Healthcheck"]["Test"].append("--retry")
+    inspect["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostPort"] = "9000"
+    assert spec["config"]["Healthcheck"] == {"Test": ["CMD", "curl", "-f", "http://127.0.0.1:8000/health"]}
+    assert spec["host"]["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8000"}]}
+
+
+def test_the_name_loses_only_dockers_slash_whatever_letter_it_begins_with():
+    assert create_spec({"Name": "/Xvllm"})["name"] == "Xvllm"
+
+
 def test_a_hostname_is_kept_only_when_the_operator_chose_it():
     chosen = {**INSPECT, "Config": {**INSPECT["Config"], "Hostname": "spark-a"}}
     assert create_spec(chosen)["config"]["Hostname"] == "spark-a"
