@@ -445,7 +445,7 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
     ("another switch on b", ("different serves", "{'S': '3'}, max-model-len 4096; b: ", "{'S': '1'}"), "one image and one switch set"),
     ("no switch on b", ("different serves", "{'S': '3'}, max-model-len 4096; b: ", "with no switches, max-model-len"), "one switch set"),
     ("a release on a", ("a (", "already runs a kvbake release"), "did not deploy"),
-    ("a release on both", ("a (", "b (", "already run a kvbake release"), "did not deploy"),
+    ("a release on both", (f"a ({CONTROL.id}), b ({CONTROL.id}) already run a kvbake release",), "did not deploy"),
 ])
 def test_adopt_refuses_and_changes_nothing(world, change, named, fix_names):
     from kvbake.ship.adapters.adoption import adopt
