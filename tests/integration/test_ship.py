@@ -84,6 +84,25 @@ def test_pythonpath_and_a_mount_inside_the_source_root_fail_verify_running(capsy
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
 
 
+def test_a_mount_that_puts_a_vllm_in_the_working_directory_fails_verify_running(capsys, shipped, rig, tmp_path):
+    """`python -m` searches the working directory first (`/` when the image sets none): a `vllm` package mounted right
+    there is imported instead of the baked one, without covering any baked file."""
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "workdir test")[0] == 0
+    client = rig["a"].client()
+    image = client.container.inspect(CONTAINER).image
+    workdir = (client.image.inspect(image).config.working_dir or "/").rstrip("/") or "/"
+    shadow = tmp_path / "vllm"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("# shadowing package\n")
+    target = f"{workdir.rstrip('/')}/vllm"
+    client.container.remove(CONTAINER, force=True)
+    client.run(image, ["-c", "import time; time.sleep(3600)"], entrypoint="python3", name=CONTAINER, detach=True,
+               networks=["none"], volumes=[(str(shadow), target, "ro")])
+    code, _, err = ship(capsys, shipped, "verify-running", "--expect", "")
+    assert code == 7 and f"spark-a: a bind mount at {target} puts a vllm in the working directory {workdir}" in err, err
+    assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "repair")[0] == 0
+
+
 def test_a_failing_launcher_on_one_node_reverts_every_node(capsys, shipped, rig, tmp_path):
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "baseline")[0] == 0
     deploy_file = write_deploy(tmp_path, rig, failing_launcher(tmp_path, "spark-b", when_switches=True))

@@ -117,15 +117,26 @@ def test_verify_running_expect_applies_to_an_adopted_serve(tmp_path, monkeypatch
     assert world.fleet.check_rank("a", adopted, {"S": "3"}).failures == ()
 
 
-@pytest.mark.parametrize("destination, flagged", [("/srv/app", True), ("/srv", True), ("/", True), ("/srv/app/cache", False), ("/models", False)])
-def test_a_mount_that_holds_the_working_directory_is_named(destination, flagged):
-    container = {"Config": {"WorkingDir": "/srv/app"}, "Mounts": [{"Type": "bind", "Destination": destination}]}
+@pytest.mark.parametrize("workdir, destination, shown", [
+    ("/srv/app", "/srv/app", "/srv/app"), ("/srv/app", "/srv", "/srv"), ("/srv/app", "/", "/"), ("/srv/app/", "/srv/", "/srv"),
+    ("/srv/app", "/srv/app/cache", None), ("/srv/app", "/models", None), ("/srv/app", "/srv/X", None), ("/srv/appX", "/srv/app", None),
+    ("", "/models", None), ("/", "/models", None)])
+def test_a_mount_that_holds_the_working_directory_is_named(workdir, destination, shown):
+    container = {"Config": {"WorkingDir": workdir}, "Mounts": [{"Type": "bind", "Destination": destination}]}
+    expected = [] if shown is None else [f"a bind mount at {shown} holds the working directory {workdir.rstrip('/')}, which python -m "
+                                         "searches before the baked sources"]
+    assert workdir_failures(container) == expected
+
+
+@pytest.mark.parametrize("workdir, destination, flagged", [
+    ("/srv/app", "/srv/app/vllm", True), ("/srv/app", "/srv/app/vllm.py", True), ("", "/vllm", True), ("/", "/vllm/", True),
+    ("/srv/app", "/srv/app/vllm/model_executor", False), ("/srv/app", "/srv/app/vllmx", False), ("/srv/app", "/vllm", False)])
+def test_a_mount_that_puts_a_vllm_in_the_working_directory_is_named(workdir, destination, flagged):
+    container = {"Config": {"WorkingDir": workdir}, "Mounts": [{"Type": "volume", "Destination": destination}]}
     failures = workdir_failures(container)
-    assert bool(failures) is flagged
+    assert len(failures) == flagged
     if flagged:
-        assert failures == [f"a bind mount at {destination} holds the working directory /srv/app, which python -m searches before the "
-                            "baked sources"]
-    assert workdir_failures({"Config": {"WorkingDir": ""}, "Mounts": [{"Destination": "/"}]}) == []
+        assert failures[0].startswith(f"a volume mount at {destination.rstrip('/')} puts a vllm in the working directory {workdir or '/'},")
 
 
 class RefusingImages:

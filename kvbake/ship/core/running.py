@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any, Mapping, Sequence
 
 from kvbake.engines.core.detection import store_named
@@ -70,16 +71,19 @@ def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None
 
 
 def workdir_failures(container: Mapping[str, Any]) -> list[str]:
-    """A mount over (or above) the container's working directory may hold a `vllm` folder that `python -m` imports before
-    the baked one (it puts the working directory first on sys.path)."""
-    workdir = str((container.get("Config") or {}).get("WorkingDir") or "").rstrip("/")
-    if not workdir:
-        return []
+    """A mount over (or above) the container's working directory, or one that puts a `vllm` package or module right in
+    it, may hold a `vllm` that `python -m` imports before the baked one (it puts the working directory first on sys.path).
+    A container without a working directory runs in /."""
+    workdir = str((container.get("Config") or {}).get("WorkingDir") or "/").rstrip("/") or "/"
     failures = []
     for mount in container.get("Mounts") or ():
         destination = str(mount.get("Destination", "")).rstrip("/") or "/"
+        kind = mount.get("Type", "bind")
         if workdir == destination or workdir.startswith(destination.rstrip("/") + "/"):
-            failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} holds the working directory {workdir}, "
+            failures.append(f"a {kind} mount at {destination} holds the working directory {workdir}, "
+                            "which python -m searches before the baked sources")
+        elif destination in (posixpath.join(workdir, "vllm"), posixpath.join(workdir, "vllm.py")):
+            failures.append(f"a {kind} mount at {destination} puts a vllm in the working directory {workdir}, "
                             "which python -m searches before the baked sources")
     return failures
 
