@@ -123,6 +123,12 @@ def test_a_working_directory_that_shadows_the_baked_vllm_is_named_with_the_entry
     assert failures([proc(1, 0, SERVE)], expectation(baked=False), [ImportOrigin("/work/vllm/__init__.py", ("/work",))]) == []
 
 
+@pytest.mark.parametrize("origin, shown", [("/opt/other/vllm/__init__.py", "/opt/other/vllm/__init__.py"), (None, "nowhere")])
+def test_an_import_from_outside_every_sys_path_entry_or_from_nowhere_names_no_entry(origin, shown):
+    found = ImportOrigin(origin, ("/work", "/srv"))
+    assert failures([proc(1, 0, SERVE)], expectation(), [found]) == [f"n1: pid 1: imports vllm from {shown}, not the baked {BAKED}"]
+
+
 def test_no_serve_at_all_is_one_failure_naming_the_main_process():
     assert failures([proc(1, 0, ("sleep", "infinity"))], expectation()) == [
         "n1: no vLLM serve runs in the serving container (its main process is sleep infinity)"]
