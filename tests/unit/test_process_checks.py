@@ -123,10 +123,17 @@ def test_a_working_directory_that_shadows_the_baked_vllm_is_named_with_the_entry
     assert failures([proc(1, 0, SERVE)], expectation(baked=False), [ImportOrigin("/work/vllm/__init__.py", ("/work",))]) == []
 
 
-@pytest.mark.parametrize("origin, shown", [("/opt/other/vllm/__init__.py", "/opt/other/vllm/__init__.py"), (None, "nowhere")])
+@pytest.mark.parametrize("origin, shown", [("/opt/other/vllm/__init__.py", "/opt/other/vllm/__init__.py"), (None, "nowhere"),
+                                           ("/srv/vllm/__init__.py", "/srv/vllm/__init__.py")])
 def test_an_import_from_outside_every_sys_path_entry_or_from_nowhere_names_no_entry(origin, shown):
-    found = ImportOrigin(origin, ("/work", "/srv"))
+    found = ImportOrigin(origin, ("/work", "/srv/X"))
     assert failures([proc(1, 0, SERVE)], expectation(), [found]) == [f"n1: pid 1: imports vllm from {shown}, not the baked {BAKED}"]
+
+
+def test_a_sys_path_entry_written_with_a_trailing_slash_is_named():
+    found = ImportOrigin("/work/vllm/__init__.py", ("/work/",))
+    assert failures([proc(1, 0, SERVE, cwd="/work")], expectation(), [found]) == [
+        f"n1: pid 1: imports vllm from /work/vllm/__init__.py, not the baked {BAKED} (sys.path entry /work/; its working directory is /work)"]
 
 
 def test_no_serve_at_all_is_one_failure_naming_the_main_process():

@@ -435,6 +435,7 @@ def test_a_failed_first_deploy_after_adopt_restores_the_adopted_serve(world):
         deploy(world, CONTROL)
     assert world.snapshot() == before
     assert {name: engine.containers[CONTAINER]["Id"] for name, engine in world.engines.items()} == ids
+    assert all(NodeState(name, engine).read().adopted for name, engine in world.engines.items())  # still restorable
 
 
 @pytest.mark.parametrize(("change", "named", "fix_names"), [
