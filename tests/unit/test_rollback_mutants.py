@@ -101,3 +101,14 @@ def test_nodes_whose_previous_releases_differ_are_refused_before_anything_moves(
     assert f"a={CONTROL.id}" in refused.value.message and f"b={OTHER.id}" in refused.value.message
     assert "deploy --preset" in refused.value.fix
     assert world.snapshot() == before
+
+
+def test_a_preset_deployed_on_the_image_already_current_is_rolled_back_to_the_previous_preset(world):
+    same_image = replace(CONTROL, preset="packing", switches={"S": "3"})
+    assert same_image.id != CONTROL.id
+    deploy(world, CONTROL)
+    deploy(world, same_image)
+    records = NodeState("a", world.engines["a"]).read()
+    assert (records.current, records.previous) == (same_image, CONTROL)
+    assert rollout.rollback(world.fleet, False).release_id == CONTROL.id
+    assert all(NodeState(n, e).read().current == CONTROL for n, e in world.engines.items())
