@@ -144,3 +144,13 @@ def test_a_rollback_to_the_adopted_serve_whose_locks_are_taken_from_it_midway_st
     deploy(world, CONTROL)
     with locks_taken_after_each_retag(world), pytest.raises(LockLost):
         rollback_to_adopted(world.fleet, False)
+
+
+def test_redeploying_the_current_release_keeps_the_adopted_serve_restorable(world):
+    start_serves(world)
+    adopt(world.fleet, "seed serve", False)
+    deploy(world, CONTROL)
+    deploy(world, CONTROL)
+    for node, engine in world.engines.items():
+        records = NodeState(node, engine).read()
+        assert records.current == CONTROL and records.adopted is not None and records.previous == records.adopted

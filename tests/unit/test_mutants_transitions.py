@@ -481,12 +481,22 @@ def test_reverting_to_nothing_from_an_adopted_serve_keeps_it_aside(tmp_path: Pat
 @pytest.mark.parametrize(("log", "reason"), [
     ([], "the serving container serve on a is not running (exit code 3: no output)"),
     (["loading", "CUDA out of memory"], "the serving container serve on a is not running (exit code 3: CUDA out of memory)"),
+    (["loading", "ValueError: the model does not fit", *(f"shutting down {n}" for n in range(5))],
+     "the serving container serve on a is not running (exit code 3: ValueError: the model does not fit)"),
 ])
 def test_not_running_names_the_exit_code_and_the_last_log_line(tmp_path: Path, log: list[str], reason: str) -> None:
     fleet = fleet_with(tmp_path, ("launch",))
     serving_container(fleet.engines["a"], "c1", running=False)
     fleet.engines["a"].containers[CONTAINER].update({"Log": log, "State": {"Running": False, "ExitCode": 3}})
     assert transitions.not_running(fleet, "a") == reason
+
+
+@pytest.mark.parametrize("state, count", [({"Running": True, "Restarting": True}, 0), ({"Running": True}, 2)])
+def test_a_container_that_is_restarting_or_has_restarted_keeps_restarting(tmp_path: Path, state: dict, count: int) -> None:
+    fleet = fleet_with(tmp_path, ("launch",))
+    serving_container(fleet.engines["a"], "c1")
+    fleet.engines["a"].containers[CONTAINER].update({"State": {**state, "ExitCode": 1}, "RestartCount": count, "Log": ["bad"]})
+    assert transitions.not_running(fleet, "a") == "the serving container serve on a keeps restarting (exit code 1: bad)"
 
 
 def test_not_running_is_none_for_a_new_running_container_and_names_an_old_or_absent_one(tmp_path: Path) -> None:
