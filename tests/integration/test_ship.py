@@ -90,7 +90,7 @@ def test_a_mount_that_puts_a_vllm_in_the_working_directory_fails_verify_running(
     assert ship(capsys, shipped, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "workdir test")[0] == 0
     client = rig["a"].client()
     image = client.container.inspect(CONTAINER).image
-    workdir = (client.image.inspect(image).config.working_dir or "/").rstrip("/") or "/"
+    workdir = (Engine(rig["a"].host).inspect_image(image)["Config"]["WorkingDir"] or "/").rstrip("/") or "/"
     shadow = tmp_path / "vllm"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("# shadowing package\n")
