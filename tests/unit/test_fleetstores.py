@@ -23,8 +23,9 @@ def test_stores_round_trip_and_a_store_switch_is_a_change_but_an_upgrade_is_not(
 
 def test_a_changed_node_needs_reseat_and_reseat_needs_a_change():
     changes = {"b": ("docker-26.1-classic", "docker-26.1-containerd")}
-    with pytest.raises(RolloutError, match=r"node b ran docker-26.1-classic at the last deploy and runs docker-26.1-containerd now"):
+    with pytest.raises(RolloutError, match=r"node b ran docker-26.1-classic at the last deploy and runs docker-26.1-containerd now") as refused:
         check_store_changes(changes, set())
+    assert "deploy with --reseat b" in refused.value.fix
     check_store_changes(changes, {"b"})
     with pytest.raises(RolloutError, match=r"--reseat a: that node's image store did not change"):
         check_store_changes(changes, {"a", "b"})
@@ -32,5 +33,6 @@ def test_a_changed_node_needs_reseat_and_reseat_needs_a_change():
 
 def test_a_damaged_record_is_a_typed_error(tmp_path):
     (tmp_path / "engines.json").write_text("{not json")
-    with pytest.raises(RolloutError, match="engines.json in .* is damaged"):
+    with pytest.raises(RolloutError, match="engines.json in .* is damaged") as refused:
         read_stores(tmp_path)
+    assert refused.value.fix.startswith("delete engines.json")
