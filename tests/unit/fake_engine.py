@@ -103,8 +103,11 @@ class FakeEngine:
         self.tags[reference] = image["Id"]
 
     def tag(self, image_id: str, reference: str) -> None:
+        """Like Docker: only an image the engine holds can be tagged."""
         self._up()
-        self.tags[reference] = image_id
+        if self.image_id_of(str(image_id)) is None:
+            raise EngineError(f"{self.label}: tag {reference}: no such image {image_id}", "pull it first")
+        self.tags[reference] = self.image_id_of(str(image_id))
 
     def untag(self, reference: str) -> None:
         self._up()

@@ -187,6 +187,7 @@ def test_records_round_trip_and_an_absent_record_is_none() -> None:
 def test_retag_points_both_tags_or_removes_them(tmp_path: Path) -> None:
     fleet = fleet_with(tmp_path, ("launch",))
     engine = fleet.engines["a"]
+    engine.images.update({image: {"Id": image} for image in ("sha256:new", "sha256:old")})
     transitions.retag(fleet, "a", "sha256:new", "sha256:old")
     assert engine.tags == {f"{REPO}:current": "sha256:new", f"{REPO}:previous": "sha256:old"}
     transitions.retag(fleet, "a", "sha256:new", None)

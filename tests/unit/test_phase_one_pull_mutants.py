@@ -1,6 +1,7 @@
 """Phase 1's pulled image against the release: every difference named in order (the config digest, the layers, the
 first three differing labels, each runtime-config field), an engine that does not hold the image after its pull, and
-on the containerd store the identity read from the release's own repository. Also `--reseat` of nodes whose store did not change."""
+on the containerd store the identity read from the release's own repository. Also a node that cannot stage the image,
+a signature the deployment file requires without its keys, and `--reseat` of nodes whose store did not change."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.errors import RolloutError
+from kvbake.deployfile import Signing
+from kvbake.errors import EngineError, RolloutError, SignatureError
 from kvbake.ship.adapters.rollout import pulled_differences
 from kvbake.ship.core.store_changes import check_store_changes
 
@@ -61,3 +63,26 @@ def test_a_pulled_image_that_differs_in_several_ways_is_refused_naming_each(tmp_
     with pytest.raises(RolloutError) as refused:
         deploy(world, CONTROL)
     assert refused.value.message.endswith("is not the release's image (other layers; other labels: k)")
+
+
+def test_a_node_that_cannot_stage_the_pulled_image_is_refused_by_name_before_any_lock(tmp_path, monkeypatch):
+    world = make_world(tmp_path, monkeypatch)
+
+    def refuse(image_id, reference):
+        raise EngineError("b: tag failed (disk full)", "free space")
+
+    monkeypatch.setattr(world.engines["b"], "tag", refuse)
+    with pytest.raises(RolloutError) as refused:
+        deploy(world, CONTROL)
+    assert "node b: staging failed (b: tag failed (disk full))" in refused.value.message
+    assert "nothing serving was changed" in refused.value.fix
+    assert world.snapshot()["nodes"]["a"]["lock"] is False and world.launches == []
+
+
+def test_a_deploy_the_deployment_file_requires_signed_without_keys_names_that_file(tmp_path, monkeypatch):
+    world = make_world(tmp_path, monkeypatch)
+    world.fleet.deployment.__dict__["signing"] = Signing(require_signature=True)
+    with pytest.raises(SignatureError) as refused:
+        deploy(world, CONTROL)
+    assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
+    assert world.engines["a"].image_id_of(f"{REPO}:staged") is None
