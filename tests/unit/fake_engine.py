@@ -117,6 +117,8 @@ class FakeEngine:
         self._up()
         if name in self.containers:
             return None
+        if self.image_id_of(image) is None:  # Docker would try to pull it, and a node reaches no registry by that name
+            raise EngineError(f"{self.label}: create {name}: no such image {image}", "pull it first")
         container_id = self._new_id()
         self.containers[name] = {"Id": container_id, "Name": name, "Image": self.image_id_of(image),
                                  "Config": {"Labels": dict(labels), "Env": []}, "State": {"Running": False}}

@@ -72,10 +72,10 @@ def test_staleness_counts_from_the_last_renewal_or_a_gone_holder():
 
 def test_a_taken_lock_carries_a_secret_token_and_refuses_a_second_host_naming_the_holder(world):
     first = lock_of(world)
-    first.acquire("img", "deploy-1", False, no_note)
+    first.acquire("base:1", "deploy-1", False, no_note)
     assert holder_token(world) == first.token and len(first.token) == 32
     with pytest.raises(RolloutError) as refused:
-        lock_of(world).acquire("img", "deploy-2", True, no_note)
+        lock_of(world).acquire("base:1", "deploy-2", True, no_note)
     assert refused.value.exit_code == 12 and f"locked by {node_locks.who()} for deploy-1 (last renewed 0 s ago" in refused.value.message
     assert holder_token(world) == first.token, "--break-lock on a live lock changed nothing"
 
@@ -83,34 +83,34 @@ def test_a_taken_lock_carries_a_secret_token_and_refuses_a_second_host_naming_th
 def test_the_heartbeat_keeps_a_long_deploy_from_looking_stale(world):
     """Measured from the last renewal, not from the start: 80 s after the start but 40 s after a renewal is live."""
     holder = lock_of(world)
-    holder.acquire("img", "deploy-1", False, no_note)
+    holder.acquire("base:1", "deploy-1", False, no_note)
     world.advance(40)
     holder.renew()
     world.advance(40)
     with pytest.raises(RolloutError, match=r"last renewed 40 s ago"):
-        lock_of(world).acquire("img", "deploy-2", True, no_note)
+        lock_of(world).acquire("base:1", "deploy-2", True, no_note)
     world.advance(20)
     breaker = lock_of(world)
-    breaker.acquire("img", "deploy-2", True, no_note)
+    breaker.acquire("base:1", "deploy-2", True, no_note)
     assert holder_token(world) == breaker.token
     assert "broke stale lock of" in NodeState("a", world.engines["a"]).read().audit and "not renewed for 60 s" in NodeState("a", world.engines["a"]).read().audit
 
 
 def test_a_stale_lock_is_refused_without_break_lock(world):
-    lock_of(world).acquire("img", "deploy-1", False, no_note)
+    lock_of(world).acquire("base:1", "deploy-1", False, no_note)
     world.advance(STALE)
     with pytest.raises(RolloutError, match=r"holds a stale lock from .* \(deploy-1, not renewed for 60 s\)") as refused:
-        lock_of(world).acquire("img", "deploy-2", False, no_note)
+        lock_of(world).acquire("base:1", "deploy-2", False, no_note)
     assert "--break-lock" in refused.value.fix
 
 
 def test_releasing_removes_only_the_holders_own_lock(world):
     """A host whose stale lock was broken must not delete the lock the breaker holds now."""
     slow = lock_of(world)
-    slow.acquire("img", "deploy-1", False, no_note)
+    slow.acquire("base:1", "deploy-1", False, no_note)
     world.advance(STALE + 1)
     breaker = lock_of(world)
-    breaker.acquire("img", "deploy-2", True, no_note)
+    breaker.acquire("base:1", "deploy-2", True, no_note)
     slow.release()
     assert holder_token(world) == breaker.token
     with pytest.raises(LockLost, match="node a: this host no longer holds its lock"):
@@ -118,21 +118,21 @@ def test_releasing_removes_only_the_holders_own_lock(world):
 
 
 def test_of_two_hosts_breaking_one_stale_lock_only_one_wins(world):
-    lock_of(world).acquire("img", "deploy-1", False, no_note)
+    lock_of(world).acquire("base:1", "deploy-1", False, no_note)
     world.advance(STALE + 1)
     first, second = lock_of(world), lock_of(world)
     stale_id = world.engines["a"].containers[LOCK_NAME]["Id"]
     seen = second._read()
-    first.acquire("img", "deploy-2", True, no_note)
+    first.acquire("base:1", "deploy-2", True, no_note)
     assert seen is not None and seen[0] == stale_id
     with pytest.raises(RolloutError, match="another host broke the stale lock of .* first"):
-        second._break("img", "deploy-3", seen[0], seen[1], "not renewed")
+        second._break("base:1", "deploy-3", seen[0], seen[1], "not renewed")
     assert holder_token(world) == first.token
 
 
 def test_a_host_whose_rename_lost_the_race_to_a_new_lock_takes_nothing(world):
     """Between the break and the create another deploy may take the free name: the breaker then holds nothing."""
-    lock_of(world).acquire("img", "deploy-1", False, no_note)
+    lock_of(world).acquire("base:1", "deploy-1", False, no_note)
     world.advance(STALE + 1)
     breaker, newcomer = lock_of(world), lock_of(world)
     stale_id, claim, _ = breaker._read()
@@ -140,35 +140,35 @@ def test_a_host_whose_rename_lost_the_race_to_a_new_lock_takes_nothing(world):
 
     def rename_then_newcomer(container, name):
         done = original(container, name)
-        newcomer.acquire("img", "deploy-9", False, no_note)
+        newcomer.acquire("base:1", "deploy-9", False, no_note)
         return done
 
     world.engines["a"].rename_container = rename_then_newcomer
     with pytest.raises(RolloutError, match="another deploy took the lock"):
-        breaker._break("img", "deploy-2", stale_id, claim, "not renewed")
+        breaker._break("base:1", "deploy-2", stale_id, claim, "not renewed")
     assert holder_token(world) == newcomer.token and breaker.container_id is None
     assert [n for n in world.engines["a"].containers if n.startswith(LOCK_NAME)] == [LOCK_NAME]
 
 
 def test_a_lock_whose_holder_process_is_gone_on_this_machine_is_stale_at_once(world, monkeypatch):
     holder = lock_of(world)
-    holder.acquire("img", "deploy-1", False, no_note)
+    holder.acquire("base:1", "deploy-1", False, no_note)
     labels = world.engines["a"].containers[LOCK_NAME]["Config"]["Labels"]
     dead = 2**22 + 12345
     with pytest.raises(ProcessLookupError):
         os.kill(dead, 0)
     labels["kvbake.lock.owner"] = f"ops@host:{dead}"
     with pytest.raises(RolloutError, match=r"stale lock from ops@host:\d+ \(deploy-1, its process is gone\)"):
-        lock_of(world).acquire("img", "deploy-2", False, no_note)
+        lock_of(world).acquire("base:1", "deploy-2", False, no_note)
     labels["kvbake.lock.machine"] = "another-machine"
     with pytest.raises(RolloutError, match="is locked by"):
-        lock_of(world).acquire("img", "deploy-2", False, no_note)
+        lock_of(world).acquire("base:1", "deploy-2", False, no_note)
 
 
 def test_the_held_locks_check_renews_when_overdue_and_reports_a_broken_lock(world):
     locks = [lock_of(world, name) for name in ("a", "b")]
     for lock in locks:
-        lock.acquire("img", "deploy-1", False, no_note)
+        lock.acquire("base:1", "deploy-1", False, no_note)
     held = HeldLocks(locks, 3600)
     try:
         held._last_ok -= 2000
@@ -239,7 +239,7 @@ def test_a_resume_is_refused_on_a_fleet_a_node_marks_diverged(world, tmp_path):
     deploy(world, CONTROL)
     interrupted_deploy(world)
     world.advance(STALE)
-    NodeState("b", world.engines["b"]).update("img", "diverged", diverged={"by": "ops@h1", "revert_error": "x",
+    NodeState("b", world.engines["b"]).update("base:1", "diverged", diverged={"by": "ops@h1", "revert_error": "x",
                                                                          "repair": "python build.py deploy --revert"})
     other = world.host(tmp_path / "host2", STALE)
     before = world.snapshot()["nodes"]

@@ -41,8 +41,9 @@ class DockerLikeEngine(FakeEngine):
 
 
 def held_lock(engine: FakeEngine) -> NodeLock:
+    engine.images.setdefault("base:1", {"Id": "base:1"})  # the lock is created from an image the node holds
     lock = NodeLock("a", engine, STALE, lambda image, line: None)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     return lock
 
 
@@ -61,7 +62,7 @@ def test_a_lock_named_the_docker_way_with_a_slash_is_still_held_and_its_renewal_
 
 def test_a_lock_a_breaker_renamed_away_but_not_yet_removed_is_lost(world):
     lock = lock_of(world)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     engine = world.engines["a"]
     engine.rename_container(lock.container_id, broken_name(LOCK_NAME, lock.container_id))
     with pytest.raises(LockLost) as lost:
@@ -72,7 +73,7 @@ def test_a_lock_a_breaker_renamed_away_but_not_yet_removed_is_lost(world):
 
 def test_a_lock_container_whose_token_was_rewritten_is_lost(world):
     lock = lock_of(world)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     world.engines["a"].containers[LOCK_NAME]["Config"]["Labels"]["kvbake.lock.token"] = "other"
     with pytest.raises(LockLost):
         lock.renew()
@@ -80,7 +81,7 @@ def test_a_lock_container_whose_token_was_rewritten_is_lost(world):
 
 def test_a_container_whose_name_only_ends_in_the_lock_name_is_not_the_lock(world):
     lock = lock_of(world)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     world.engines["a"].rename_container(lock.container_id, "XX" + LOCK_NAME)
     with pytest.raises(LockLost):
         lock.renew()
@@ -97,7 +98,7 @@ def test_a_lost_lock_stays_lost_even_when_its_container_comes_back(world, monkey
     monotonic = [0.0]
     monkeypatch.setattr(node_locks, "time", SimpleNamespace(monotonic=lambda: monotonic[0]))
     lock = lock_of(world)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     engine = world.engines["a"]
     held = HeldLocks([lock], 3600)
     try:
@@ -190,7 +191,7 @@ def test_the_heartbeat_beats_three_times_per_stale_period_but_never_faster_than_
 def test_a_check_renews_only_once_a_whole_interval_has_passed(world, monkeypatch):
     now = fake_monotonic(monkeypatch)
     lock = lock_of(world)
-    lock.acquire("img", "deploy-1", False, no_note)
+    lock.acquire("base:1", "deploy-1", False, no_note)
     now[0] = 5000.0
     held = HeldLocks([lock], 3600)
     try:
@@ -208,7 +209,7 @@ def test_a_check_renews_only_once_a_whole_interval_has_passed(world, monkeypatch
 def test_releasing_the_held_locks_survives_an_unreachable_node_and_frees_the_others(world):
     locks = [lock_of(world, name) for name in ("a", "b")]
     for lock in locks:
-        lock.acquire("img", "deploy-1", False, no_note)
+        lock.acquire("base:1", "deploy-1", False, no_note)
     held = HeldLocks(locks, 3600)
     world.engines["a"].down = True
     held.release()

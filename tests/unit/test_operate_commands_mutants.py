@@ -115,7 +115,7 @@ def test_validate_rollback_builds_the_fleet_from_the_manifest_and_its_lock(proje
 
 def test_validate_rollback_does_not_break_a_stale_lock(project: Path, world: World, monkeypatch, capsys) -> None:
     options = world.command_line(monkeypatch, manifest=project / "manifest.yaml")
-    lock_of(world, "a").acquire("img", "deploy-other", False, no_note)
+    lock_of(world, "a").acquire("base:1", "deploy-other", False, no_note)
     world.advance(10 * world.fleet.deployment.lock_stale_after_s)
     before = world.snapshot()["nodes"]
     broken = Misbehaviour(faults=(Fault("status", 503, kind="models"),))

@@ -152,7 +152,8 @@ def test_a_node_keeping_a_journal_stops_another_host_and_any_host_can_revert_it(
 def test_a_journal_finished_by_another_host_is_dropped_not_replayed(world, tmp_path):
     deploy(world, CONTROL)
     folder = world.fleet.deployment.state_dir
-    stale = rollout.Journal("deploy-old", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, "x", None, {}, {}),),
+    held = world.engines["a"].image_id_of(f"{REPO}:current")  # a plan's images are on its node (staged before the plan)
+    stale = rollout.Journal("deploy-old", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, held, None, {}, {}),),
                             done=("after:retag:a",), phase="forward")
     write_journal(folder, stale)
     before = world.snapshot()["nodes"]
@@ -167,7 +168,8 @@ def test_a_journal_whose_deploy_never_began_is_dropped_and_never_resumed(world, 
     stale, so a revert drops it (nothing to undo) and a resume refuses to run it."""
     deploy(world, CONTROL)
     folder = world.fleet.deployment.state_dir
-    write_journal(folder, rollout.Journal("deploy-new", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, "x", None, {}, {}),),
+    held = world.engines["a"].image_id_of(f"{REPO}:current")  # a plan's images are on its node (staged before the plan)
+    write_journal(folder, rollout.Journal("deploy-new", "deploy", PACKING.id, (rollout.NodePlan("a", None, None, held, None, {}, {}),),
                                           phase="forward"))
     before = world.snapshot()["nodes"]
     if mode == "revert":
