@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shlex
+import threading
 from pathlib import Path
 
 import pytest
@@ -579,6 +580,15 @@ def test_a_start_group_passes_the_release_each_node_replaces(tmp_path: Path, mon
     transitions.start_group(fleet, {"a": (PACKING, CONTROL)})
     transitions.start_group(fleet, {"b": (None, PACKING), "a": (CONTROL, None)})
     assert sorted(calls, key=lambda c: (c[0], c[1] is None)) == [("a", PACKING, CONTROL), ("a", CONTROL, None), ("b", None, PACKING)]
+
+
+def test_every_rank_of_a_large_start_group_starts_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks that wait for each other while they start (a rendezvous) all come up, however many the group holds."""
+    ranks = [f"n{i}" for i in range(40)]
+    rendezvous = threading.Barrier(len(ranks), timeout=10)
+    monkeypatch.setattr(transitions, "restart", lambda f, name, rel, replacing=None: rendezvous.wait())
+    transitions.start_group(fleet_with(tmp_path, ("launch",)), {name: (PACKING, CONTROL) for name in ranks})
+    assert not rendezvous.broken
 
 
 def test_a_start_group_names_every_failed_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """Phase 1's pulled image against the release: every difference named in order (the config digest, the layers, the
 first three differing labels, each runtime-config field), an engine that does not hold the image after its pull, and
 on the containerd store the identity read from the release's own repository. Also a node that cannot stage the image,
-a signature the deployment file requires without its keys, and `--reseat` of nodes whose store did not change."""
+a signature the deployment file requires without its keys, each node's audit line of a deploy, and `--reseat` of nodes
+whose store did not change."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import pytest
 
 from kvbake.deployfile import Signing
 from kvbake.errors import EngineError, RolloutError, SignatureError
+from kvbake.ship.adapters import rollout
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.rollout import pulled_differences
 from kvbake.ship.core.store_changes import check_store_changes
 
-from fake_fleet import CONTROL, PACKING, REPO, World, deploy, make_world
+from fake_fleet import BASE, CONTROL, PACKING, REPO, World, deploy, make_world
 
 OTHER_CONFIG = "sha256:" + "f" * 64
 
@@ -86,3 +89,12 @@ def test_a_deploy_the_deployment_file_requires_signed_without_keys_names_that_fi
         deploy(world, CONTROL)
     assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
     assert world.engines["a"].image_id_of(f"{REPO}:staged") is None
+
+
+def test_a_deploy_notes_in_each_nodes_audit_what_it_deploys_and_its_signature(tmp_path, monkeypatch):
+    world = make_world(tmp_path, monkeypatch)
+    journal = rollout.deploy(world.fleet, CONTROL, "base:1", BASE, False)
+    for name, engine in world.engines.items():
+        lines = [line.split(" ", 2)[2] for line in NodeState(name, engine).read().audit.splitlines()]
+        assert f"deploy {journal.id} begins: {CONTROL.image} (signature not required by the deployment file)" in lines
+

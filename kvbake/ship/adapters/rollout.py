@@ -361,9 +361,10 @@ def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
 
 
 def refuse_different_previous(views: list[NodeView]) -> None:
-    """Every rank rolls back to one release: nodes whose previous releases differ would serve different ones after it."""
-    if len({v.records.previous.id for v in views if v.records.previous}) > 1:
-        shown = ", ".join(f"{v.name}={v.records.previous.id if v.records.previous else None}" for v in views)
+    """Every rank rolls back to one release: nodes whose previous releases differ would serve different ones after it.
+    Every node records a previous release by now (one without is refused first)."""
+    if len({v.records.previous.id for v in views}) > 1:
+        shown = ", ".join(f"{v.name}={v.records.previous.id}" for v in views)
         raise RolloutError(f"the nodes' previous releases differ ({shown}), so a rollback would leave the ranks serving different releases",
                            "deploy the release you want on every node instead: python build.py deploy --preset NAME; nothing was changed")
 
