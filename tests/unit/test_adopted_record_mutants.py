@@ -6,7 +6,6 @@ and its restart policy."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from kvbake.ship.adapters.rollout import who_deploys
 from kvbake.ship.core.release import runtime_config
 
 from fake_fleet import CONTAINER, SWITCH, World, make_world, start_serves
+from test_release_mutants import far_east_local_time  # noqa: F401  (a fixture)
 
 
 def world_on(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
@@ -28,18 +28,9 @@ def world_on(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wor
     return w
 
 
-@pytest.fixture()
-def local_zone_far_from_utc(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "NPT-5:45")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 @pytest.mark.parametrize("store", ["classic", "containerd"])
 def test_the_record_names_the_reference_the_identity_the_runtime_config_and_who_adopted_it_when(
-        store, tmp_path, monkeypatch, local_zone_far_from_utc):
+        store, tmp_path, monkeypatch, far_east_local_time):
     world = world_on(store, tmp_path, monkeypatch)
     for engine in world.engines.values():
         engine.containers[CONTAINER]["Config"]["Image"] = "base:1"
