@@ -1,4 +1,5 @@
-"""A held node lock's renewal: what proves it is still this host's, where its stamp lands, and that a loss sticks."""
+"""A held node lock's renewal: what proves it is still this host's, where its stamp lands, and that a loss sticks; and a
+lock whose release could not remove it, which this process holds no longer."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvbake.errors import LockLost, RolloutError
+from kvbake.errors import EngineError, LockLost, RolloutError
 from kvbake.ship.adapters import node_locks
-from kvbake.ship.adapters.node_locks import HELD_HERE, LOCK_NAME, HeldLocks, NodeLock
+from kvbake.ship.adapters.node_locks import HELD_HERE, LOCK_NAME, HeldLocks, NodeLock, holder_gone
 from kvbake.ship.core.lock_claims import RENEWAL_DIR, RENEWAL_FILE, LockClaim, broken_name, claim_from_labels, renewed_at
 
 from fake_engine import FakeEngine
@@ -289,3 +290,14 @@ def test_the_heartbeat_is_a_named_daemon_thread_that_ends_on_release(monkeypatch
     beating = held._thread
     held.release()
     assert beating.name == "kvbake-lock-heartbeat" and beating.daemon and not beating.is_alive()
+
+
+def test_a_lock_this_process_released_but_could_not_remove_has_a_gone_holder(world):
+    lock = lock_of(world)
+    lock.acquire("base:1", "deploy-1", False, no_note)
+    engine = world.engines["a"]
+    engine.down = True
+    with pytest.raises(EngineError):
+        lock.release()
+    engine.down = False
+    assert holder_gone(claim_from_labels(engine.containers[LOCK_NAME]["Config"]["Labels"]))

@@ -148,7 +148,7 @@ class NodeLock:
     def release(self) -> None:
         """Remove this host's lock container by its ID: a lock another host holds now has another ID and stays."""
         HELD_HERE.discard(self.token)
-        if self.container_id is not None:
+        if self.container_id:
             self.engine.remove_container(self.container_id)
             self.container_id = None
 
