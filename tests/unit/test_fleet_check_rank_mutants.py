@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kvbake.engines.core.procfs import Process, environment
 from kvbake.ship.adapters.serve_reader import read_rank
+from kvbake.ship.core.serve_reading import RAY_WORKER
 
-from fake_fleet import CONTAINER, CONTROL, SOURCE_ROOT, World, deploy, make_world
+from fake_fleet import CONTAINER, CONTROL, PACKING, SOURCE_ROOT, World, deploy, make_world
 
 ADOPTED = replace(CONTROL, adopted={"container_id": "c", "kept_as": "k", "shape": "main"})
 
@@ -61,3 +63,82 @@ def test_a_file_changed_under_the_source_root_is_named_with_its_node(world):
     serve, image = read_rank(world.engines["a"], world.engines["a"].containers[CONTAINER]), image
     failures = world.fleet.process_failures("a", serve, CONTROL, {}, image)
     assert len(failures) == 1 and failures[0].startswith("a: ") and "vllm/x.py" in failures[0]
+
+
+def ray_shape(world: World):
+    """The same fleet under a launcher that starts the ray shape: node b is a Ray worker rank."""
+    d = world.fleet.deployment
+    return replace(world.fleet, deployment=replace(d, launcher=replace(d.launcher, env={"SHAPE": "ray"})))
+
+
+def run_ray_node(world: World, node: str, env: list[str]) -> None:
+    """Node `node`'s serving container runs a Ray node as its main process and no vLLM serve."""
+    engine = world.engines[node]
+    container = engine.containers[CONTAINER]
+    ray = Process(1, 0, ("ray", "start", "--block", "--address=127.0.0.1:6380"), environment(env), "/", "/usr/bin/ray")
+    container.update({"Processes": (ray,), "Main": ray})
+
+
+def test_a_rank_running_no_vllm_serve_is_a_failure_not_a_crash(world):
+    run_ray_node(world, "a", [])  # not a Ray worker rank: the head must serve
+    check = world.fleet.check_rank("a", CONTROL)
+    assert len(check.failures) == 1 and "no vLLM serve" in check.failures[0]
+    assert check.switches == {}
+
+
+def test_a_rank_whose_image_is_gone_fails_on_its_layers(world):
+    engine = world.engines["a"]
+    engine.images.pop(engine.containers[CONTAINER]["Image"])
+    check = world.fleet.check_rank("a", CONTROL)
+    assert any("layers differ" in failure for failure in check.failures)
+    assert check.signature[0] == ()
+
+
+def test_a_ray_worker_rank_is_checked_as_a_ray_node_with_the_releases_switch_set(world):
+    fleet = ray_shape(world)
+    run_ray_node(world, "b", ["S=3"])
+    check = fleet.check_rank("b", PACKING)
+    assert check.signature[1] == RAY_WORKER
+    assert check.switches == {"S": "3"}
+    assert not any("Ray node runs" in failure for failure in check.failures)
+    run_ray_node(world, "b", ["S=1"])
+    assert any("S=1" in failure for failure in fleet.check_rank("b", PACKING).failures)
+
+
+def test_a_ray_worker_ranks_container_is_still_checked(world):
+    fleet = ray_shape(world)
+    run_ray_node(world, "b", [])
+    assert fleet.check_rank("b", CONTROL).failures == ()
+    world.engines["b"].containers[CONTAINER]["Mounts"] = [{"Type": "bind", "Source": "/host/x.py", "Destination": f"{SOURCE_ROOT}/x.py"}]
+    assert any("x.py" in failure for failure in fleet.check_rank("b", CONTROL).failures)
+
+
+def test_an_adopted_ray_worker_is_not_held_to_a_switch_set(world):
+    run_ray_node(world, "b", ["S=1"])
+    container = world.engines["b"].containers[CONTAINER]
+    adopted = replace(CONTROL, adopted={"container_id": container["Id"], "kept_as": "k", "shape": RAY_WORKER})
+    assert not any("Ray node runs" in failure for failure in world.fleet.check_rank("b", adopted).failures)
+
+
+def adopted_of(world: World, node: str, **info) -> "Release":
+    container = world.engines[node].containers[CONTAINER]
+    return replace(CONTROL, adopted={"container_id": container["Id"], "kept_as": "kept", "shape": "main", **info})
+
+
+def test_an_adopted_serve_set_aside_is_observed_under_its_kept_name_not_the_serve_that_took_its_place(world):
+    engine = world.engines["a"]
+    adopted = adopted_of(world, "a")
+    engine.rename_container(CONTAINER, "kept")
+    engine.run_serving(CONTAINER, engine.containers["kept"]["Image"], [])  # kvbake's serve under the launcher's name
+    assert world.fleet.observe("a", adopted)[0]["Id"] == adopted.adopted["container_id"]
+
+
+def test_a_stranger_under_an_adopted_serves_own_name_is_what_is_observed_there(world):
+    engine = world.engines["a"]
+    adopted = adopted_of(world, "a", name="eugr-serve")
+    image = engine.containers[CONTAINER]["Image"]
+    engine.containers.pop(CONTAINER)  # the adopted serve is gone; another container took its name
+    engine.run_serving("eugr-serve", image, [])
+    container = world.fleet.observe("a", adopted)[0]
+    assert container is not None and container["Name"] == "eugr-serve"
+    assert any("not the adopted" in failure for failure in world.fleet.check_rank("a", adopted).failures)
