@@ -74,10 +74,7 @@ def broken_name(lock_name: str, container_id: str) -> str:
 
 
 def node_epoch(system_time: str) -> float:
-    """The engine's `SystemTime` (RFC 3339, nanoseconds, Z or an offset) as seconds since the epoch."""
-    text = re.sub(r"[Zz]$", "+00:00", system_time.strip())  # RFC 3339 allows a lower-case z
-    found = re.fullmatch(r"([^.]+)(?:\.([0-9]+))?(.*)", text)
-    head, fraction, zone = found.groups() if found else (text, None, "")
-    if fraction:
-        head = f"{head}.{fraction[:6].ljust(6, '0')}"
-    return datetime.fromisoformat(head + zone).timestamp()
+    """The engine's `SystemTime` (RFC 3339, nanoseconds, Z or an offset) as seconds since the epoch. Python's ISO
+    reader (3.11 on) takes any number of fraction digits (to the microsecond), a lower-case `t` and `Z`; not a
+    lower-case `z`, which RFC 3339 also allows."""
+    return datetime.fromisoformat(re.sub(r"z$", "Z", system_time)).timestamp()
