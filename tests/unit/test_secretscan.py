@@ -198,10 +198,12 @@ def test_node_state_is_written_with_credential_like_strings_withheld(tmp_path) -
                       switches={}, max_model_len=4096, launcher_args=(), deployed_by="ops", deployed_at="t", reason=f"old {GHP}",
                       override=None)
     state = NodeState("a", engine)
-    state.write("sha256:x", dataclasses.replace(state.read(), current=release, transition={"id": "deploy-1", "reason": f"old {GHP}"},
+    state.write("sha256:x", dataclasses.replace(state.read(), current=release, previous=release, adopted=release,
+                                                transition={"id": "deploy-1", "reason": f"old {GHP}"},
                                                 diverged={"cause": f"exited 1 ({HF})"}), f"deploy-1 by {GHP}")
     records = state.read()
     assert records.current.reason == records.transition["reason"] == withheld("a GitHub token")
+    assert records.previous.reason == records.adopted.reason == withheld("a GitHub token")
     assert records.current.id == release.id and records.current.labels == {"k": "v"}
     assert records.diverged == {"cause": withheld("a Hugging Face token")}
     assert records.audit.endswith(f" {withheld('a GitHub token')}\n")

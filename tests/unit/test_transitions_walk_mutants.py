@@ -10,14 +10,14 @@ import pytest
 
 import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Node
-from kvbake.errors import RolloutError
+from kvbake.errors import LockLost, RolloutError
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.journal import Scope, read_journal
 from message_words import says
 
 from fake_engine import FakeEngine
 from fake_fleet import BASE, CONTROL, PACKING, World, deploy
-from test_mutants_transitions import PACKING as SCENE_PACKING, Scene, scene  # noqa: F401  (scene is a fixture)
+from test_mutants_transitions import CONTROL as CONTROL_OF_SCENE, PACKING as SCENE_PACKING, Scene, scene  # noqa: F401  (scene is a fixture)
 from test_transitions_publish import world  # noqa: F401  (a fixture)
 
 
@@ -85,3 +85,33 @@ def test_a_transition_that_cannot_begin_and_left_no_journal_says_only_that_nothi
         with pytest.raises(RolloutError) as refused:
             deploy(world, PACKING)
     assert refused.value.fix.endswith("nothing was changed on any node")
+
+
+def test_a_host_that_loses_its_locks_after_a_failed_step_reverts_nothing(scene: Scene) -> None:
+    transitions.run_transition(scene.fleet, scene.journal(None, CONTROL_OF_SCENE), scene.folder)
+    scene.failing.add("b:packing")
+
+    def guard() -> None:  # another host broke the locks while b's launcher failed
+        if ("b", "packing", "control") in scene.launches:
+            raise LockLost("node a: the lock is held by another host now", "leave the transition to that host")
+
+    with pytest.raises(LockLost):
+        transitions.run_transition(scene.fleet, scene.journal(CONTROL_OF_SCENE, SCENE_PACKING), scene.folder, guard)
+    assert scene.launches[-1] == ("b", "packing", "control"), "no node was walked back"
+
+
+def test_verify_failures_after_a_transition_are_listed_one_by_one(scene: Scene, monkeypatch: pytest.MonkeyPatch) -> None:
+    launched = transitions.restart
+
+    def launch_with_a_mount(fleet, name, rel, replacing=None) -> None:  # every rank comes up with a baked file covered
+        launched(fleet, name, rel, replacing)
+        if rel is not None and rel.preset == "packing":
+            fleet.engines[name].containers["serve"]["Mounts"] = [{"Type": "bind", "Destination": "/src/x.py"}]
+
+    monkeypatch.setattr(transitions, "restart", launch_with_a_mount)
+    transitions.run_transition(scene.fleet, scene.journal(None, CONTROL_OF_SCENE), scene.folder)
+    with pytest.raises(RolloutError) as refused:
+        transitions.run_transition(scene.fleet, scene.journal(CONTROL_OF_SCENE, SCENE_PACKING), scene.folder)
+    listed = refused.value.message.split("failed after deploy: ", 1)[1].split("; ")
+    assert len(listed) >= 2 and all(item.startswith(("a: ", "b: ", "the ranks disagree")) for item in listed)
+    assert any(item.startswith("a: ") for item in listed) and any(item.startswith("b: ") for item in listed)
