@@ -3,6 +3,7 @@ files `docker cp` would put into a state container. Only the calls rollout, tran
 
 from __future__ import annotations
 
+import posixpath
 import shutil
 from pathlib import Path
 from typing import Any
@@ -210,14 +211,18 @@ class FakeEngine:
         found["Processes"] = (*found.get("Processes", ()), Process(pid, 0, tuple(argv), merged, workdir or "/", "/usr/bin/python3", int(user or 0)))
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
-        """The files of folder `source` land in the container's folder named like it (one level, as kvbake writes)."""
+        """Like `docker cp` of folder `source` (one level, as kvbake writes): into `path`/<its name> when the container
+        has the folder `path` (`/` always), else as the folder `path` itself; a relative `path` starts at `/`."""
         self._up()
         name = self._name_of(container)
         if name is None:
             raise EngineError(f"{self.label}: no container {container}", "create it")
         folder = self.files.setdefault(name, {})
+        base = posixpath.normpath("/" + path.lstrip("/"))
+        exists = base == "/" or any(key.startswith(base + "/") for key in folder)
+        target = posixpath.join(base, source.name) if exists else base
         for item in source.iterdir():
-            folder[f"/{source.name}/{item.name}"] = item.read_bytes()
+            folder[posixpath.join(target, item.name)] = item.read_bytes()
 
     def copy_out(self, container: str, path: str, destination: Path) -> bool:
         """A folder comes out as a folder of its files, a file as that file; False when absent."""
