@@ -245,8 +245,11 @@ class FakeEngine:
         return tuple(self._get(container).get("Processes", ()))
 
     def import_origins(self, container: str, processes: list[Process], first_entries: list[str]) -> tuple[ImportOrigin, ...]:
-        """Every serve imports the baked vllm under the fleet's source root, unless the container says otherwise."""
+        """Every serve imports the baked vllm under the fleet's source root, unless the container says otherwise. Like
+        the real probe, it takes exactly one first `sys.path` entry per process."""
         self._up()
+        if len(list(first_entries)) != len(processes):
+            raise ValueError(f"{len(processes)} processes, but first entries {first_entries!r}")
         given = self._get(container).get("Origins", {})
         return tuple(given.get(p.pid, ImportOrigin(BAKED_ORIGIN, ("/src",))) for p in processes)
 

@@ -82,8 +82,8 @@ def first_path_entry(process: Process) -> str:
     at, module = target
     if module is not None:
         return process.cwd
-    script = argv[at] if at < len(argv) else ""
-    return posixpath.dirname(posixpath.join(process.cwd, script)) or "-"
+    # interpreter_target names a script only at an index argv has; procfs reads the working directory as an absolute path
+    return posixpath.dirname(posixpath.join(process.cwd, argv[at]))
 
 
 def safe_path(options: Sequence[str]) -> bool:
