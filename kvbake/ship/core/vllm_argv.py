@@ -152,7 +152,7 @@ def serve_entry(argv: Sequence[str]) -> ServeEntry | None:
         return None
     at, module = target
     if module is None:
-        return _console_script(argv, at) if at < len(argv) and posixpath.basename(argv[at]) == "vllm" else None
+        return _console_script(argv, at) if posixpath.basename(argv[at]) == "vllm" else None  # a script's index is in argv
     if module == API_SERVER_MODULE:
         return ServeEntry(API_SERVER, tuple(argv[:at]))
     if module == CLI_MAIN_MODULE and argv[at:at + 1] == ["serve"]:

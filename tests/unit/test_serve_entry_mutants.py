@@ -1,0 +1,26 @@
+"""Which interpreter command lines are vLLM serves: a script that is not vLLM's console script is none, whatever its
+arguments; the OpenAI API server module takes its model from --model only, as vLLM's own parser does for that form."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbake.errors import IntegrityError
+from kvbake.ship.core.vllm_argv import parse_serve_process, serve_entry
+from message_words import says
+
+
+def test_an_interpreter_running_another_script_with_serve_is_no_vllm_serve():
+    assert serve_entry(("python3", "/app/run.py", "serve", "/models/m")) is None
+    assert serve_entry(("python3", "/usr/local/bin/vllm", "serve", "/models/m")) is not None
+
+
+def test_the_api_server_module_takes_its_model_from_the_model_option():
+    served = parse_serve_process(("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m", "--port", "8000"))
+    assert served is not None and served.args.model == "/models/m"
+
+
+def test_the_api_server_module_refuses_a_positional_model_it_would_ignore():
+    with pytest.raises(IntegrityError) as refused:
+        parse_serve_process(("python3", "-m", "vllm.entrypoints.openai.api_server", "/models/m"))
+    assert says(refused.value.message, "ignores the positional argument '/models/m'")
