@@ -1,5 +1,6 @@
-"""Which interpreter command lines are vLLM serves: a script that is not vLLM's console script is none, whatever its
-arguments; the OpenAI API server module takes its model from --model only, as vLLM's own parser does for that form."""
+"""Which interpreter command lines are vLLM serves, and how their arguments read: a script that is not vLLM's console
+script is none, whatever its arguments; the OpenAI API server module takes its model from --model only, as vLLM's own
+parser does for that form; an option vLLM does not know takes at most one value."""
 
 from __future__ import annotations
 
@@ -24,3 +25,11 @@ def test_the_api_server_module_refuses_a_positional_model_it_would_ignore():
     with pytest.raises(IntegrityError) as refused:
         parse_serve_process(("python3", "-m", "vllm.entrypoints.openai.api_server", "/models/m"))
     assert says(refused.value.message, "ignores the positional argument '/models/m'")
+
+
+def test_an_option_vllm_does_not_know_takes_at_most_one_value():
+    with pytest.raises(IntegrityError) as refused:
+        parse_serve_process(("vllm", "serve", "/models/m", "--not-a-vllm-option", "a", "b"))
+    assert says(refused.value.message, "unexpected argument 'b'")
+    served = parse_serve_process(("vllm", "serve", "/models/m", "--not-a-vllm-option", "a"))
+    assert served is not None and served.args.model == "/models/m"
