@@ -1,6 +1,7 @@
 """Which interpreter command lines are vLLM serves, and how their arguments read: a script that is not vLLM's console
 script is none, whatever its arguments; the OpenAI API server module takes its model from --model only, as vLLM's own
-parser does for that form; an option vLLM does not know takes at most one value."""
+parser does for that form; an option vLLM does not know takes at most one value; a double dash ends the options, and
+--config is refused in any spelling."""
 
 from __future__ import annotations
 
@@ -33,3 +34,17 @@ def test_an_option_vllm_does_not_know_takes_at_most_one_value():
     assert says(refused.value.message, "unexpected argument 'b'")
     served = parse_serve_process(("vllm", "serve", "/models/m", "--not-a-vllm-option", "a"))
     assert served is not None and served.args.model == "/models/m"
+
+
+def test_arguments_after_a_double_dash_are_positional_beside_those_before_it():
+    served = parse_serve_process(("vllm", "serve", "/models/m", "--max-model-len", "4096", "--"))
+    assert served is not None and served.args.model == "/models/m"
+    with pytest.raises(IntegrityError) as refused:
+        parse_serve_process(("vllm", "serve", "/models/m", "--", "/models/other"))
+    assert says(refused.value.message, "unexpected argument '/models/other'")
+
+
+def test_a_dotted_key_of_config_is_refused_like_config_itself():
+    with pytest.raises(IntegrityError) as refused:
+        parse_serve_process(("vllm", "serve", "/models/m", "--config.section", "x"))
+    assert says(refused.value.message, "--config.section reads further arguments from a file")
