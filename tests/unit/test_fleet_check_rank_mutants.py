@@ -14,6 +14,7 @@ from kvbake.ship.adapters.serve_reader import read_rank
 from kvbake.ship.core.serve_reading import RAY_WORKER
 
 from fake_fleet import CONTAINER, CONTROL, PACKING, SOURCE_ROOT, World, deploy, make_world
+from test_fleet_ray_worker_mutants import with_shape
 
 ADOPTED = replace(CONTROL, adopted={"container_id": "c", "kept_as": "k", "shape": "main"})
 
@@ -65,12 +66,6 @@ def test_a_file_changed_under_the_source_root_is_named_with_its_node(world):
     assert len(failures) == 1 and failures[0].startswith("a: ") and "vllm/x.py" in failures[0]
 
 
-def ray_shape(world: World):
-    """The same fleet under a launcher that starts the ray shape: node b is a Ray worker rank."""
-    d = world.fleet.deployment
-    return replace(world.fleet, deployment=replace(d, launcher=replace(d.launcher, env={"SHAPE": "ray"})))
-
-
 def run_ray_node(world: World, node: str, env: list[str]) -> None:
     """Node `node`'s serving container runs a Ray node as its main process and no vLLM serve."""
     engine = world.engines[node]
@@ -95,7 +90,7 @@ def test_a_rank_whose_image_is_gone_fails_on_its_layers(world):
 
 
 def test_a_ray_worker_rank_is_checked_as_a_ray_node_with_the_releases_switch_set(world):
-    fleet = ray_shape(world)
+    fleet = with_shape(world, "ray")
     run_ray_node(world, "b", ["S=3"])
     check = fleet.check_rank("b", PACKING)
     assert check.signature[1] == RAY_WORKER
@@ -106,7 +101,7 @@ def test_a_ray_worker_rank_is_checked_as_a_ray_node_with_the_releases_switch_set
 
 
 def test_a_ray_worker_ranks_container_is_still_checked(world):
-    fleet = ray_shape(world)
+    fleet = with_shape(world, "ray")
     run_ray_node(world, "b", [])
     assert fleet.check_rank("b", CONTROL).failures == ()
     world.engines["b"].containers[CONTAINER]["Mounts"] = [{"Type": "bind", "Source": "/host/x.py", "Destination": f"{SOURCE_ROOT}/x.py"}]

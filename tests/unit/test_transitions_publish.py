@@ -16,15 +16,15 @@ def world(tmp_path, monkeypatch) -> World:
     return make_world(tmp_path, monkeypatch)
 
 
-def refusing(b_takes: bool, a_drops: bool):
-    """NodeState.update where node b refuses to take the journal (unless `b_takes`) and node a refuses to drop it."""
+def refusing(takes: set[str], drops: set[str]):
+    """NodeState.update where only the nodes in `takes` take the journal and only those in `drops` drop it."""
     original = NodeState.update
 
     def update(self, image, line, **fields):
-        if self.node == "b" and fields.get("transition") and not b_takes:
-            raise RolloutError("node b: state write failed", "retry")
-        if self.node == "a" and "transition" in fields and fields["transition"] is None and not a_drops:
-            raise RolloutError("node a: state write failed", "retry")
+        if "transition" in fields and fields["transition"] is not None and self.node not in takes:
+            raise RolloutError(f"node {self.node}: state write failed", "retry")
+        if "transition" in fields and fields["transition"] is None and self.node not in drops:
+            raise RolloutError(f"node {self.node}: state write failed", "retry")
         return original(self, image, line, **fields)
     return update
 
@@ -36,7 +36,7 @@ def journal_kept_by(world: World) -> dict[str, str | None]:
 def test_a_node_that_cannot_drop_the_journal_is_named_and_both_journals_stay(world):
     deploy(world, CONTROL)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(NodeState, "update", refusing(b_takes=False, a_drops=False))
+        patch.setattr(NodeState, "update", refusing(takes={"a"}, drops={"b"}))
         with pytest.raises(RolloutError) as refused:
             deploy(world, PACKING)
     assert "could not begin" in refused.value.message and "node b: state write failed" in refused.value.message
@@ -49,7 +49,7 @@ def test_a_node_that_cannot_drop_the_journal_is_named_and_both_journals_stay(wor
 def test_when_every_node_drops_the_journal_this_hosts_journal_goes_too(world):
     deploy(world, CONTROL)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(NodeState, "update", refusing(b_takes=False, a_drops=True))
+        patch.setattr(NodeState, "update", refusing(takes={"a"}, drops={"a", "b"}))
         with pytest.raises(RolloutError) as refused:
             deploy(world, PACKING)
     assert "still keep" not in refused.value.fix

@@ -18,7 +18,7 @@ from message_words import says
 from fake_engine import FakeEngine
 from fake_fleet import BASE, CONTROL, PACKING, World, deploy
 from test_mutants_transitions import CONTROL as CONTROL_OF_SCENE, PACKING as SCENE_PACKING, Scene, scene  # noqa: F401  (scene is a fixture)
-from test_transitions_publish import world  # noqa: F401  (a fixture)
+from test_transitions_publish import refusing, world  # noqa: F401  (world is a fixture)
 
 
 def test_a_walk_scoped_to_a_later_node_walks_that_node(scene: Scene) -> None:
@@ -43,19 +43,6 @@ def test_a_transition_whose_first_lock_check_fails_leaves_no_journal(scene: Scen
     with pytest.raises(RolloutError):
         transitions.run_transition(scene.fleet, scene.journal(None, SCENE_PACKING), scene.folder, guard)
     assert read_journal(scene.folder) is None and scene.launches == []
-
-
-def refusing(takes: set[str], drops: set[str]):
-    """NodeState.update where only the nodes in `takes` take the journal and only those in `drops` drop it."""
-    original = NodeState.update
-
-    def update(self, image, line, **fields):
-        if "transition" in fields and fields["transition"] is not None and self.node not in takes:
-            raise RolloutError(f"node {self.node}: state write failed", "retry")
-        if "transition" in fields and fields["transition"] is None and self.node not in drops:
-            raise RolloutError(f"node {self.node}: state write failed", "retry")
-        return original(self, image, line, **fields)
-    return update
 
 
 def with_node_c(world: World) -> None:
