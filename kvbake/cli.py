@@ -152,6 +152,8 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
                       help="the launcher command deploy.yaml names, split like a shell line (default: kvbake-launch-vllm)")
     init.add_argument("--signing-key", action="append", default=[], type=Path, metavar="PUB",
                       help="a reviewer's cosign public key; deploy.yaml requires every release to be signed with one listed key")
+    init.add_argument("--capture", action="store_true",
+                      help="write the files the serve runs over its image as the chain (patches/capNNN-*.patch), instead of the template's")
     init.add_argument("--force", action="store_true", help="overwrite manifest.yaml and deploy.yaml in --out")
     base = sub.add_parser("base", parents=[common, ship], help="put the locked base in the private registry and on every node")
     base.add_argument("action", choices=("sync",), help="sync: push the base if the registry lacks it, then pull it by digest on every node")

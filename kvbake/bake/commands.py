@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvbake.bake.adapters.builder import build_image, build_with_docker
+from kvbake.bake.adapters.served_proof import served_proof
 from kvbake.bake.core.build_record import build_record, write_record
 from kvbake.bake.core.plan import make_plan, plan_summary, read_overlay, tag_for
 from kvbake.command_output import Result
@@ -68,6 +69,11 @@ def cmd_lock(args: argparse.Namespace) -> Result:
             f"base {lock.base.config_digest[:19]}, expected config digest {lock.derived.image_id[:19]}")
     if imported:
         text += f"\nimported from the donor: {', '.join(imported)}"
+    proof = served_proof(manifest.root, manifest.base.source_root, read_overlay(manifest, lock),
+                         {f.path: f.base_sha256 for f in lock.files})
+    if proof is not None:
+        data["served_proof"] = {"equal": list(proof.equal), "differences": [d.path for d in proof.differences]}
+        text += f"\nproof: {proof.line()}"
     return data, text
 
 

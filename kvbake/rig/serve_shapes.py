@@ -29,6 +29,7 @@ class ShapePorts:
     rendezvous: int
     ray: int
     model_dir: Path
+    overlay: tuple[tuple[str, str], ...] = ()  # (file on the host, path in the container): the seed's read-only bind mounts
 
     @property
     def serve_args(self) -> tuple[str, ...]:
@@ -37,6 +38,10 @@ class ShapePorts:
     @property
     def model_mount(self) -> list[str]:
         return ["type=bind", f"source={self.model_dir}", f"target={MODEL}", "readonly"]
+
+    @property
+    def overlay_mounts(self) -> list[list[str]]:
+        return [["type=bind", f"source={source}", f"target={target}", "readonly"] for source, target in self.overlay]
 
 
 def standin_serve(max_model_len: int = CONTROL_LENGTH, *extra: str) -> list[str]:
@@ -56,7 +61,7 @@ def multi_node_args(key: str, ports: ShapePorts) -> tuple[str, ...]:
 
 def run(client, name: str, command: list[str], ports: ShapePorts, **options: Any) -> str:
     return client.run(BASE, command[1:], entrypoint=command[0], name=name, detach=True, networks=["host"],
-                      mounts=[STANDIN_VLLM, ports.model_mount], **options).id
+                      mounts=[STANDIN_VLLM, ports.model_mount, *ports.overlay_mounts], **options).id
 
 
 def main_process(client, key: str, ports: ShapePorts) -> str:
@@ -102,7 +107,8 @@ def compose_managed(client, key: str, ports: ShapePorts) -> str:
     command = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
     service = {"image": BASE, "container_name": "vllm-compose", "network_mode": "host", "restart": "unless-stopped",
                "entrypoint": command[:2], "command": command[2:],
-               "volumes": [f"{STANDIN_VLLM_DIR}:/opt/kvbake-standin:ro", f"{ports.model_dir}:{MODEL}:ro"]}
+               "volumes": [f"{STANDIN_VLLM_DIR}:/opt/kvbake-standin:ro", f"{ports.model_dir}:{MODEL}:ro",
+                           *(f"{source}:{target}:ro" for source, target in ports.overlay)]}
     with tempfile.TemporaryDirectory() as folder:
         compose_file = Path(folder) / "docker-compose.yml"
         compose_file.write_text(json.dumps({"version": "2.4", "services": {"vllm": service}}))

@@ -170,7 +170,7 @@ def cmd_init(args: argparse.Namespace) -> Result:
     keys = tuple(signing_key_entry(path, args.out) for path in args.signing_key)
     result = init_project(list(nodes.items()), containers, args.out, args.template,
                           InitOptions(args.registry or "", args.donor_url or "", args.donor_revision or "", launcher,
-                                      signing_keys=keys), args.force)
+                                      signing_keys=keys, capture=args.capture), args.force)
     return init_report(result)
 
 
@@ -187,16 +187,30 @@ def init_report(result) -> Result:
         lines.append(f"{node}: its writable layer changes {len(changed)} file(s) under the source root ({', '.join(changed[:3])}): the baked chain must include them")
     if d.overrides:
         lines.append(f"code overrides in the serve's environment (not carried): {', '.join(sorted(d.overrides))}")
-    if d.mounts.overlay:
-        lines.append(f"files mounted over the source root (the baked chain replaces them): {', '.join(d.mounts.overlay)}")
+    lines += served_lines(result)
     lines.append(f"wrote {', '.join(str(p) for p in result.written)}")
     lines += [f"to fill: {p.where}: {p.fix}" for p in result.left]
     lines.append("next: python build.py config --check --deploy deploy.yaml (proves control is the serve that runs)")
     data = {"written": [str(p) for p in result.written], "base": d.base.image, "control": {"max_model_len": d.max_model_len,
             "launcher_args": list(d.launcher_args)}, "switches": dict(d.switches), "implied_preset": result.implied,
             "containers": {n.node: n.name for n in result.nodes}, "placeholders": [p.where for p in result.left],
-            "changes": {k: list(v) for k, v in d.changes.items()}}
+            "changes": {k: list(v) for k, v in d.changes.items()},
+            "served": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in result.served.files],
+            "served_record": str(result.served_record)}
     return data, "\n".join(lines)
+
+
+def served_lines(result) -> list[str]:
+    """What the serve runs over its image, file by file, and what lock will prove or bake from it."""
+    served = result.served
+    if not served.files:
+        return [f"served: every file under {served.source_root} is the image's own (no overlay mounted or changed)"]
+    lines = [f"served: {f.path} {f.how}, sha256 {f.sha256[:16]}… ({'image ' + f.base_sha256[:16] + '…' if f.base_sha256 else 'not in the image'})"
+             for f in served.files]
+    lines.append(f"recorded {len(served.files)} served file(s) in {result.served_record}: "
+                 + ("the captured chain bakes exactly these bytes" if result.captured else
+                    "lock proves the chain's result equals them byte for byte"))
+    return lines
 
 
 def deploy_dry_run(args: argparse.Namespace) -> Result:

@@ -4,6 +4,10 @@ snapshot that sees every container by name and what its vLLM serve runs, process
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +19,55 @@ from kvbake.rig.serve_shapes import SHAPES, ShapePorts
 from kvbake.ship.core.serve_reading import read_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
+STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
+SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"  # where the stand-in base's python3 imports vllm from
 
 
-def shape_ports(folder: Path) -> ShapePorts:
-    """Free ports on this machine for a pair on the host network, and a model folder to mount."""
+def chain_overlay(folder: Path | None = None) -> tuple[tuple[str, str], ...]:
+    """The seed's overlay: each file of the stand-in chain's result (or of `folder`) bind-mounted over the source root."""
+    root = folder or STANDIN / "overlay"
+    return tuple((str(path), f"{SOURCE_ROOT}/{path.relative_to(root).as_posix()}") for path in sorted(root.rglob("*")) if path.is_file())
+
+
+def donor_clone(folder: Path) -> tuple[Path, str]:
+    """A clean git clone holding the stand-in chain's patches, committed; its revision is the reviewed donor commit."""
+    (folder / "patches").mkdir(parents=True)
+    for patch in (STANDIN / "patches").glob("*.patch"):
+        shutil.copyfile(patch, folder / "patches" / patch.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+                "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"})
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the chain"]):
+        subprocess.run(["git", "-C", str(folder), *argv], env=env, check=True, capture_output=True)
+    revision = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return folder, revision
+
+
+def shape_ports(folder: Path, overlay: tuple[tuple[str, str], ...] = ()) -> ShapePorts:
+    """Free ports on this machine for a pair on the host network, a model folder to mount, and the overlay's mounts."""
     model = folder / "model"
     model.mkdir(parents=True, exist_ok=True)
-    return ShapePorts(free_port(), free_port(), free_port(), model)
+    return ShapePorts(free_port(), free_port(), free_port(), model, overlay)
 
 
 def start_shape(rig: dict, shape: str, ports: ShapePorts) -> dict[str, str]:
     """Start one shape on both nodes; each node's container ID."""
     start, _ = SHAPES[shape]
     return {key: start(rig[key].client(), key, ports) for key in NODES}
+
+
+def serving_keys(shape: str) -> tuple[str, ...]:
+    """The nodes whose serve runs a vLLM process: every node, but the head only in a Ray cluster."""
+    return ("a",) if shape == "ray cluster" else tuple(NODES)
+
+
+def wait_for_serves(rig: dict, names: dict[str, str], keys: tuple[str, ...]) -> None:
+    """An exec'd vLLM takes a moment to appear; a serve that never does fails the test."""
+    deadline = time.monotonic() + 20
+    while not all(serves(Engine(rig[key].host), names[key]) for key in keys):
+        assert time.monotonic() < deadline, {key: serves(Engine(rig[key].host), names[key]) for key in NODES}
+        time.sleep(0.2)
 
 
 def with_node_containers(deploy_file: Path, names: dict[str, str]) -> Path:

@@ -14,8 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 from tests.doubles.openai_double import OpenAIDouble
 
 from conftest import run
-from serveshapes import NODES, shape_ports, whole_node
+from serveshapes import NODES, chain_overlay, donor_clone, shape_ports, whole_node
 from shiprig import BAKED, PACKING_ENV, reset_nodes
 
 pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # engine-independent: the default engine is enough
@@ -90,27 +88,12 @@ def signature(argv: list[str]) -> str:
 # The rig: a donor clone, and the nodes running the seed's bind-mount serve.
 
 
-def donor_clone(folder: Path) -> tuple[Path, str]:
-    """A clean git clone holding the stand-in chain's patches, committed; its revision is the reviewed donor commit."""
-    (folder / "patches").mkdir(parents=True)
-    for patch in (STANDIN / "patches").glob("*.patch"):
-        shutil.copyfile(patch, folder / "patches" / patch.name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-                "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"})
-    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the chain"]):
-        subprocess.run(["git", "-C", str(folder), *argv], env=env, check=True, capture_output=True)
-    revision = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    return folder, revision
-
-
-def start_bind_mount_serve(rig: dict, ports: ShapePorts, patched: Path) -> dict[str, str]:
+def start_bind_mount_serve(rig: dict, ports: ShapePorts) -> dict[str, str]:
     """The serve the seed runs on each node: the base image started by hand as a two-node vLLM serve (main process,
-    the worker headless), a patched file bind-mounted over the source. Returns each node's container ID."""
+    the worker headless), the chain's patched files bind-mounted over the source (`ports.overlay`). Returns each
+    node's container ID."""
     command = lambda key: standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
-    return {key: run_shape(rig[key].client(), SERVE, command(key), ports, restart="unless-stopped", volumes=[(str(patched), BAKED, "ro")])
-            for key in NODES}
+    return {key: run_shape(rig[key].client(), SERVE, command(key), ports, restart="unless-stopped") for key in NODES}
 
 
 @dataclass
@@ -172,10 +155,8 @@ def walk(capsys, rig, engine, tmp_path, monkeypatch):
     repository = f"{rig['registry'].address}/kvbake/standin-kvpack"
     reset_nodes(rig, repository)
     donor, revision = donor_clone(tmp_path / "vllm-patches")
-    ports = shape_ports(tmp_path)
-    patched = tmp_path / "kv_cache_interface.py"
-    patched.write_text("# the bind-mounted file of the seed's serve\n")
-    adopted = start_bind_mount_serve(rig, ports, patched)
+    ports = shape_ports(tmp_path, chain_overlay())
+    adopted = start_bind_mount_serve(rig, ports)
     project = tmp_path / "dsv41"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COSIGN_PASSWORD", "the reviewer's own")
@@ -236,6 +217,8 @@ def after_doctor(w: Walk, out: str) -> None:
 def after_lock(w: Walk, out: str) -> None:
     chain = [entry["id"] for entry in yaml.safe_load((w.project / "manifest.yaml").read_text())["chain"]]
     assert f"imported from the donor: {', '.join(chain)}" in out, out
+    overlay = len(w.ports.overlay)
+    assert f"proof: the baked image holds the bytes the serve runs: {overlay} files, sha256 equal" in out.splitlines(), out
     assert (w.project / "manifest.lock.json").is_file() and any((w.project / "overlay").rglob("*.py"))
 
 
@@ -292,7 +275,8 @@ def after_rollback_to_adopted(w: Walk, out: str) -> None:
     for key in NODES:
         serving = w.serving(key)
         assert serving["Id"] == w.adopted[key] and serving["State"]["Running"], "the adopted serve is back"
-        assert sorted(m["Destination"] for m in serving["Mounts"]) == sorted(["/opt/kvbake-standin", "/models/standin", BAKED])
+        assert sorted(m["Destination"] for m in serving["Mounts"]) == sorted(["/opt/kvbake-standin", "/models/standin",
+                                                                              *(target for _, target in w.ports.overlay)])
         assert w.kept(key) is None
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -21,26 +20,13 @@ from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
 from kvbake.rig.serve_shapes import RAY_ARGS, SERVED, SHAPES
-from serveshapes import NODES, clear_nodes, serves, shape_ports, start_shape, whole_node, with_node_containers
+from serveshapes import NODES, clear_nodes, serves, serving_keys, shape_ports, start_shape, wait_for_serves, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
 # The reference launcher with the stand-in programs in place of vLLM and Ray (the stand-in base runs neither): what
 # `init --launcher` names, so that the deployment file init writes is used as written.
 STANDIN_REFERENCE_LAUNCHER = f"{sys.executable} {Path(__file__).resolve().parents[2] / 'scripts' / 'standin_reference_launcher.py'}"
-
-
-def serving_keys(shape: str) -> tuple[str, ...]:
-    """The nodes whose serve runs a vLLM process: every node, but the head only in a Ray cluster."""
-    return ("a",) if shape == "ray cluster" else tuple(NODES)
-
-
-def wait_for_serves(rig: dict, names: dict[str, str], keys: tuple[str, ...]) -> None:
-    """An exec'd vLLM takes a moment to appear; a serve that never does fails the test."""
-    deadline = time.monotonic() + 20
-    while not all(serves(Engine(rig[key].host), names[key]) for key in keys):
-        assert time.monotonic() < deadline, {key: serves(Engine(rig[key].host), names[key]) for key in NODES}
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

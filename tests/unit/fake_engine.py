@@ -3,10 +3,11 @@ files `docker cp` would put into a state container. Only the calls rollout, tran
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kvbake.engines.core.procfs import ImportOrigin, Process, environment
 from kvbake.errors import EngineError
@@ -31,6 +32,7 @@ class FakeEngine:
         self.registry: dict[str, dict[str, Any]] = {}
         self.containers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, bytes]] = {}
+        self.image_files: dict[str, dict[str, bytes]] = {}  # an image ID -> the files a container created from it holds
         self.configs: dict[str, str] = {}  # containerd store: manifest digest -> config digest
         self.identified: list[str] = []  # containerd store: the references whose config digest was read
         self.pulled: list[str] = []
@@ -38,6 +40,7 @@ class FakeEngine:
         self.clock = 1_000_000.0  # the node's own clock (docker info SystemTime), in seconds
         self.serial = 0
         self._profile = EngineProfile("26.1.5", store, "overlay2")
+        self.origin = ImportOrigin(BAKED_ORIGIN, ("/src",))  # where a serve imports vllm from unless its container says otherwise
 
     def _name_of(self, container: str) -> str | None:
         """A container's name, given its name or its ID."""
@@ -224,6 +227,22 @@ class FakeEngine:
         for item in source.iterdir():
             folder[posixpath.join(target, item.name)] = item.read_bytes()
 
+    @contextlib.contextmanager
+    def created_container(self, image: str) -> Iterator[str]:
+        """A never-started container holding the image's files; removed on exit."""
+        self._up()
+        image_id = self.image_id_of(image) or image
+        if image_id not in self.images:
+            raise EngineError(f"{self.label}: no image {image}", "load it")
+        name = f"kvbake-extract-{self.serial + 1}"
+        self.containers[name] = {"Id": self._new_id(), "Name": name, "Image": image_id, "State": {"Running": False}, "Config": {}}
+        self.files[name] = dict(self.image_files.get(image_id, {}))
+        try:
+            yield name
+        finally:
+            self.containers.pop(name, None)
+            self.files.pop(name, None)
+
     def copy_out(self, container: str, path: str, destination: Path) -> bool:
         """A folder comes out as a folder of its files, a file as that file; False when absent."""
         self._up()
@@ -251,7 +270,7 @@ class FakeEngine:
         if len(list(first_entries)) != len(processes):
             raise ValueError(f"{len(processes)} processes, but first entries {first_entries!r}")
         given = self._get(container).get("Origins", {})
-        return tuple(given.get(p.pid, ImportOrigin(BAKED_ORIGIN, ("/src",))) for p in processes)
+        return tuple(given.get(p.pid, self.origin) for p in processes)
 
     def changes(self, container: str) -> dict[str, str]:
         self._up()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fake_engine import FakeEngine
-from kvbake.engines.core.procfs import Process
+from kvbake.engines.core.procfs import ImportOrigin, Process
 from kvbake.cli import main, parse_args
 from kvbake.errors import IntegrityError, RolloutError, UsageError
 from kvbake.ship import commands
@@ -35,7 +35,9 @@ def node_engine(label: str, args: tuple[str, ...], env: list[str], *, repo_diges
     """A node whose engine runs the serve in `container` (vLLM as main process, or exec'd beside sleep) and one
     unrelated running container."""
     engine = FakeEngine(label)
-    engine.images[IMAGE_ID] = {"Id": IMAGE_ID, "RepoDigests": list(repo_digests), "Config": {"Env": list(IMAGE_ENV)}}
+    engine.origin = ImportOrigin(f"{ROOT}/vllm/__init__.py", (ROOT,))
+    engine.images[IMAGE_ID] = {"Id": IMAGE_ID, "RepoDigests": list(repo_digests), "Config": {"Env": list(IMAGE_ENV)},
+                               "Os": "linux", "Architecture": "arm64"}
     if tagged:
         engine.tags[TEMPLATE_IMAGE] = IMAGE_ID
     engine.run_serving(container, IMAGE_ID, [*IMAGE_ENV, *env], args, main=("sleep", "infinity") if execd else None,
@@ -108,25 +110,96 @@ def test_init_reads_each_nodes_serving_container_and_writes_both_files(nodes, tm
                    for line in lines)
 
 
+OVERLAY_MOUNTS = ({"Type": "bind", "Source": "/home/ops/fix.py", "Destination": f"{ROOT}/vllm/fix.py", "RW": False},
+                  {"Type": "bind", "Source": "/home/ops/a.py", "Destination": f"{ROOT}/vllm/a.py", "RW": False})
+# What each node's container shows at those paths (the mounted bytes, or its writable layer's), and the image's own files.
+SERVED = {f"{ROOT}/vllm/fix.py": b"fixed = True\n", f"{ROOT}/vllm/a.py": b"a = 'mounted'\n", f"{ROOT}/vllm/b.py": b"b = 'edited'\n",
+          f"{ROOT}/vllm/c.py": b"c = 1\n", f"{ROOT}/vllm/d.py": b"d = 'added'\n"}
+IMAGE_FILES = {f"{ROOT}/vllm/a.py": b"a = 1\n", f"{ROOT}/vllm/b.py": b"b = 1\n", f"{ROOT}/vllm/c.py": b"c = 1\n"}
+
+
+def serving_files(nodes, files=SERVED) -> None:
+    """Every node's serving container holds `files`, and its image the image's own files."""
+    for engine in nodes.values():
+        engine.files["vllm_node"] = dict(files)
+        engine.image_files[IMAGE_ID] = dict(IMAGE_FILES)
+
+
 def test_init_reports_switches_changed_files_overrides_and_files_mounted_over_the_source_root(nodes, tmp_path):
     switches = [f"{k}={v}" for k, v in PACKING.items()]
     changes = {f"{ROOT}/vllm": "C", f"{ROOT}/vllm/a.py": "C", f"{ROOT}/vllm/b.py": "C", f"{ROOT}/vllm/c.py": "C", f"{ROOT}/vllm/d.py": "A",
                "/tmp/scratch": "A"}
-    overlay = ({"Type": "bind", "Source": "/home/ops/fix.py", "Destination": f"{ROOT}/vllm/fix.py", "RW": False},
-               {"Type": "bind", "Source": "/home/ops/a.py", "Destination": f"{ROOT}/vllm/a.py", "RW": False})
     pair(nodes, head_env=[*switches, "PYTHONPATH=/opt/x", "LD_PRELOAD=/opt/y.so"], worker_env=switches, changes=changes,
-         mounts=(MODEL_MOUNT, *overlay))
+         mounts=(MODEL_MOUNT, *OVERLAY_MOUNTS))
+    nodes["ssh://ops@spark-b"].containers["vllm_node"].update({"Mounts": [MODEL_MOUNT, *OVERLAY_MOUNTS], "Changes": dict(changes)})
+    serving_files(nodes)
     data, text = run_init(tmp_path)
     assert data["switches"] == PACKING and data["implied_preset"] == "packing-327680"
-    assert data["changes"] == {"spark-a": [f"{ROOT}/vllm/a.py", f"{ROOT}/vllm/b.py", f"{ROOT}/vllm/c.py", f"{ROOT}/vllm/d.py"]}
+    changed = [f"{ROOT}/vllm/a.py", f"{ROOT}/vllm/b.py", f"{ROOT}/vllm/c.py", f"{ROOT}/vllm/d.py"]
+    assert data["changes"] == {"spark-a": changed, "spark-b": changed}
     assert set(data["placeholders"]) == {"manifest.yaml output.repository", "manifest.yaml donor.revision", "deploy.yaml signing.keys"}
     lines = text.splitlines()
     shown = ",".join(f"{k}={v}" for k, v in sorted(PACKING.items()))
     assert f"switches set in the serve: {shown}: preset packing-327680" in lines
-    changed = next(line for line in lines if line.startswith("spark-a: its writable layer changes"))
-    assert "changes 4 file(s)" in changed and f"({ROOT}/vllm/a.py, {ROOT}/vllm/b.py, {ROOT}/vllm/c.py)" in changed
+    changed_line = next(line for line in lines if line.startswith("spark-a: its writable layer changes"))
+    assert "changes 4 file(s)" in changed_line and f"({ROOT}/vllm/a.py, {ROOT}/vllm/b.py, {ROOT}/vllm/c.py)" in changed_line
     assert "code overrides in the serve's environment (not carried): LD_PRELOAD, PYTHONPATH" in lines
-    assert f"files mounted over the source root (the baked chain replaces them): {ROOT}/vllm/a.py, {ROOT}/vllm/fix.py" in lines
+    # c.py is written back as the image holds it: no difference. a.py is mounted (the mount wins over the layer's copy).
+    assert [(f["path"], f["how"], f["base_sha256"] is None) for f in data["served"]] == [
+        ("vllm/a.py", "mounted from /home/ops/a.py", False), ("vllm/b.py", "changed in the container's writable layer", False),
+        ("vllm/d.py", "changed in the container's writable layer", True), ("vllm/fix.py", "mounted from /home/ops/fix.py", True)]
+    record = json.loads((tmp_path / ".kvbake" / "served" / "record.json").read_text())
+    assert record["source_root"] == ROOT and record["nodes"] == ["spark-a", "spark-b"] and len(record["files"]) == 4
+    assert (tmp_path / ".kvbake" / "served" / "files" / "vllm" / "fix.py").read_bytes() == b"fixed = True\n"
+    assert any(line.startswith("served: vllm/fix.py mounted from /home/ops/fix.py, sha256 ") and "not in the image" in line for line in lines)
+    assert "lock proves the chain's result equals them byte for byte" in text
+
+
+def test_ranks_that_run_different_bytes_under_the_source_root_are_refused_naming_the_file(nodes, tmp_path):
+    pair(nodes, mounts=(MODEL_MOUNT, *OVERLAY_MOUNTS))
+    nodes["ssh://ops@spark-b"].containers["vllm_node"]["Mounts"] = [MODEL_MOUNT, *OVERLAY_MOUNTS]
+    serving_files(nodes)
+    nodes["ssh://ops@spark-b"].files["vllm_node"][f"{ROOT}/vllm/fix.py"] = b"fixed = False\n"
+    with pytest.raises(IntegrityError, match=r"the ranks run different files under the source root \(vllm/fix.py: spark-a [0-9a-f]{12}, spark-b [0-9a-f]{12}\)"):
+        run_init(tmp_path)
+    assert not (tmp_path / "manifest.yaml").exists() and not (tmp_path / ".kvbake").exists()
+
+
+def test_a_template_for_another_source_root_or_platform_is_refused_naming_both(nodes, tmp_path):
+    pair(nodes)
+    for engine in nodes.values():
+        engine.origin = ImportOrigin("/usr/local/lib/python3.11/dist-packages/vllm/__init__.py", ())
+    with pytest.raises(UsageError, match="template's base.source_root is /usr/local/lib/python3.12/dist-packages, but the serve imports "
+                                         "vllm from /usr/local/lib/python3.11/dist-packages"):
+        run_init(tmp_path)
+    for engine in nodes.values():
+        engine.origin = ImportOrigin(f"{ROOT}/vllm/__init__.py", ())
+        engine.images[IMAGE_ID]["Architecture"] = "amd64"
+    with pytest.raises(UsageError, match="template's base.platform is linux/arm64, but the serve's image is linux/amd64"):
+        run_init(tmp_path)
+    assert not (tmp_path / "manifest.yaml").exists()
+
+
+def test_a_mounted_python_file_outside_the_serves_source_root_is_refused(nodes, tmp_path):
+    elsewhere = {"Type": "bind", "Source": "/home/ops/a.py", "Destination": "/usr/local/lib/python3.11/dist-packages/vllm/a.py", "RW": False}
+    pair(nodes, mounts=(MODEL_MOUNT, elsewhere))
+    with pytest.raises(UsageError, match=r"spark-a mounts /usr/local/lib/python3.11/dist-packages/vllm/a.py, which is not under the "
+                                         rf"source root the serve imports vllm from \({ROOT}\): that code never runs"):
+        run_init(tmp_path)
+
+
+def test_capture_writes_one_patch_per_served_file_as_the_chain(nodes, tmp_path):
+    pair(nodes, mounts=(MODEL_MOUNT, *OVERLAY_MOUNTS))
+    nodes["ssh://ops@spark-b"].containers["vllm_node"]["Mounts"] = [MODEL_MOUNT, *OVERLAY_MOUNTS]
+    serving_files(nodes)
+    data, text = run_init(tmp_path, "--capture")
+    chain = written(tmp_path, "manifest.yaml")["chain"]
+    assert [(c["id"], c["file"], c["role"]) for c in chain] == [("cap001", "patches/cap001-vllm-a.patch", "captured"),
+                                                                ("cap002", "patches/cap002-vllm-fix.patch", "captured")]
+    assert chain[1]["summary"].startswith("captured from the serve: vllm/fix.py (mounted from /home/ops/fix.py), sha256 ")
+    patch = (tmp_path / "patches" / "cap002-vllm-fix.patch").read_text()
+    assert "new file mode 100644" in patch and "+fixed = True" in patch and "diff --git a/vllm/fix.py b/vllm/fix.py" in patch
+    assert "the captured chain bakes exactly these bytes" in text and "manifest.yaml donor.revision" not in data["placeholders"]
 
 
 def test_a_switch_set_no_preset_has_is_named_as_such(nodes, tmp_path):
@@ -312,3 +385,16 @@ def test_a_forbidden_switch_the_serve_sets_is_a_switch_not_part_of_the_container
     assert data["switches"] == {"VLLM_DSV41_NVFP4_KV": "1"}
     assert json.loads(written(tmp_path, "deploy.yaml")["launcher"]["env"]["CONTAINER_ENV"]) == {
         "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "{node_address}"}
+
+
+def test_capture_of_a_serve_that_runs_its_image_unchanged_is_refused(nodes, tmp_path):
+    pair(nodes)
+    with pytest.raises(UsageError, match="init --capture: the serve runs no file over its image under the source root"):
+        run_init(tmp_path, "--capture")
+    assert not (tmp_path / "manifest.yaml").exists() and not (tmp_path / "patches").exists()
+
+
+def test_a_file_deleted_under_the_source_root_is_refused_naming_it(nodes, tmp_path):
+    pair(nodes, changes={f"{ROOT}/vllm/gone.py": "D"})
+    with pytest.raises(UsageError, match=rf"init: vllm_node deleted {ROOT}/vllm/gone.py under the source root in its writable layer"):
+        run_init(tmp_path)

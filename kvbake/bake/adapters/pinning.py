@@ -14,6 +14,7 @@ from kvbake.bake.adapters.base_source import read_base
 from kvbake.bake.adapters.donor import patches_from
 from kvbake.bake.adapters.extract import BaseFile, Extractor
 from kvbake.bake.adapters.gitapply import GitApplier, patch_id
+from kvbake.bake.adapters.served_proof import require_served_proof
 from kvbake.bake.core.bytecode import python_tags, shadow_candidates
 from kvbake.bake.core.registry_copies import names_registry_host, repository_of
 from kvbake.bake.core.chain import ChainStep, apply_chain, first_touches, read_patch
@@ -222,6 +223,8 @@ def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, d
         tree = {path: (tree_root / path).read_bytes() for path in touches}
         patches = locked_patches(steps, tree_root)
     check_switch_coverage(manifest, tree)
+    require_served_proof(manifest.root, manifest.base.source_root, tree, {path: found.sha256 for path, found in snapshot.files.items()},
+                         {path: found.data for path, found in snapshot.files.items()})
     files = locked_files(snapshot, tree)
     lock = Lock(FORMAT_VERSION, pinned_manifest_sha256(manifest, FORMAT_VERSION), manifest.base.source_root, epoch,
                 manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -10,9 +12,14 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from kvbake.atomicfile import write_atomic
+from kvbake.bake.adapters.capture import write_captured
+from kvbake.bake.core.image_checks import platform_of
+from kvbake.bake.core.served_overlay import (SERVED_FILES, SERVED_RECORD, SERVED_RECORD_DIR, ServedOverlay, agreed,
+                                             misplaced_code_mounts, record_dict, source_root_of)
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import UsageError
-from kvbake.ship.adapters.serve_reader import read_rank
+from kvbake.errors import IntegrityError, UsageError
+from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.ship.adapters.served_files import image_files, read_served_overlay
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.serve_description import NodeServe, ServeDescription, choose_container, describe, implied_preset, require_serving
@@ -32,6 +39,9 @@ class InitResult:
     implied: str | None
     left: tuple[Placeholder, ...]
     nodes: tuple[NodeServe, ...]
+    served: ServedOverlay | None = None
+    served_record: Path | None = None
+    captured: bool = False
 
 
 def read_template(path: Path | None) -> dict[str, Any]:
@@ -55,18 +65,98 @@ def serving_container(engine: Engine, node: str, named: str | None) -> str:
     return choose_container(node, serving, cluster)
 
 
-def read_node(node: str, host: str, named: str | None, source_root: str) -> NodeServe:
-    """One node's serve, read through its engine; nothing on the node changes."""
+@dataclass(frozen=True)
+class NodeReading:
+    """One node's serving container as init reads it, before the source root is known: its inspect data and its rank."""
+
+    node: str
+    host: str
+    engine: Engine
+    container: Mapping[str, Any]
+    rank: RankServe
+
+
+def read_node(node: str, host: str, named: str | None) -> NodeReading:
+    """One node's serving container and what it runs, read through its engine; nothing on the node changes."""
     engine = Engine(host)
     name = serving_container(engine, node, named)
     container = engine.container_inspect(name)
     if not (container and (container.get("State") or {}).get("Running")):
         raise UsageError(f"init: {node} has no running container {name}", f"name the serving container of {node} with --container {node}=NAME")
-    rank = read_rank(engine, container)
-    serving = require_serving(node, rank.reading.serving, runs_ray_node(rank.reading.main))
+    return NodeReading(node, host, engine, container, read_rank(engine, container))
+
+
+def node_serve(reading: NodeReading, source_root: str) -> NodeServe:
+    """The node as the description takes it, its writable layer's changes read under the serve's own source root."""
+    rank = reading.rank
+    serving = require_serving(reading.node, rank.reading.serving, runs_ray_node(rank.reading.main))
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
     ray_node = tuple(rank.reading.main.argv) if runs_ray_node(rank.reading.main) else ()
-    return NodeServe(node, host, container, serving, engine.require_image(container["Image"]), changes, ray_node)
+    return NodeServe(reading.node, reading.host, reading.container, serving, reading.engine.require_image(reading.container["Image"]),
+                     changes, ray_node)
+
+
+def serve_source_root(readings: Sequence[NodeReading]) -> str:
+    """Where the serve imports `vllm` from, read from every rank that runs a vLLM process; ranks that differ refuse."""
+    found = {}
+    for reading in readings:
+        for serving, origin in zip(reading.rank.reading.serving, reading.rank.origins):
+            root = source_root_of(origin.origin)
+            if root is None:
+                raise IntegrityError(f"init: cannot tell where pid {serving.process.pid} on {reading.node} imports vllm from "
+                                     f"({origin.error or origin.origin or 'it finds no vllm package'})",
+                                     "start the serve so that its python3 imports vllm, then run init again")
+            found.setdefault(root, reading.node)
+    if len(found) != 1:
+        shown = "; ".join(f"{node} imports vllm from {root}" for root, node in found.items()) or "no rank runs vLLM"
+        raise IntegrityError(f"init: the ranks do not import vllm from one source root ({shown})",
+                             "serve one image the same way on every rank, then run init again")
+    return next(iter(found))
+
+
+def check_template_base(template: Mapping[str, Any], source_root: str, platform: str, capture: bool) -> None:
+    """A template whose chain was written for another source root or platform than the serve's is refused, both named
+    (with --capture the chain comes from the serve itself)."""
+    base = template["base"]
+    if capture:
+        return
+    if str(base["source_root"]) != source_root:
+        raise UsageError(f"init: the template's base.source_root is {base['source_root']}, but the serve imports vllm from {source_root}",
+                         "use a template written for this image (--template), or run init --capture to bake the files the serve runs")
+    if str(base["platform"]) not in (platform, "native"):
+        raise UsageError(f"init: the template's base.platform is {base['platform']}, but the serve's image is {platform}",
+                         "run init against the nodes the template's chain is for, or use a template written for this platform")
+
+
+def refuse_misplaced_mounts(readings: Sequence[NodeReading], source_root: str) -> None:
+    for reading in readings:
+        misplaced = misplaced_code_mounts(reading.container, source_root)
+        if misplaced:
+            raise UsageError(f"init: {reading.node} mounts {', '.join(misplaced)}, which is not under the source root the serve "
+                             f"imports vllm from ({source_root}): that code never runs",
+                             "mount the patched files under the source root the serve imports (or drop the mount), then run init again")
+
+
+def read_overlays(readings: Sequence[NodeReading], source_root: str) -> tuple[ServedOverlay, dict[str, bytes]]:
+    """The files every rank runs over its image under the source root; ranks that run different bytes refuse."""
+    read = {r.node: read_served_overlay(r.engine, r.container, r.rank.changes, source_root) for r in readings}
+    overlay = agreed({node: found[0] for node, found in read.items()})
+    return overlay, read[readings[0].node][1]
+
+
+def write_served(out: Path, overlay: ServedOverlay, data: Mapping[str, bytes], nodes: Sequence[str]) -> Path:
+    """The served-overlay record and the served bytes under `.kvbake/served/`, replaced whole."""
+    final = out / SERVED_RECORD_DIR
+    fresh = final.with_name(final.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    for path, content in data.items():
+        (fresh / SERVED_FILES / path).parent.mkdir(parents=True, exist_ok=True)
+        (fresh / SERVED_FILES / path).write_bytes(content)
+    fresh.mkdir(parents=True, exist_ok=True)
+    write_atomic(fresh / SERVED_RECORD, (json.dumps(record_dict(overlay, nodes), indent=1, sort_keys=True) + "\n").encode())
+    shutil.rmtree(final, ignore_errors=True)
+    fresh.rename(final)
+    return final / SERVED_RECORD
 
 
 def host_of(nodes: Sequence[tuple[str, str]], node: str) -> str:
@@ -92,18 +182,38 @@ def dump(document: Mapping[str, Any]) -> bytes:
 
 def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str], out: Path, template: Path | None,
                  options: InitOptions, force: bool) -> InitResult:
-    """Read every node, describe the serve, and write manifest.yaml and deploy.yaml into `out` (only once all is read)."""
+    """Read every node, describe the serve, and write manifest.yaml and deploy.yaml into `out` (only once all is read),
+    with the files the serve runs over its image recorded under `.kvbake/served/` (and, with --capture, as the chain)."""
     targets = (out / "manifest.yaml", out / "deploy.yaml")
     refuse_existing(targets, force)
     document = read_template(template)
-    source_root = str(document["base"]["source_root"])
     switch_names = tuple(document.get("switches") or {}) + tuple(document.get("forbidden") or {})
-    read = [read_node(node, host, containers.get(node) or containers.get(""), source_root) for node, host in nodes]
+    readings = [read_node(node, host, containers.get(node) or containers.get("")) for node, host in nodes]
+    source_root = serve_source_root(readings)
+    read = [node_serve(reading, source_root) for reading in readings]
+    platform = platform_of(read[0].image)
+    check_template_base(document, source_root, platform, options.capture)
+    refuse_misplaced_mounts(readings, source_root)
+    overlay, served_bytes = read_overlays(readings, source_root)
     described = describe(read, switch_names, source_root)
     kept = kept_base(str(document["base"]["image"]), described.base.image_id, host_of(nodes, described.head))
+    document["base"] = {**document["base"], "source_root": source_root,
+                        "platform": document["base"]["platform"] if document["base"]["platform"] == "native" else platform}
+    if options.capture:
+        document["chain"] = captured_chain(readings[0].engine, overlay, served_bytes, out)
     manifest = manifest_document(document, described, replace(options, kept_base=kept))
     deploy = deploy_document(read, described, source_root, options.launcher, options.signing_keys)
+    record = write_served(out, overlay, served_bytes, [node for node, _ in nodes])
     for path, written in zip(targets, (manifest, deploy)):
         write_atomic(path, dump(written))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),
-                      tuple(placeholders(manifest, deploy, described)), tuple(read))
+                      tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture)
+
+
+def captured_chain(engine: Engine, overlay: ServedOverlay, data: Mapping[str, bytes], out: Path) -> list[dict[str, Any]]:
+    """The chain `init --capture` writes: one patch per served file, from the image's bytes to the served ones."""
+    if not overlay.files:
+        raise UsageError("init --capture: the serve runs no file over its image under the source root, so there is nothing to capture",
+                         "run init without --capture (the template's chain), or mount the overlay the serve should run first")
+    base = image_files(engine, overlay.image_id, [f.path for f in overlay.files], overlay.source_root)
+    return write_captured(overlay, data, base, out)

@@ -28,6 +28,7 @@ class InitOptions:
     launcher: tuple[str, ...] = tuple(LAUNCHER_COMMAND)
     kept_base: str = ""  # the template's base.image when it already names the image the nodes run
     signing_keys: tuple[str, ...] = ()  # the reviewers' public keys, relative to the project folder
+    capture: bool = False  # the chain is the files the serve runs over its image (init --capture), not the template's
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,9 @@ def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], describ
     found = []
     if str(manifest["output"]["repository"]).startswith(PLACEHOLDER_REGISTRY):
         found.append(Placeholder("manifest.yaml output.repository", "run init again with --registry HOST:PORT (your private registry)"))
-    if str((manifest.get("donor") or {}).get("revision")) == PLACEHOLDER_REVISION:
+    chain = manifest.get("chain") or ()
+    captured = bool(chain) and all(entry.get("role") == "captured" for entry in chain)
+    if str((manifest.get("donor") or {}).get("revision")) == PLACEHOLDER_REVISION and not captured:
         found.append(Placeholder("manifest.yaml donor.revision",
                                  "run init again with --donor-revision REV (the reviewed donor commit), then lock --donor CHECKOUT"))
     if not described.mounts.model_dir:

@@ -1,0 +1,114 @@
+"""The seed's bind-mounted overlay becomes the chain, by proof, in every serve shape on two real node engines: init reads
+the files mounted over the source root on every rank, lock proves the chain's result equals them byte for byte (or
+refuses naming the file that differs, writing nothing), `init --capture` bakes them without a chain, and the derived
+image built and deep-verified from either holds exactly the mounted bytes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvbake.bake.adapters.extract import Extractor
+from kvbake.engines.adapters.client import Engine
+from kvbake.rig.serve_shapes import SHAPES
+
+from conftest import run
+from serveshapes import (NODES, SOURCE_ROOT, STANDIN, chain_overlay, clear_nodes, donor_clone, serving_keys, shape_ports, start_shape,
+                         wait_for_serves)
+from shiprig import reset_nodes
+
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
+
+
+@pytest.fixture()
+def pair(rig, shipped):
+    reset_nodes(rig, shipped["repository"])
+    yield
+    clear_nodes(rig, tuple({name for _, names in SHAPES.values() for name in names.values()}))
+    reset_nodes(rig, shipped["repository"])
+
+
+def start(rig: dict, tmp_path: Path, shape: str, overlay: tuple[tuple[str, str], ...]) -> None:
+    ports = shape_ports(tmp_path, overlay)
+    start_shape(rig, shape, ports)
+    wait_for_serves(rig, SHAPES[shape][1], serving_keys(shape))
+
+
+def init(capsys, rig: dict, shipped: dict, project: Path, *extra: str) -> dict:
+    nodes = [f"--node={NODES[key]}={rig[key].host}" for key in NODES]
+    code, out, err = run(capsys, "init", *nodes, "--template", str(shipped["manifest"]), "--out", str(project),
+                         "--registry", rig["registry"].address, "--json", *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def baked_files(engine: Engine, image: str, paths: list[str]) -> dict[str, bytes]:
+    """The chain's files as the derived image holds them, read from a never-started container."""
+    with engine.created_container(image) as created:
+        extractor = Extractor(engine, created, SOURCE_ROOT)
+        return {path: extractor.file(path).data for path in paths}
+
+
+def build_and_verify(capsys, engine: Engine, project: Path) -> str:
+    manifest = str(project / "manifest.yaml")
+    for argv in (("build",), ("verify", "--deep")):
+        code, out, err = run(capsys, *argv, "--manifest", manifest, "--json")
+        assert code == 0, f"{argv}: {err}"
+    return json.loads(out)["image"]
+
+
+@pytest.mark.parametrize("shape", ["main process", "ray cluster", "eugr cluster", "--rm wrapper"])
+def test_the_mounted_overlay_is_proven_to_be_the_chain_and_the_image_holds_its_bytes(capsys, engine, rig, shipped, pair, tmp_path, shape):
+    overlay = chain_overlay()
+    start(rig, tmp_path, shape, overlay)
+    donor, revision = donor_clone(tmp_path / "donor")
+    project = tmp_path / "project"
+    found = init(capsys, rig, shipped, project, "--donor-revision", revision)
+    mounted = {target[len(SOURCE_ROOT) + 1:]: Path(source).read_bytes() for source, target in overlay}
+    assert {f["path"] for f in found["served"]} == set(mounted)
+    assert all(f["how"].startswith("mounted from ") for f in found["served"])
+    assert yaml.safe_load((project / "manifest.yaml").read_text())["base"]["source_root"] == SOURCE_ROOT
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
+    assert code == 0, err
+    assert f"proof: the baked image holds the bytes the serve runs: {len(mounted)} files, sha256 equal" in out.splitlines()
+    image = build_and_verify(capsys, engine, project)
+    assert baked_files(engine, image, sorted(mounted)) == mounted, "the derived image holds the mounted bytes"
+
+
+def test_a_mounted_file_that_differs_from_the_chain_is_named_and_lock_writes_nothing(capsys, engine, rig, shipped, pair, tmp_path):
+    edited = tmp_path / "edited"
+    shutil.copytree(STANDIN / "overlay", edited)
+    changed = edited / "vllm" / "v1" / "kv_cache_interface.py"
+    changed.write_bytes(changed.read_bytes() + b"# edited on the node after review\n")
+    start(rig, tmp_path, "main process", chain_overlay(edited))
+    donor, revision = donor_clone(tmp_path / "donor")
+    project = tmp_path / "project"
+    init(capsys, rig, shipped, project, "--donor-revision", revision)
+    patches_before = sorted(p.name for p in (project / "patches").glob("*")) if (project / "patches").exists() else []
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
+    assert code == 7, out + err
+    assert "1 of 9 files differ (vllm/v1/kv_cache_interface.py)" in err and len(err.strip().splitlines()) == 1, err
+    assert not (project / "manifest.lock.json").exists() and not (project / "overlay").exists()
+    assert (sorted(p.name for p in (project / "patches").glob("*")) if (project / "patches").exists() else []) == patches_before
+    report = (project / ".kvbake" / "served" / "differences.diff").read_text()
+    assert "-# edited on the node after review" in report
+
+
+def test_capture_bakes_the_served_bytes_without_a_chain(capsys, engine, rig, shipped, pair, tmp_path):
+    overlay = chain_overlay()
+    start(rig, tmp_path, "eugr cluster", overlay)
+    project = tmp_path / "project"
+    found = init(capsys, rig, shipped, project, "--capture")
+    mounted = {target[len(SOURCE_ROOT) + 1:]: Path(source).read_bytes() for source, target in overlay}
+    chain = yaml.safe_load((project / "manifest.yaml").read_text())["chain"]
+    assert [entry["role"] for entry in chain] == ["captured"] * len(mounted)
+    assert "manifest.yaml donor.revision" not in found["placeholders"]
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"))
+    assert code == 0, err
+    assert f"proof: the baked image holds the bytes the serve runs: {len(mounted)} files, sha256 equal" in out.splitlines()
+    image = build_and_verify(capsys, engine, project)
+    assert baked_files(engine, image, sorted(mounted)) == mounted
