@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from python_on_whales import DockerClient
@@ -54,23 +56,40 @@ def remove_serve(client, name: str) -> bool:
     return True
 
 
-def start_serve(client, step: DockerRun) -> str:
+@contextlib.contextmanager
+def secret_env_file(names: Sequence[str], env: Mapping[str, str]) -> Iterator[list[str]]:
+    """The secrets' values in an env file only this user can read, for docker to pass on; removed afterwards (never a
+    command-line argument, where any user of the host could read it)."""
+    if not names:
+        yield []
+        return
+    with tempfile.TemporaryDirectory(prefix="kvbake-secrets-") as folder:
+        path = Path(folder) / "secrets.env"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.writelines(f"{name}={env[name]}\n" for name in names)
+        yield [str(path)]
+
+
+def start_serve(client, step: DockerRun, env: Mapping[str, str] | None = None) -> str:
     """Replace the container by name with a new one (in the exec shape, then start vLLM in it); the new container's id."""
     remove_serve(client, step.name)
     entrypoint_args = list(step.container_command()[1])
-    container = client.run(step.image, entrypoint_args, **step.whales_options())
+    with secret_env_file(step.secret_env, env or {}) as secrets:
+        options = step.whales_options()
+        container = client.run(step.image, entrypoint_args, **{**options, "env_files": [*options["env_files"], *secrets]})
     if step.execs:
         client.container.execute(step.name, **step.whales_exec())
     return container.id
 
 
-def carry_out(client, step: DockerRun | StopServe, host: str) -> str:
+def carry_out(client, step: DockerRun | StopServe, host: str, env: Mapping[str, str] | None = None) -> str:
     """Do the step on the engine; the line to print on success. Engine refusals become EngineFailure."""
     try:
         if isinstance(step, StopServe):
             removed = remove_serve(client, step.name)
             return f"{PROGRAM}: {'stopped and removed' if removed else 'no container'} {step.name} on {host}"
-        return f"{PROGRAM}: started {step.name} ({start_serve(client, step)[:12]}, {step.shape} shape) on {host}"
+        return f"{PROGRAM}: started {step.name} ({start_serve(client, step, env)[:12]}, {step.shape} shape) on {host}"
     except DockerException as err:
         action = "stopping" if isinstance(step, StopServe) else "starting"
         raise EngineFailure(f"{PROGRAM}: {action} {step.name} on {host} failed: {engine_reason(err)}") from None
@@ -102,7 +121,7 @@ def run(argv: Sequence[str], env: Mapping[str, str],
         print(err.one_line(), file=sys.stderr)
         return 2
     try:
-        print(carry_out(DockerClient(host=host), step, host))
+        print(carry_out(DockerClient(host=host), step, host, env))
     except EngineFailure as err:
         print(err, file=sys.stderr)
         return 1

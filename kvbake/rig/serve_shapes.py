@@ -95,6 +95,22 @@ def eugr_cluster(client, key: str, ports: ShapePorts) -> str:
     return container
 
 
+# What a serve's secrets look like on the rig: a value shaped like a Hugging Face token and an API key; never real ones.
+RIG_TOKEN = "hf_" + "kvbakeRigOnlyToken" * 2
+RIG_API_KEY = "sk-kvbake-rig-only-0123456789"
+RIG_SECRETS = {"HF_TOKEN": RIG_TOKEN, "HUGGING_FACE_HUB_TOKEN": RIG_TOKEN, "VLLM_API_KEY": RIG_API_KEY}
+
+
+def eugr_with_secrets(client, key: str, ports: ShapePorts) -> str:
+    """(b) eugr's shape as operators run it with a token: HF_TOKEN in the container's environment, another token given
+    by `docker exec -e`, and vLLM's `--api-key` on its command line."""
+    container = run(client, "vllm_tok", ["sleep", "infinity"], ports, restart="unless-stopped", init=True,
+                    envs={"HF_TOKEN": RIG_TOKEN})
+    serve = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports), "--api-key", RIG_API_KEY)
+    client.container.execute("vllm_tok", serve, detach=True, envs={"HUGGING_FACE_HUB_TOKEN": RIG_TOKEN})
+    return container
+
+
 def rm_wrapper(client, key: str, ports: ShapePorts) -> str:
     """(c) a --rm container whose entrypoint is a mounted wrapper script (its Cmd never names vLLM), named per node."""
     args = [*SERVED, "--max-model-len", str(CONTROL_LENGTH), *ports.serve_args, *multi_node_args(key, ports)]
@@ -123,6 +139,7 @@ SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] 
     "main process": (main_process, {"a": "vllm-serve", "b": "vllm-serve"}),
     "ray cluster": (ray_cluster, {"a": "node", "b": "node"}),
     "eugr cluster": (eugr_cluster, {"a": "vllm_node", "b": "vllm_node"}),
+    "eugr cluster, secrets": (eugr_with_secrets, {"a": "vllm_tok", "b": "vllm_tok"}),
     "--rm wrapper": (rm_wrapper, {"a": "serve-a", "b": "serve-b"}),
     "compose": (compose_managed, {"a": "vllm-compose", "b": "vllm-compose"}),
 }

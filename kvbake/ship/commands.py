@@ -187,6 +187,8 @@ def init_report(result) -> Result:
         lines.append(f"{node}: its writable layer changes {len(changed)} file(s) under the source root ({', '.join(changed[:3])}): the baked chain must include them")
     if d.overrides:
         lines.append(f"code overrides in the serve's environment (not carried): {', '.join(sorted(d.overrides))}")
+    if d.secrets:
+        lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(d.secrets)}")
     lines += served_lines(result)
     lines.append(f"wrote {', '.join(str(p) for p in result.written)}")
     lines += [f"to fill: {p.where}: {p.fix}" for p in result.left]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -19,7 +20,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
-from kvbake.rig.serve_shapes import RAY_ARGS, SERVED, SHAPES
+from kvbake.rig.serve_shapes import RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES
 from serveshapes import NODES, clear_nodes, serves, serving_keys, shape_ports, start_shape, wait_for_serves, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
@@ -46,8 +47,10 @@ def reviewer(shipped, tmp_path_factory) -> Iterator[Path]:
 
 
 @pytest.fixture()
-def shape_rig(rig, shipped):
+def shape_rig(rig, shipped, monkeypatch):
     reset_nodes(rig, shipped["repository"])
+    for name, value in RIG_SECRETS.items():  # where kvbake runs: the secrets a serve was adopted with come from here
+        monkeypatch.setenv(name, value)
     yield
     clear_nodes(rig, tuple({name for _, names in SHAPES.values() for name in names.values()}))
     reset_nodes(rig, shipped["repository"])
@@ -136,7 +139,7 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     assert described["init"]["switches"] == {} and described["init"]["changes"] == {}
     assert described["manifest"]["base"]["image"] == BASE, "the template's pin names the image the nodes run: kept"
     launch = described["deploy"]["launcher"]["env"]
-    expected_shape = {"ray cluster": "ray", "eugr cluster": "exec"}.get(shape, "main")
+    expected_shape = "ray" if shape == "ray cluster" else "exec" if shape.startswith("eugr cluster") else "main"
     assert (launch["SHAPE"], launch["MODEL_DIR"], launch["VLLM_PORT"]) == (expected_shape, str(walk.ports.model_dir), str(walk.ports.api))
     assert launch.get("RAY_PORT" if shape == "ray cluster" else "MASTER_PORT") == str(walk.ports.ray if shape == "ray cluster" else walk.ports.rendezvous)
     assert described["deploy"]["readiness"]["url"] == f"http://127.0.0.1:{walk.ports.api}/health"
@@ -176,6 +179,22 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     assert all(walk.kvbake_gone(final, key) and final[key]["records"][0] == adopted_id for key in NODES)
     assert walk.serves_the_api(), "the original serve answers again"
     walk.run("verify-running")
+    if shape == "eugr cluster, secrets":
+        assert json.loads(launch["SECRET_ENV"]) == ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"]
+        assert no_secret_written(walk, tmp_path), "no file, record, journal or audit line holds a secret"
+
+
+def no_secret_written(walk: Walk, folder: Path) -> bool:
+    """Neither this host's files (the project init wrote, the journal, the records) nor any node's state container
+    (records, journal copy, audit log) holds the rig's token or API key; the serving containers themselves do."""
+    written = [path.read_bytes() for path in folder.rglob("*") if path.is_file()]
+    for key in NODES:
+        engine = Engine(walk.rig[key].host)
+        with tempfile.TemporaryDirectory() as copy:
+            if engine.copy_out("kvbake-state", "/kvbake", Path(copy) / "state"):
+                written += [path.read_bytes() for path in Path(copy).rglob("*") if path.is_file()]
+    assert len(written) > 3, "the walk wrote files to look at"
+    return not any(RIG_TOKEN.encode() in data or RIG_API_KEY.encode() in data for data in written)
 
 
 @pytest.mark.parametrize("shape", ["eugr cluster", "--rm wrapper"])

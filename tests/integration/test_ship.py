@@ -6,6 +6,7 @@ import json
 import shutil
 import stat
 import sys
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from kvbake.rig import NodeEngine
 
 from conftest import run
 from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
-from shiprig import BAKED, CONTAINER, REPO_ROOT, STANDIN_LAUNCHER, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
+from shiprig import BAKED, BASE, CONTAINER, REPO_ROOT, STANDIN_LAUNCHER, deploy_control, fleet_snapshot, serving_env, ship, ship_with, write_deploy
 
 pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # the main job (bake, push, deploy, rollback) is proven on Docker 20.10 too
 
@@ -247,4 +248,34 @@ def test_an_image_that_differs_only_in_its_config_is_refused_in_phase_one(capsys
     assert code == 12 and f"node spark-a: {forged} is not the release's image (config sha256:" in err, err
     assert "other Env" in err and "not the lock's" in err and err.count("\n") == 1, err
     assert fleet_snapshot(rig, shipped) == before
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+
+
+def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and_rollback(capsys, shipped, rig, tmp_path):
+    """An old launcher's serve beside kvbake's on one GPU node: verify-running names it, deploy and rollback refuse it
+    before anything moves."""
+    from kvbake.rig.serve_shapes import STANDIN_VLLM, standin_serve
+    from serveshapes import serves
+
+    deploy_control(capsys, shipped, "one serve per node")
+    assert ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "packing")[0] == 0
+    (tmp_path / "model").mkdir()
+    command = standin_serve(4096)
+    client = rig["b"].client()
+    client.run(BASE, command[1:], entrypoint=command[0], name="old-launcher-serve", detach=True, networks=["none"],
+               mounts=[STANDIN_VLLM, ["type=bind", f"source={tmp_path / 'model'}", "target=/models/standin", "readonly"]])
+    try:
+        deadline = time.monotonic() + 20
+        while not serves(Engine(rig["b"].host), "old-launcher-serve"):
+            assert time.monotonic() < deadline, "the second serve never started its vLLM process"
+            time.sleep(0.2)
+        code, _, err = ship(capsys, shipped, "verify-running")
+        assert code == 7 and "spark-b: a second vLLM serve runs in old-launcher-serve (neither kvbake's nor the adopted one)" in err, err
+        before = fleet_snapshot(rig, shipped)
+        for argv in (("deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "again"), ("rollback",)):
+            code, _, err = ship(capsys, shipped, *argv)
+            assert code == 12 and "node spark-b runs another vLLM serve in old-launcher-serve" in err, err
+            assert fleet_snapshot(rig, shipped) == before, f"{argv[0]} changed a node"
+    finally:
+        client.container.remove("old-launcher-serve", force=True)
     assert ship(capsys, shipped, "verify-running")[0] == 0

@@ -398,3 +398,28 @@ def test_a_file_deleted_under_the_source_root_is_refused_naming_it(nodes, tmp_pa
     pair(nodes, changes={f"{ROOT}/vllm/gone.py": "D"})
     with pytest.raises(UsageError, match=rf"init: vllm_node deleted {ROOT}/vllm/gone.py under the source root in its writable layer"):
         run_init(tmp_path)
+
+
+def test_a_serve_with_a_token_and_an_api_key_is_written_with_their_names_only(nodes, tmp_path):
+    token, key = "hf_" + "Zz09" * 9, "sk-local-0123456789abcdef"
+    head = (*HEAD, "--api-key", key)
+    nodes["ssh://ops@spark-a"] = node_engine("spark-a", head, ["VLLM_HOST_IP=10.0.0.11", f"HF_TOKEN={token}"])
+    nodes["ssh://ops@spark-b"] = node_engine("spark-b", (*WORKER, "--api-key", key), ["VLLM_HOST_IP=10.0.0.12", f"HF_TOKEN={token}"])
+    data, text = run_init(tmp_path)
+    deploy = written(tmp_path, "deploy.yaml")
+    assert json.loads(deploy["launcher"]["env"]["SECRET_ENV"]) == ["HF_TOKEN", "VLLM_API_KEY"]
+    assert "--api-key" not in written(tmp_path, "manifest.yaml")["presets"]["control"]["launcher_args"]
+    everything = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()) + text.encode() + json.dumps(data).encode()
+    assert token.encode() not in everything and key.encode() not in everything
+    assert "secrets (by name only; export them where kvbake deploy runs): HF_TOKEN, VLLM_API_KEY" in text.splitlines()
+
+
+def test_another_option_whose_value_looks_like_a_credential_is_refused(nodes, tmp_path):
+    pair(nodes)
+    for host in nodes:
+        process = nodes[host].containers["vllm_node"]["Processes"][0]
+        nodes[host].containers["vllm_node"]["Processes"] = (type(process)(process.pid, process.ppid, (*process.argv, "--hf-token", "hf_" + "Q1" * 18),
+                                                                         process.env, process.cwd, process.exe),)
+    with pytest.raises(IntegrityError, match="init: the serve's --hf-token value looks like a credential"):
+        run_init(tmp_path)
+    assert not (tmp_path / "deploy.yaml").exists()

@@ -49,7 +49,7 @@ LABEL_PREFIX = "kvbake.launcher."
 # What a fix suggests for each JSON-valued variable.
 EXAMPLES = {"KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840"]', "EXTRA_MOUNTS": '["/srv/models/tokenizers:/opt/tokenizers"]',
             "DRAFTER_ARGS": '["--<drafter-option>", "{url}"]', "CONTAINER_ENV": '{"VLLM_HOST_IP": "{node_address}"}',
-            "KVBAKE_NODE_LAUNCH_JSON": '{"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}}'}
+            "KVBAKE_NODE_LAUNCH_JSON": '{"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}}', "SECRET_ENV": '["HF_TOKEN"]'}
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class LaunchSettings:
     shape: str = "main"
     node_launch: NodeLaunch = field(default_factory=NodeLaunch)
     ray_port: int = int(DEFAULTS["RAY_PORT"])
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class DockerRun:
     ulimits: tuple[str, ...] = ()
     cluster_command: tuple[str, ...] = CLUSTER_COMMAND
     starts_vllm: bool = True
+    secret_env: tuple[str, ...] = ()  # passed by name: docker reads each value from the launcher's own environment
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -142,6 +144,8 @@ class DockerRun:
         options += ["--env-file", self.env_file] if self.container_has_switches else []
         for name, value in self.envs.items():
             options += ["--env", f"{name}={value}"]
+        for name in self.secret_env:
+            options += ["--env", name]
         for mount in self.mounts:
             options += ["--mount", ",".join(mount.spec())]
         for flag, values in (("--device", self.devices), ("--cap-add", self.cap_add), ("--ulimit", self.ulimits)):
@@ -336,6 +340,23 @@ def read_container_env(env: Mapping[str, str], topology: Topology, node_address:
     return result
 
 
+def read_secret_env(env: Mapping[str, str], container_env: Mapping[str, str]) -> tuple[str, ...]:
+    """SECRET_ENV: the names of the serve's secret variables (tokens, API keys), whose values the container takes from
+    the environment the launcher runs in (the operator's, through kvbake deploy); each must be set there."""
+    if not env.get("SECRET_ENV"):
+        return ()
+    names = _string_list(env, "SECRET_ENV")
+    for name in names:
+        if not ENV_NAME.match(name):
+            raise LaunchInputError(f"SECRET_ENV entry {name!r} is not a variable name", f"set SECRET_ENV to a JSON array of names, e.g. {EXAMPLES['SECRET_ENV']}")
+        if name in container_env:
+            raise LaunchInputError(f"SECRET_ENV and CONTAINER_ENV both give {name}", "give a secret in SECRET_ENV only, by name")
+        if not env.get(name):
+            raise LaunchInputError(f"SECRET_ENV names {name}, which is not set where the launcher runs",
+                                   f"export {name} in the environment kvbake deploy runs in (kvbake records secrets by name only)")
+    return tuple(sorted(set(names)))
+
+
 def read_drafter_args(env: Mapping[str, str], preset_args: Sequence[str]) -> tuple[str, ...]:
     """The remote drafter's arguments from the operator's DRAFTER_ARGS template, `{url}` and `{max_positions}` filled
     in (plain text replacement, so JSON braces in a template stay as they are); none without a drafter URL."""
@@ -439,7 +460,8 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
         tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
-        node_launch=read_node_settings(env, source_root, extra_mounts, container_env), ray_port=ray_port)
+        node_launch=read_node_settings(env, source_root, extra_mounts, container_env), ray_port=ray_port,
+        secret_env=read_secret_env(env, container_env))
 
 
 def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
@@ -550,7 +572,7 @@ def docker_run(s: LaunchSettings) -> DockerRun:
                      envs={**s.container_env, **node.env}, labels=labels, shape=s.shape, devices=node.devices,
                      cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()),
                      cluster_command=ray_node_command(s) if s.shape == "ray" else CLUSTER_COMMAND,
-                     starts_vllm=s.shape != "ray" or s.topology.role == "head")
+                     starts_vllm=s.shape != "ray" or s.topology.role == "head", secret_env=s.secret_env)
 
 
 def plan(env: Mapping[str, str]) -> DockerRun | StopServe:

@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
-from kvbake.ship.core.create_spec import create_spec, spec_differences
+from kvbake.secret_env import missing_secrets, restore_args
+from kvbake.ship.core.create_spec import create_spec, spec_differences, with_secrets
 from kvbake.ship.core.release import Release
 
 START_WAIT_S = 30.0
@@ -73,7 +75,7 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
     if not is_the_adopted(engine.container_inspect(kvbake_container), info):  # set aside half-way, it may still hold that name
         engine.remove_container(kvbake_container)
     if found is None:
-        engine.recreate(dict(info["spec"]), name)
+        engine.recreate(with_secrets(info["spec"], os.environ), name)
     else:
         if str(found.get("Name", "")).lstrip("/") != name and not engine.rename_container(str(found["Id"]), name):
             raise RolloutError(f"node {node}: the adopted serve cannot take its name {name} back (another container holds it)",
@@ -99,7 +101,27 @@ def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any])
             raise RolloutError(f"node {node}: the adopted container {name} did not start within {START_WAIT_S:g} s",
                                f"read its log (docker logs {name}) on that node")
         time.sleep(0.2)
-    engine.exec_detached(name, list(command["argv"]), dict(command.get("env") or {}), command.get("cwd"), command.get("user"))
+    secrets = {secret: os.environ[secret] for secret in command.get("secret_env") or ()}
+    argv = restore_args(command["argv"], {secret: os.environ[secret] for secret in command.get("secret_args") or ()})
+    engine.exec_detached(name, argv, {**(command.get("env") or {}), **secrets}, command.get("cwd"), command.get("user"))
+
+
+def secrets_needed(adopted: Release) -> tuple[str, ...]:
+    """The secret variables bringing this adopted serve back may need: its container's and its exec'd vLLM's."""
+    info = adopted.adopted or {}
+    command = info.get("exec") or {}
+    return tuple(sorted({*((info.get("spec") or {}).get("secret_env") or ()), *(command.get("secret_env") or ()),
+                         *(command.get("secret_args") or ())}))
+
+
+def refuse_missing_secrets(releases: Mapping[str, Release | None]) -> None:
+    """Before anything moves: an adopted serve this command (or its revert) may bring back needs its secrets from the
+    environment kvbake runs in."""
+    for node, release in releases.items():
+        missing = missing_secrets(secrets_needed(release), os.environ) if release is not None and release.adopted else []
+        if missing:
+            raise RolloutError(f"node {node}: the adopted serve needs {', '.join(missing)} to come back, and this environment does not set it",
+                               f"export {' '.join(missing)} where kvbake runs (kvbake records secrets by name only), then retry; nothing was changed")
 
 
 def release_kept(engine: Engine, adopted: Release, default: str) -> bool:

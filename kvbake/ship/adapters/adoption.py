@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from kvbake.errors import RolloutError
 from kvbake.operate.core.presets import check_reason
+from kvbake.secret_env import withhold_args
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.rollout import NodeView, check_views, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.transitions import records_of, run_transition
@@ -92,7 +94,7 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
                  "shape": found.serve.reading.shape if own else RAY_WORKER, "spec": create_spec(container),
                  "restart": ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
                  "exec": exec_command(own, (container.get("Config") or {}).get("Env") or ()) if own and own.execd else None,
-                 "serve_argv": list(own.process.argv) if own else [],
+                 "serve_argv": withhold_args(own.process.argv)[0] if own else [],
                  "changes": [path for path, _ in changed_files(found.serve.changes, fleet.source_root)]})
 
 
@@ -154,6 +156,8 @@ def rollback_to_adopted(fleet: Fleet, break_lock: bool) -> Journal:
     try:
         views = [view(fleet, name) for name in fleet.engines]
         check_views(views)
+        refuse_other_serves(fleet, {v.name: v.records for v in views})
+        adopted_serve.refuse_missing_secrets({v.name: v.records.adopted for v in views})
         without = [v.name for v in views if v.records.adopted is None]
         if without:
             raise RolloutError(f"rollback --to adopted: {', '.join(without)} keeps no adopted serve (none was adopted, or adopt --release "

@@ -8,6 +8,7 @@ from typing import Any
 from kvbake.errors import IntegrityError
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.other_serves import other_serves
 from kvbake.ship.core.journal import read_diverged, read_journal
 from kvbake.ship.core.release import Release
 from kvbake.ship.core.running import agreement_failures, rank_failures, switch_env
@@ -35,6 +36,8 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
         observed[node.name] = check.signature
         reports.append(RankReport(node.name, tuple(check.failures), check.switches))
     failures += agreement_failures(observed)
+    failures += [f"{node.name}: a second vLLM serve runs in {name} (neither kvbake's nor the adopted one)"
+                 for node in fleet.deployment.nodes for name in other_serves(fleet, node.name, NodeState(node.name, fleet.engines[node.name]).read())]
     if failures:
         raise IntegrityError(f"verify-running: {len(failures)} problem(s): {'; '.join(failures)}",
                              "roll back (python build.py rollback) or redeploy; never fix one rank by hand")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from kvbake.secret_env import split_env_list
+
 # Config fields that say what runs and how; Hostname only when it is not the engine's default.
 CONFIG_KEYS = ("Entrypoint", "Cmd", "Env", "Labels", "WorkingDir", "User", "Domainname", "Tty", "OpenStdin", "StopSignal",
                "StopTimeout", "Healthcheck", "ExposedPorts")
@@ -23,15 +25,30 @@ EMPTY = (None, "", 0, [], {}, False)
 
 
 def create_spec(inspect: Mapping[str, Any]) -> dict[str, Any]:
-    """The container's image (by ID), name and the Config and HostConfig fields kvbake restores, as plain data."""
+    """The container's image (by ID), name and the Config and HostConfig fields kvbake restores, as plain data; its
+    secret variables by name only (`secret_env`: their values come from where kvbake runs, `with_secrets`)."""
     config = inspect.get("Config") or {}
     host = inspect.get("HostConfig") or {}
     kept_config = {key: copy.deepcopy(config[key]) for key in CONFIG_KEYS if config.get(key) not in EMPTY}
+    kept_env, secrets = split_env_list(kept_config.get("Env") or [])
+    if "Env" in kept_config:
+        kept_config["Env"] = kept_env
     hostname = str(config.get("Hostname") or "")
     if hostname and not str(inspect.get("Id", "")).startswith(hostname) and host.get("NetworkMode") != "host":
         kept_config["Hostname"] = hostname
-    return {"image": str(inspect.get("Image", "")), "name": str(inspect.get("Name", "")).lstrip("/"), "config": kept_config,
+    spec = {"image": str(inspect.get("Image", "")), "name": str(inspect.get("Name", "")).lstrip("/"), "config": kept_config,
             "host": {key: copy.deepcopy(host[key]) for key in HOST_KEYS if host.get(key) not in EMPTY}}
+    return {**spec, "secret_env": list(secrets)} if secrets else spec
+
+
+def with_secrets(spec: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The spec to create the container again: its secret variables back in its Env, their values from `env`."""
+    names = list(spec.get("secret_env") or ())
+    if not names:
+        return dict(spec)
+    config = dict(spec.get("config") or {})
+    config["Env"] = [*(config.get("Env") or []), *(f"{name}={env[name]}" for name in names)]
+    return {**{key: value for key, value in spec.items() if key != "secret_env"}, "config": config}
 
 
 def unrestorable(inspect: Mapping[str, Any]) -> list[str]:

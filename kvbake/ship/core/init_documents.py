@@ -87,6 +87,8 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
         env["EXTRA_MOUNTS"] = json.dumps(list(described.mounts.read_only))
     if described.drafter is not None:
         env["DRAFTER_ARGS"] = json.dumps([described.drafter.option, "{url}"])
+    if described.secrets:
+        env["SECRET_ENV"] = json.dumps(list(described.secrets))
     return env
 
 

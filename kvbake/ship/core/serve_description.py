@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import IntegrityError, RolloutError
+from kvbake.secret_env import SECRET_OPTIONS, split_secrets
+from kvbake.secretscan import credential_kind
 from kvbake.ship.core.running import CODE_OVERRIDES
 from kvbake.ship.core.serve_reading import ServingProcess
 from kvbake.ship.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
@@ -99,6 +101,7 @@ class ServeDescription:
     node_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     node_launch: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ray_port: str = ""
+    secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
 
 
 def ray_port_of(argv: Sequence[str]) -> str:
@@ -164,8 +167,19 @@ def head_of(nodes: Sequence[NodeServe]) -> NodeServe:
 
 
 def shared_args(args: ServeArgs) -> ServeArgs:
-    """The arguments every rank shares, less those kvbake's presets and launcher own: per-node options, the model, the length."""
-    return args.split()[1].without((MODEL_OPTION, LENGTH_OPTION))
+    """The arguments every rank shares, less those kvbake's presets and launcher own (per-node options, the model, the
+    length) and the secret options (their value reaches vLLM by its variable, named in SECRET_ENV)."""
+    shared = args.split()[1].without((MODEL_OPTION, LENGTH_OPTION, *SECRET_OPTIONS))
+    flagged = [option for option, values in shared.entries if any(credential_kind(value) for value in values)]
+    if flagged:
+        raise IntegrityError(f"init: the serve's {flagged[0]} value looks like a credential, which init would write in clear",
+                             "pass the secret by a variable the serve reads (HF_TOKEN, VLLM_API_KEY) instead, then run init again")
+    return shared
+
+
+def secret_options(args: ServeArgs) -> tuple[str, ...]:
+    """The variables that carry the serve's secret options (`--api-key` → VLLM_API_KEY)."""
+    return tuple(variable for option, variable in SECRET_OPTIONS.items() if args.given(option))
 
 
 def control_args(head: NodeServe, nodes: Sequence[NodeServe]) -> tuple[int, tuple[str, ...]]:
@@ -251,7 +265,9 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     length, launcher_args = control_args(head, nodes)
     image_env = (head.image.get("Config") or {}).get("Env") or ()
     switches, _, overrides = serve_env(head.serving.process.env, image_env, switch_names)
-    env, node_env = split_env({n.node: serve_env(n.serving.process.env, image_env, switch_names)[1] for n in nodes if n.serving})
+    own_env = {n.node: split_secrets(serve_env(n.serving.process.env, image_env, switch_names)[1]) for n in nodes if n.serving}
+    env, node_env = split_env({node: plain for node, (plain, _) in own_env.items()})
+    secrets = tuple(sorted({name for _, names in own_env.values() for name in names} | set(secret_options(head.serving.serve.args))))
     mounts = classify_mounts(head.container, head.serving.serve.model, source_root)
     host_config = head.container.get("HostConfig") or {}
     return ServeDescription(
@@ -259,7 +275,7 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
         shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
-        changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env,
+        changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
         node_launch={n.node: launch for n in nodes if (launch := node_launch(n, node_env.get(n.node, {}), source_root))})
 
 

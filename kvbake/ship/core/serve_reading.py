@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import Process
+from kvbake.secret_env import split_secrets, withhold_args
 from kvbake.ship.core.python_argv import WITH_ARGUMENT, interpreter_target, is_interpreter
 from kvbake.ship.core.vllm_argv import ServeProcess, parse_serve_process
 
@@ -102,6 +103,9 @@ def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
     """How to start this serve again in its container: the `docker exec` command line of its root, with the environment
     the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user."""
     own = dict(item.partition("=")[::2] for item in container_env)
-    added = {name: value for name, value in serving.process.env.items() if own.get(name) != value}
+    added, secret_vars = split_secrets({name: value for name, value in serving.process.env.items() if own.get(name) != value})
     root = serving.root
-    return {"argv": list(root.argv), "env": added, "cwd": root.cwd, "user": str(root.uid)}
+    argv, secret_args = withhold_args(root.argv)
+    command = {"argv": argv, "env": added, "cwd": root.cwd, "user": str(root.uid)}
+    secrets = {key: list(names) for key, names in (("secret_env", secret_vars), ("secret_args", secret_args)) if names}
+    return {**command, **secrets}
