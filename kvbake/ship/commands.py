@@ -187,6 +187,10 @@ def init_report(result) -> Result:
         lines.append(f"{node}: its writable layer changes {len(changed)} file(s) under the source root ({', '.join(changed[:3])}): the baked chain must include them")
     if d.overrides:
         lines.append(f"code overrides in the serve's environment (not carried): {', '.join(sorted(d.overrides))}")
+    if d.drafter is not None:
+        lines.append(f"drafter: {d.drafter.url} ({d.drafter.option}, written once: DRAFTER_ARGS) "
+                     + (f"serves {d.drafter.served_positions} positions, as its /v1/models says" if d.drafter.served_positions else
+                        f"did not answer /v1/models; its limit is taken as {d.drafter.limit or d.max_model_len}"))
     if d.secrets:
         lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(d.secrets)}")
     lines += served_lines(result)

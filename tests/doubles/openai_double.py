@@ -194,7 +194,8 @@ class OpenAIDouble:
         """Answer GET /v1/models."""
         effects = self.faults.selected("models", self._arrive("models"))
         early = self._early(effects)
-        entries = [] if "empty" in effects else [{"id": self.model, "object": "model"}]
+        limit = {"max_model_len": self.max_model_len} if self.max_model_len else {}  # as vLLM lists each model
+        entries = [] if "empty" in effects else [{"id": self.model, "object": "model", **limit}]
         return early or (200, {"object": "list", "data": entries})
 
     def handle_metrics(self) -> Answer:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kvbake.engines.core.procfs import Process
+from kvbake.rig.ports import free_port
 from kvbake.errors import IntegrityError, RolloutError
 from kvbake.cli import main
 from kvbake.manifest import Preset
@@ -287,3 +288,24 @@ def test_a_template_pin_that_names_the_running_image_is_kept_and_the_launcher_is
     deploy = deploy_document(pair(digests=()), described, ROOT, ("python3", "my_launcher.py"))
     assert deploy["launcher"]["command"] == ["python3", "my_launcher.py"]
     assert "manifest.yaml base.image (no registry digest)" not in [p.where for p in placeholders(kept, deploy, described)]
+
+
+def test_the_drafter_option_is_left_to_the_launcher_and_its_json_value_becomes_a_template():
+    spec = '{"method": "remote", "url": "http://10.0.0.20:8100", "max_model_len": 163840}'
+    nodes = [node("spark-a", serve_argv(*HEAD, "--speculative-config", spec)), node("spark-b", serve_argv(*WORKER, "--speculative-config", spec))]
+    described = describe(nodes, SWITCHES, ROOT)
+    assert "--speculative-config" not in described.launcher_args, "written once: DRAFTER_ARGS gives it"
+    env = launcher_env(described, ROOT)
+    assert json.loads(env["DRAFTER_ARGS"]) == ["--speculative-config", '{"method": "remote", "url": "{url}", "max_model_len": {max_positions}}']
+    assert preset_differences(nodes[0].serving.serve.args, {}, Preset("control", "validated", 163840, {}, "n", 16, described.launcher_args)) == []
+
+
+def test_the_drafters_own_limit_is_read_from_its_models_list_and_none_when_it_does_not_answer():
+    from kvbake.ship.adapters.drafter_probe import served_positions
+    from tests.doubles.openai_double import OpenAIDouble
+
+    with OpenAIDouble(max_model_len=327680) as drafter:
+        assert served_positions(drafter.url) == 327680
+    with OpenAIDouble() as drafter:
+        assert served_positions(drafter.url) is None, "a models list without max_model_len says nothing"
+    assert served_positions(f"http://127.0.0.1:{free_port()}") is None

@@ -76,12 +76,17 @@ TEMPLATE = {"base": {"image": "old", "source_root": ROOT}, "donor": {"url": "u",
 
 def test_the_manifest_gets_the_drafter_limit_the_serve_ran_and_the_registry_keeps_the_repository_path():
     document = manifest_document(TEMPLATE, PAIR, InitOptions(registry="registry.lan:5000", donor_revision="f" * 40))
-    assert document["drafter"] == {"max_positions": 163840,
-                                   "note": "the length the serve ran with this drafter; raise only after the drafter serves more"}
+    assert document["drafter"] == {"max_positions": 163840, "note": "the length the serve ran with this drafter (which did not answer "
+                                                                    "/v1/models); raise only after the drafter serves more"}
     assert document["output"]["repository"] == "registry.lan:5000/kvbake/dsv41"
     assert document["donor"] == {"url": "u", "revision": "f" * 40} and document["base"]["image"] == BASE.image
     assert {name: (p["max_model_len"], p["launcher_args"]) for name, p in document["presets"].items()} == {
         "control": (163840, list(PAIR.launcher_args)), "packing": (327680, list(PAIR.launcher_args))}
     given = ServeDescription(**{**PAIR.__dict__, "drafter": Drafter("--spec-url", "http://d", 65536)})
-    assert manifest_document(TEMPLATE, given, InitOptions())["drafter"] == {"max_positions": 65536, "note": "as the serve gave it"}
+    assert manifest_document(TEMPLATE, given, InitOptions())["drafter"] == {
+        "max_positions": 65536, "note": "as the serve gave it (the drafter did not answer /v1/models)"}
+    answered = ServeDescription(**{**PAIR.__dict__, "drafter": Drafter("--spec-url", "http://d", 65536, served_positions=327680)})
+    assert manifest_document(TEMPLATE, answered, InitOptions())["drafter"] == {
+        "max_positions": 327680, "note": "what the drafter's /v1/models said it serves when init read it"}
+    assert deploy_document([], answered, ROOT)["drafter"] == {"url": "http://d", "max_positions": 327680}
     assert "drafter" not in manifest_document(TEMPLATE, SOLO, InitOptions())

@@ -56,7 +56,7 @@ def test_control_gets_the_length_and_a_note_other_presets_keep_theirs_and_the_re
 
 def test_the_drafter_limit_is_the_one_given_else_controls_length():
     given = manifest_document(TEMPLATE, described(drafter=Drafter("--spec", "http://d", 4096)), InitOptions())
-    assert given["drafter"]["max_positions"] == 4096 and given["drafter"]["note"] == "as the serve gave it"
+    assert given["drafter"]["max_positions"] == 4096 and given["drafter"]["note"] == "as the serve gave it (the drafter did not answer /v1/models)"
     ran = manifest_document(TEMPLATE, described(drafter=Drafter("--spec", "http://d", None)), InitOptions())
     assert ran["drafter"]["max_positions"] == 8192 and "raise only after" in ran["drafter"]["note"]
     deploy = deploy_document(nodes("a"), described(drafter=Drafter("--spec", "http://d", None)), ROOT)

@@ -130,7 +130,8 @@ def test_the_drafter_limit_caps_max_model_len(drafter, max_model_len: int, refus
         return
     assert refusal(call) == (
         f"preset p: max-model-len {max_model_len} is above the remote drafter's limit {drafter}",
-        "raise drafter.max_positions only after the drafter serves that range, or choose a shorter preset")
+        f"serve the drafter longer on its host (restart its vllm serve with --max-model-len {max_model_len}), then set "
+        f"drafter.max_positions: {max_model_len} in the manifest and the deployment file; or choose a shorter preset")
 
 
 @pytest.mark.parametrize(("status", "option"), [("held", "--allow-held"), ("untested", "--allow-untested")])

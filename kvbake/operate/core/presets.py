@@ -70,7 +70,9 @@ def choose_preset(manifest: Manifest, name: str, allow_held: bool = False, allow
         raise PresetError(f"preset {name}: {'; '.join(problems)}", "fix the preset's switches in the manifest")
     if manifest.drafter_max_positions is not None and preset.max_model_len > manifest.drafter_max_positions:
         raise PresetError(f"preset {name}: max-model-len {preset.max_model_len} is above the remote drafter's limit {manifest.drafter_max_positions}",
-                          "raise drafter.max_positions only after the drafter serves that range, or choose a shorter preset")
+                          f"serve the drafter longer on its host (restart its vllm serve with --max-model-len {preset.max_model_len}), "
+                          f"then set drafter.max_positions: {preset.max_model_len} in the manifest and the deployment file; or choose a "
+                          "shorter preset")
     return ChosenPreset(preset, _status_override(preset, allow_held, allow_untested, reason))
 
 

@@ -18,6 +18,7 @@ from kvbake.bake.core.served_overlay import (SERVED_FILES, SERVED_RECORD, SERVED
                                              misplaced_code_mounts, record_dict, source_root_of)
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError, UsageError
+from kvbake.ship.adapters.drafter_probe import served_positions
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
@@ -195,7 +196,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     check_template_base(document, source_root, platform, options.capture)
     refuse_misplaced_mounts(readings, source_root)
     overlay, served_bytes = read_overlays(readings, source_root)
-    described = describe(read, switch_names, source_root)
+    described = with_drafter_answer(describe(read, switch_names, source_root))
     kept = kept_base(str(document["base"]["image"]), described.base.image_id, host_of(nodes, described.head))
     document["base"] = {**document["base"], "source_root": source_root,
                         "platform": document["base"]["platform"] if document["base"]["platform"] == "native" else platform}
@@ -208,6 +209,13 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
         write_atomic(path, dump(written))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),
                       tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture)
+
+
+def with_drafter_answer(described: ServeDescription) -> ServeDescription:
+    """The description with the positions the remote drafter says it serves, when it answers."""
+    if described.drafter is None:
+        return described
+    return replace(described, drafter=replace(described.drafter, served_positions=served_positions(described.drafter.url)))
 
 
 def captured_chain(engine: Engine, overlay: ServedOverlay, data: Mapping[str, bytes], out: Path) -> list[dict[str, Any]]:

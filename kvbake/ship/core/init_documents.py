@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from kvbake.ship.core.serve_description import NodeServe, ServeDescription
+from kvbake.ship.core.serve_description import Drafter, NodeServe, ServeDescription
 from kvbake.ship.core.vllm_argv import parse_serve_args
 
 PLACEHOLDER_REGISTRY = "registry.example.internal:5000"
@@ -52,13 +52,24 @@ def manifest_document(template: Mapping[str, Any], described: ServeDescription, 
             preset["max_model_len"] = described.max_model_len
             preset["note"] = "the serve the nodes ran when init read them: its arguments, no switch set"
     if described.drafter is not None:
-        document["drafter"] = {"max_positions": described.drafter.max_positions or described.max_model_len,
-                               "note": "as the serve gave it" if described.drafter.max_positions else
-                               "the length the serve ran with this drafter; raise only after the drafter serves more"}
+        document["drafter"] = {"max_positions": drafter_limit(described), "note": drafter_note(described.drafter)}
     if options.registry:
         repository = str(document["output"]["repository"]).split("/", 1)
         document["output"] = {**document["output"], "repository": f"{options.registry}/{repository[-1]}"}
     return document
+
+
+def drafter_limit(described: ServeDescription) -> int:
+    """The positions the drafter serves: what its /v1/models says, else what the serve gives it, else the serve's length."""
+    return described.drafter.limit or described.max_model_len
+
+
+def drafter_note(drafter: Drafter) -> str:
+    if drafter.served_positions:
+        return "what the drafter's /v1/models said it serves when init read it"
+    if drafter.max_positions:
+        return "as the serve gave it (the drafter did not answer /v1/models)"
+    return "the length the serve ran with this drafter (which did not answer /v1/models); raise only after the drafter serves more"
 
 
 def serve_port(described: ServeDescription) -> str:
@@ -86,7 +97,7 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
     if described.mounts.read_only:
         env["EXTRA_MOUNTS"] = json.dumps(list(described.mounts.read_only))
     if described.drafter is not None:
-        env["DRAFTER_ARGS"] = json.dumps([described.drafter.option, "{url}"])
+        env["DRAFTER_ARGS"] = json.dumps([described.drafter.option, described.drafter.template])
     if described.secrets:
         env["SECRET_ENV"] = json.dumps(list(described.secrets))
     return env
@@ -115,7 +126,7 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
         "readiness": {"url": f"http://{head_address}:{serve_port(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
     }
     if described.drafter is not None:
-        document["drafter"] = {"url": described.drafter.url, "max_positions": described.drafter.max_positions or described.max_model_len}
+        document["drafter"] = {"url": described.drafter.url, "max_positions": drafter_limit(described)}
     document["signing"] = {"require_signature": True, "keys": list(signing_keys)}
     return document
 

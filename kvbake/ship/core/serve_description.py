@@ -70,11 +70,20 @@ class Mounts:
 
 @dataclass(frozen=True)
 class Drafter:
-    """The remote drafter a serve names: the option that carries its URL, the URL, and the positions it is given."""
+    """The remote drafter a serve names: the option that carries its URL, the URL, the positions it is given, the
+    option's value as the launcher's template (`{url}`, `{max_positions}` in place of the two), and the positions the
+    drafter itself says it serves (its /v1/models), when it answered."""
 
     option: str
     url: str
     max_positions: int | None
+    template: str = "{url}"
+    served_positions: int | None = None
+
+    @property
+    def limit(self) -> int | None:
+        """The positions the drafter serves: what it says, else what the serve gives it."""
+        return self.served_positions or self.max_positions
 
 
 @dataclass(frozen=True)
@@ -169,7 +178,7 @@ def head_of(nodes: Sequence[NodeServe]) -> NodeServe:
 def shared_args(args: ServeArgs) -> ServeArgs:
     """The arguments every rank shares, less those kvbake's presets and launcher own (per-node options, the model, the
     length) and the secret options (their value reaches vLLM by its variable, named in SECRET_ENV)."""
-    shared = args.split()[1].without((MODEL_OPTION, LENGTH_OPTION, *SECRET_OPTIONS))
+    shared = without_drafter(args.split()[1].without((MODEL_OPTION, LENGTH_OPTION, *SECRET_OPTIONS)))
     flagged = [option for option, values in shared.entries if any(credential_kind(value) for value in values)]
     if flagged:
         raise IntegrityError(f"init: the serve's {flagged[0]} value looks like a credential, which init would write in clear",
@@ -233,14 +242,24 @@ def classify_mounts(container: Mapping[str, Any], model: str, source_root: str) 
 
 
 def find_drafter(args: ServeArgs) -> Drafter | None:
-    """The option whose value names an http(s) URL (a remote drafter), its URL and the positions it gives, if any."""
+    """The option whose value names an http(s) URL (a remote drafter), its URL, the positions it gives and the value as
+    a template for the launcher, if any."""
     for option, values in args.entries:
         for value in values:
             url = URL.search(value)
             if url:
-                positions = re.search(rf"\"?(?:{'|'.join(POSITIONS_KEYS)})\"?\s*[:=]\s*([0-9]+)", value)
-                return Drafter(option, url.group(0), int(positions.group(1)) if positions else None)
+                positions = re.search(rf"(\"?(?:{'|'.join(POSITIONS_KEYS)})\"?\s*[:=]\s*)([0-9]+)", value)
+                template = value.replace(url.group(0), "{url}")
+                if positions:
+                    template = template.replace(positions.group(0), positions.group(1) + "{max_positions}", 1)
+                return Drafter(option, url.group(0), int(positions.group(2)) if positions else None, template)
     return None
+
+
+def without_drafter(args: ServeArgs) -> ServeArgs:
+    """The arguments less the drafter's option: the launcher gives it from DRAFTER_ARGS, once."""
+    drafter = find_drafter(args)
+    return args.without((drafter.option,)) if drafter else args
 
 
 def addresses_of(nodes: Sequence[NodeServe], head: NodeServe) -> dict[str, str]:
