@@ -309,3 +309,18 @@ def test_the_drafters_own_limit_is_read_from_its_models_list_and_none_when_it_do
     with OpenAIDouble() as drafter:
         assert served_positions(drafter.url) is None, "a models list without max_model_len says nothing"
     assert served_positions(f"http://127.0.0.1:{free_port()}") is None
+
+
+def test_a_model_in_a_subfolder_of_its_mount_and_a_hub_model_give_the_launcher_the_right_model():
+    models = {"Type": "bind", "Source": "/srv/models", "Destination": "/models", "RW": False}
+    sub = [node("spark-a", serve_argv(*HEAD), mounts=(models,)), node("spark-b", serve_argv(*WORKER), mounts=(models,))]
+    described = describe(sub, SWITCHES, ROOT)
+    assert launcher_env(described, ROOT)["MODEL_DIR"] == "/srv/models/dsv41", "the mount's source plus the subfolder the serve names"
+    hub = [node(n, tuple(a if a != "/models/dsv41" else "deepseek-ai/DeepSeek-V4.1-Flash" for a in serve_argv(*args)))
+           for n, args in (("spark-a", HEAD), ("spark-b", WORKER))]
+    described = describe(hub, SWITCHES, ROOT)
+    env = launcher_env(described, ROOT)
+    assert env["MODEL"] == "deepseek-ai/DeepSeek-V4.1-Flash" and "MODEL_DIR" not in env
+    left = placeholders(manifest_document({"base": {}, "donor": {}, "output": {"repository": "r:1/x"}, "presets": {}}, described, InitOptions()),
+                        deploy_document(hub, described, ROOT), described)
+    assert not any(p.where.endswith("MODEL_DIR") for p in left)

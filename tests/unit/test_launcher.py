@@ -543,3 +543,16 @@ def test_the_multi_node_options_are_in_both_recorded_versions() -> None:
     for fixture in FIXTURES.values():
         for role, nnodes in ROLES:
             assert launcher_problems(run_of(role=role, nnodes=nnodes), fixture) == []
+
+
+def test_a_hub_model_is_served_by_its_id_with_no_model_mount() -> None:
+    env = {k: v for k, v in env_for().items() if k != "MODEL_DIR"}
+    step = core.plan({**env, "MODEL": "deepseek-ai/DeepSeek-V4.1-Flash"})
+    assert step.vllm_args[:2] == ("--model", "deepseek-ai/DeepSeek-V4.1-Flash")
+    assert all(mount.target != "/models/served" for mount in step.mounts)
+    worker = core.plan({**{k: v for k, v in env_for(role="worker").items() if k != "MODEL_DIR"}, "MODEL": "org/m"})
+    assert worker.vllm_args[0] == "org/m"
+    for bad, message in (({**env_for(), "MODEL": "org/m"}, "launcher.env sets both MODEL_DIR and MODEL"),
+                         ({**env, "MODEL": "/abs/path"}, "MODEL='/abs/path' is not a Hugging Face model id")):
+        with pytest.raises(core.LaunchInputError, match=re.escape(message)):
+            core.plan(bad)

@@ -124,7 +124,7 @@ def test_mounts_are_sorted_by_what_kvbake_does_with_them():
               {"Type": "volume", "Source": "v", "Destination": "/data"},
               {"Type": "bind", "Destination": "/empty-source", "RW": False})
     found = classify_mounts({"Mounts": list(mounts)}, "/models/m", ROOT)
-    assert (found.model_dir, found.model_target) == ("/srv/models", "/models")
+    assert (found.model_dir, found.model_target) == ("/srv/models/m", "/models/m"), "the model is a subfolder of the mount"
     assert found.writable == ("/srv/cache:/root/.cache",) and found.read_only == ("/etc/hosts:/etc/hosts", ":/empty-source")
     assert found.overlay == ("/usr/local/lib", f"{ROOT}/vllm/patch.py")
     exact = classify_mounts({"Mounts": [{"Type": "bind", "Source": "/srv/m", "Destination": "/models/m"}]}, "/models/m", ROOT)
@@ -165,7 +165,7 @@ def test_the_description_carries_switches_overrides_model_drafter_changes_and_no
     assert described.switches == {"S": "3"} and described.overrides == {"LD_PRELOAD": "/x.so"} and described.env == {"HF_HUB_OFFLINE": "1"}
     assert described.model == "/models/m" and described.drafter.url == "http://d:1/v1"
     assert described.changes == {"a": (f"{ROOT}/vllm/x.py",)} and described.master_port == "" and described.shape == "main"
-    assert described.gpus is False and described.shm_size == "2g" and described.mounts.model_target == "/models"
+    assert described.gpus is False and described.shm_size == "2g" and described.mounts.model_target == "/models/m"
 
 
 def test_a_ray_worker_listed_first_does_not_hide_the_others_addresses():

@@ -88,6 +88,7 @@ class LaunchSettings:
     node_launch: NodeLaunch = field(default_factory=NodeLaunch)
     ray_port: int = int(DEFAULTS["RAY_PORT"])
     secret_env: tuple[str, ...] = ()
+    hub_model: str = ""  # MODEL: a Hugging Face id vLLM fetches, in place of a mounted MODEL_DIR
 
 
 @dataclass(frozen=True)
@@ -277,9 +278,26 @@ def read_preset_args(env: Mapping[str, str]) -> tuple[str, ...]:
     return args
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
 def read_model_dir(env: Mapping[str, str]) -> str:
-    fix = "set MODEL_DIR in launcher.env to the model folder's absolute path on the nodes (the same on every node)"
+    """MODEL_DIR, the model folder on the nodes (mounted read-only), or "" when MODEL names a model on the Hugging Face
+    hub instead (vLLM fetches it into its cache: mount that with the node's launch.cache_mounts); exactly one of them."""
+    fix = ("set MODEL_DIR in launcher.env to the model folder's absolute path on the nodes (the same on every node), or MODEL "
+           "to the model's Hugging Face id")
+    if env.get("MODEL_DIR") and env.get("MODEL"):
+        raise LaunchInputError("launcher.env sets both MODEL_DIR and MODEL", "keep MODEL_DIR for a folder on the nodes, or MODEL for a hub id")
+    if env.get("MODEL"):
+        return ""
     return absolute_path("MODEL_DIR", _required(env, "MODEL_DIR", fix), fix)
+
+
+def read_hub_model(env: Mapping[str, str]) -> str:
+    model = env.get("MODEL", "")
+    if model and not HUB_ID.match(model):
+        raise LaunchInputError(f"MODEL={model!r} is not a Hugging Face model id", "set MODEL to ORG/NAME, or MODEL_DIR to a folder on the nodes")
+    return model
 
 
 def read_gpus(env: Mapping[str, str]) -> str:
@@ -444,8 +462,8 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
     env_file = _required(env, "KVBAKE_ENV_FILE", fix)
     topology = read_topology(env)
     preset_args = read_preset_args(env)
-    model_dir = read_model_dir(env)
-    served = _one_word("SERVED_MODEL_NAME", env.get("SERVED_MODEL_NAME") or posixpath.basename(model_dir),
+    model_dir, hub_model = read_model_dir(env), read_hub_model(env)
+    served = _one_word("SERVED_MODEL_NAME", env.get("SERVED_MODEL_NAME") or hub_model or posixpath.basename(model_dir),
                        "set SERVED_MODEL_NAME to one name without whitespace")
     host = _one_word("VLLM_HOST", env.get("VLLM_HOST") or DEFAULTS["VLLM_HOST"], "set VLLM_HOST to the address the API listens on, e.g. 0.0.0.0")
     shape = read_shape(env)
@@ -456,7 +474,7 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
     container_env = read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", ""))
     return LaunchSettings(
         image=image, container=container, env_file=env_file, preset=env.get("KVBAKE_PRESET", ""), node=env.get("KVBAKE_NODE", ""),
-        topology=topology, preset_args=preset_args, model_dir=model_dir, served_model_name=served, host=host, port=port,
+        topology=topology, preset_args=preset_args, model_dir=model_dir, hub_model=hub_model, served_model_name=served, host=host, port=port,
         tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
@@ -521,7 +539,8 @@ def given_options(args: Sequence[str]) -> set[str]:
 def own_options(s: LaunchSettings) -> list[str]:
     """The model (`vllm serve` takes it as its positional argument), then the launcher's options that the preset does
     not give itself (the preset wins)."""
-    model = [MODEL_MOUNT] if s.topology.role == "worker" else ["--model", MODEL_MOUNT]
+    served = s.hub_model or MODEL_MOUNT
+    model = [served] if s.topology.role == "worker" else ["--model", served]
     wanted = [("--served-model-name", s.served_model_name), ("--host", s.host), ("--port", str(s.port)),
               ("--tensor-parallel-size", str(s.tensor_parallel_size))]
     if s.shape == "ray":
@@ -568,7 +587,7 @@ def docker_run(s: LaunchSettings) -> DockerRun:
     entry = WORKER_ENTRY if s.topology.role == "worker" else HEAD_ENTRY
     return DockerRun(image=s.image, name=s.container, entry=entry, vllm_args=vllm_args(s), env_file=s.env_file,
                      gpus=None if s.gpus == "none" else s.gpus, shm_size=node.shm_size or s.shm_size,
-                     mounts=(Mount(s.model_dir, MODEL_MOUNT), *s.extra_mounts, *node.cache_mounts),
+                     mounts=(*((Mount(s.model_dir, MODEL_MOUNT),) if s.model_dir else ()), *s.extra_mounts, *node.cache_mounts),
                      envs={**s.container_env, **node.env}, labels=labels, shape=s.shape, devices=node.devices,
                      cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()),
                      cluster_command=ray_node_command(s) if s.shape == "ray" else CLUSTER_COMMAND,

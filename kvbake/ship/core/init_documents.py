@@ -72,6 +72,21 @@ def drafter_note(drafter: Drafter) -> str:
     return "the length the serve ran with this drafter (which did not answer /v1/models); raise only after the drafter serves more"
 
 
+def is_hub_id(model: str) -> bool:
+    """A model named by its Hugging Face id (`org/name`), not a path in the container."""
+    return bool(model) and not model.startswith(("/", ".", "~"))
+
+
+def model_settings(described: ServeDescription) -> dict[str, str]:
+    """MODEL_DIR, the model's folder on the nodes (the mount's source, plus the subfolder the serve names), or MODEL, the
+    hub id vLLM fetches into its cache."""
+    if described.mounts.model_dir:
+        return {"MODEL_DIR": described.mounts.model_dir}
+    if is_hub_id(described.model):
+        return {"MODEL": described.model}
+    return {"MODEL_DIR": ""}
+
+
 def serve_port(described: ServeDescription) -> str:
     """The API port the serve's arguments give, else vLLM's default."""
     return parse_serve_args(["model", *described.launcher_args]).value("--port") or DEFAULT_PORT
@@ -79,7 +94,7 @@ def serve_port(described: ServeDescription) -> str:
 
 def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str]:
     """The reference launcher's variables that start the same serve: model folder, ports, shape, env, mounts, drafter."""
-    env = {"MODEL_DIR": described.mounts.model_dir or "", "VLLM_PORT": serve_port(described), "SOURCE_ROOT": source_root,
+    env = {**model_settings(described), "VLLM_PORT": serve_port(described), "SOURCE_ROOT": source_root,
            "GPUS": "all" if described.gpus else "none", "SHAPE": described.shape}
     if not parse_serve_args(["model", *described.launcher_args]).given("--served-model-name"):
         env["SERVED_MODEL_NAME"] = described.model  # vLLM names the model by the path it was given; clients use that name
@@ -141,7 +156,7 @@ def placeholders(manifest: Mapping[str, Any], deploy: Mapping[str, Any], describ
     if str((manifest.get("donor") or {}).get("revision")) == PLACEHOLDER_REVISION and not captured:
         found.append(Placeholder("manifest.yaml donor.revision",
                                  "run init again with --donor-revision REV (the reviewed donor commit), then lock --donor CHECKOUT"))
-    if not described.mounts.model_dir:
+    if not described.mounts.model_dir and not is_hub_id(described.model):
         found.append(Placeholder("deploy.yaml launcher.env.MODEL_DIR",
                                  "the serve's model is not in a bind-mounted folder: set MODEL_DIR to the model folder on the nodes"))
     missing = [node["name"] for node in deploy["nodes"] if "address" not in node]

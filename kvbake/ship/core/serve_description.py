@@ -233,7 +233,7 @@ def classify_mounts(container: Mapping[str, Any], model: str, source_root: str) 
         if target == source_root or target.startswith(source_root + "/") or source_root.startswith(target + "/"):
             overlay.append(target)
         elif model.startswith(target + "/") or model == target:
-            model_dir, model_target = source, target
+            model_dir, model_target = source.rstrip("/") + model[len(target):], model  # a model in a subfolder of the mount
         elif mount.get("RW", True):
             writable.append(f"{source}:{target}")
         else:
