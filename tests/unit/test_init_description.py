@@ -324,3 +324,22 @@ def test_a_model_in_a_subfolder_of_its_mount_and_a_hub_model_give_the_launcher_t
     left = placeholders(manifest_document({"base": {}, "donor": {}, "output": {"repository": "r:1/x"}, "presets": {}}, described, InitOptions()),
                         deploy_document(hub, described, ROOT), described)
     assert not any(p.where.endswith("MODEL_DIR") for p in left)
+
+
+def test_a_ray_workers_own_address_interfaces_and_ray_start_options_are_read_from_its_ray_node():
+    head_ray = ("ray", "start", "--block", "--head", "--port=6380", "--node-ip-address", "10.0.0.11", "--object-store-memory=8000000000")
+    worker_ray = ("ray", "start", "--block", "--address=10.0.0.11:6380", "--node-ip-address=10.0.0.12", "--object-store-memory=8000000000")
+    head = node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True, ray=head_ray,
+                env={"VLLM_HOST_IP": "10.0.0.11", "NCCL_SOCKET_IFNAME": "enp1", "NCCL_IB_HCA": "roce1"})
+    worker = node("spark-b", None, ray=worker_ray)
+    worker = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), worker_ray,
+                       {"PATH": "/usr/bin", "VLLM_HOST_IP": "10.0.0.12", "NCCL_SOCKET_IFNAME": "enp2", "NCCL_IB_HCA": "roce2"})
+    described = describe([head, worker], SWITCHES, ROOT)
+    assert described.addresses == {"spark-a": "10.0.0.11", "spark-b": "10.0.0.12"}
+    assert described.node_env["spark-b"] == {"VLLM_HOST_IP": "10.0.0.12", "NCCL_SOCKET_IFNAME": "enp2", "NCCL_IB_HCA": "roce2"}
+    env = launcher_env(described, ROOT)
+    assert json.loads(env["RAY_START_ARGS"]) == ["--node-ip-address={node_address}", "--object-store-memory=8000000000"]
+    assert json.loads(env["CONTAINER_ENV"])["VLLM_HOST_IP"] == "{node_address}"
+    other = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), (*worker_ray[:-1], "--num-cpus=4"), worker.ray_env)
+    with pytest.raises(RolloutError, match="the Ray nodes of spark-a and spark-b are started with other options"):
+        describe([head, other], SWITCHES, ROOT)

@@ -556,3 +556,15 @@ def test_a_hub_model_is_served_by_its_id_with_no_model_mount() -> None:
                          ({**env, "MODEL": "/abs/path"}, "MODEL='/abs/path' is not a Hugging Face model id")):
         with pytest.raises(core.LaunchInputError, match=re.escape(message)):
             core.plan(bad)
+
+
+def test_ray_start_options_of_the_operators_own_follow_the_launchers_with_the_nodes_address() -> None:
+    options = '["--object-store-memory=8000000000", "--node-ip-address={node_address}"]'
+    head = core.plan({**env_for(SHAPE="ray", RAY_START_ARGS=options), "KVBAKE_NODE_ADDRESS": "10.0.0.11"})
+    assert head.cluster_command == ("ray", "start", "--block", "--head", "--port=6379", "--object-store-memory=8000000000",
+                                    "--node-ip-address=10.0.0.11")
+    for bad, message in (({"RAY_START_ARGS": '["--head"]', "SHAPE": "ray"}, "RAY_START_ARGS gives --head"),
+                         ({"RAY_START_ARGS": options, "SHAPE": "main"}, "RAY_START_ARGS is set but SHAPE is main"),
+                         ({"RAY_START_ARGS": options, "SHAPE": "ray", "KVBAKE_NODE_ADDRESS": ""}, "uses {node_address} but KVBAKE_NODE_ADDRESS is empty")):
+        with pytest.raises(core.LaunchInputError, match=re.escape(message)):
+            core.plan({**env_for(), **bad})

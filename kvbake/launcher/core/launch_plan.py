@@ -49,7 +49,8 @@ LABEL_PREFIX = "kvbake.launcher."
 # What a fix suggests for each JSON-valued variable.
 EXAMPLES = {"KVBAKE_LAUNCHER_ARGS_JSON": '["--max-model-len", "163840"]', "EXTRA_MOUNTS": '["/srv/models/tokenizers:/opt/tokenizers"]',
             "DRAFTER_ARGS": '["--<drafter-option>", "{url}"]', "CONTAINER_ENV": '{"VLLM_HOST_IP": "{node_address}"}',
-            "KVBAKE_NODE_LAUNCH_JSON": '{"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}}', "SECRET_ENV": '["HF_TOKEN"]'}
+            "KVBAKE_NODE_LAUNCH_JSON": '{"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}}', "SECRET_ENV": '["HF_TOKEN"]',
+            "RAY_START_ARGS": '["--object-store-memory=8000000000", "--node-ip-address={node_address}"]'}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class LaunchSettings:
     ray_port: int = int(DEFAULTS["RAY_PORT"])
     secret_env: tuple[str, ...] = ()
     hub_model: str = ""  # MODEL: a Hugging Face id vLLM fetches, in place of a mounted MODEL_DIR
+    ray_start: tuple[str, ...] = ()  # RAY_START_ARGS, `{node_address}` filled in
 
 
 @dataclass(frozen=True)
@@ -479,7 +481,27 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
         node_launch=read_node_settings(env, source_root, extra_mounts, container_env), ray_port=ray_port,
-        secret_env=read_secret_env(env, container_env))
+        secret_env=read_secret_env(env, container_env), ray_start=read_ray_start(env, shape, env.get("KVBAKE_NODE_ADDRESS", "")))
+
+
+RAY_OWN_OPTIONS = ("--block", "--head", "--port", "--address")
+
+
+def read_ray_start(env: Mapping[str, str], shape: str, node_address: str) -> tuple[str, ...]:
+    """RAY_START_ARGS (ray shape): the Ray nodes' own `ray start` options beyond the launcher's, `{node_address}` replaced
+    by this node's address."""
+    if not env.get("RAY_START_ARGS"):
+        return ()
+    if shape != "ray":
+        raise LaunchInputError(f"RAY_START_ARGS is set but SHAPE is {shape}", "set SHAPE=ray, or drop RAY_START_ARGS")
+    options = _string_list(env, "RAY_START_ARGS")
+    for option in options:
+        if option.partition("=")[0] in RAY_OWN_OPTIONS or not option.startswith("--"):
+            raise LaunchInputError(f"RAY_START_ARGS gives {option}", f"give only options of your own; the launcher gives {', '.join(RAY_OWN_OPTIONS)}")
+        if "{node_address}" in option and not node_address:
+            raise LaunchInputError(f"RAY_START_ARGS {option} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
+                                   "give every node an address: in the deployment file")
+    return tuple(option.replace("{node_address}", node_address) for option in options)
 
 
 def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
@@ -574,8 +596,8 @@ def vllm_args(s: LaunchSettings) -> tuple[str, ...]:
 def ray_node_command(s: LaunchSettings) -> tuple[str, ...]:
     """The ray shape's main process: the head's Ray node on RAY_PORT, or a worker's joining it."""
     if s.topology.role == "head":
-        return ("ray", "start", "--block", "--head", f"--port={s.ray_port}")
-    return ("ray", "start", "--block", f"--address={s.topology.head_address}:{s.ray_port}")
+        return ("ray", "start", "--block", "--head", f"--port={s.ray_port}", *s.ray_start)
+    return ("ray", "start", "--block", f"--address={s.topology.head_address}:{s.ray_port}", *s.ray_start)
 
 
 def docker_run(s: LaunchSettings) -> DockerRun:

@@ -92,9 +92,9 @@ def node_serve(reading: NodeReading, source_root: str) -> NodeServe:
     rank = reading.rank
     serving = require_serving(reading.node, rank.reading.serving, runs_ray_node(rank.reading.main))
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
-    ray_node = tuple(rank.reading.main.argv) if runs_ray_node(rank.reading.main) else ()
+    ray = runs_ray_node(rank.reading.main)
     return NodeServe(reading.node, reading.host, reading.container, serving, reading.engine.require_image(reading.container["Image"]),
-                     changes, ray_node)
+                     changes, tuple(rank.reading.main.argv) if ray else (), dict(rank.reading.main.env) if ray else {})
 
 
 def serve_source_root(readings: Sequence[NodeReading]) -> str:

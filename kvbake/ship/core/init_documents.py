@@ -102,6 +102,8 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
         env["MASTER_PORT"] = described.master_port
     if described.shape == "ray" and described.ray_port:
         env["RAY_PORT"] = described.ray_port
+    if described.shape == "ray" and described.ray_start:
+        env["RAY_START_ARGS"] = json.dumps(list(described.ray_start))
     if described.shm_size:
         env["SHM_SIZE"] = described.shm_size
     container_env = dict(described.env)

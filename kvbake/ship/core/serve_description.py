@@ -33,6 +33,12 @@ class NodeServe:
     image: Mapping[str, Any]
     changes: tuple[str, ...] = ()
     ray_node: tuple[str, ...] = ()  # the container's main process when it is a Ray node (`ray start --block …`)
+    ray_env: Mapping[str, str] = field(default_factory=dict)  # that Ray node's environment (a worker's own settings)
+
+    @property
+    def own_env(self) -> Mapping[str, str]:
+        """The environment of the process that is this rank: its vLLM serve, else (a Ray worker) its Ray node."""
+        return self.serving.process.env if self.serving else self.ray_env
 
     @property
     def name(self) -> str:
@@ -111,6 +117,51 @@ class ServeDescription:
     node_launch: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ray_port: str = ""
     secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
+    ray_start: tuple[str, ...] = ()  # the Ray nodes' own `ray start` options, `{node_address}` for each node's address
+
+
+RAY_OWN = ("--block", "--head", "--port", "--address")  # what the launcher gives `ray start` itself
+RAY_ADDRESS_OPTIONS = ("--node-ip-address",)
+
+
+def ray_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The options of a `ray start` command line as (name, value) pairs, in order; `--name=value` and `--name value`."""
+    at = next((i for i, token in enumerate(argv) if token == "start"), len(argv))
+    rest, found = list(argv[at + 1:]), []
+    while rest:
+        token = rest.pop(0)
+        if not token.startswith("--"):
+            continue
+        name, equals, value = token.partition("=")
+        if not equals and rest and not rest[0].startswith("--"):
+            value, equals = rest.pop(0), "="
+        found.append((name, value if equals else None))
+    return found
+
+
+def ray_start_options(nodes: Sequence[NodeServe], head: NodeServe) -> tuple[str, ...]:
+    """The `ray start` options the Ray nodes were given beyond the launcher's own (the object store, CPUs, the node's
+    address as `{node_address}`), as the head gives them; the nodes must agree once their own address is set aside."""
+    def options_of(node: NodeServe) -> tuple[str, ...]:
+        own = node_address_of(node)
+        return tuple(f"{name}={'{node_address}' if name in RAY_ADDRESS_OPTIONS and value == own else value}" if value is not None else name
+                     for name, value in ray_options(node.ray_node) if name not in RAY_OWN)
+    if not head.ray_node:
+        return ()
+    wanted = options_of(head)
+    for node in nodes:
+        if node.ray_node and sorted(options_of(node)) != sorted(wanted):
+            raise RolloutError(f"init: the Ray nodes of {head.node} and {node.node} are started with other options "
+                               f"({' '.join(options_of(node))} vs {' '.join(wanted)})",
+                               "start every Ray node with the same options (only its own address differs), then run init again")
+    return wanted
+
+
+def node_address_of(node: NodeServe) -> str:
+    """The address a rank gives itself: VLLM_HOST_IP, else Ray's override, else its Ray node's --node-ip-address."""
+    env = node.own_env
+    given = dict(ray_options(node.ray_node))
+    return env.get("VLLM_HOST_IP") or env.get("RAY_OVERRIDE_NODE_IP_ADDRESS") or str(given.get("--node-ip-address") or "")
 
 
 def ray_port_of(argv: Sequence[str]) -> str:
@@ -263,15 +314,14 @@ def without_drafter(args: ServeArgs) -> ServeArgs:
 
 
 def addresses_of(nodes: Sequence[NodeServe], head: NodeServe) -> dict[str, str]:
-    """How the ranks reach each other: the head's from any --master-addr, each node's from its VLLM_HOST_IP."""
+    """How the ranks reach each other: the head's from any --master-addr, each node's from its own address
+    (VLLM_HOST_IP, Ray's override or its Ray node's --node-ip-address; a Ray worker's from its Ray node)."""
     found = {}
     for node in nodes:
-        if node.serving is None:
-            continue
-        master = node.serving.serve.args.value("--master-addr")
+        master = node.serving.serve.args.value("--master-addr") if node.serving else None
         if master:
             found.setdefault(head.node, master)
-        own = node.serving.process.env.get("VLLM_HOST_IP")
+        own = node_address_of(node)
         if own:
             found[node.node] = own
     return found
@@ -284,7 +334,7 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     length, launcher_args = control_args(head, nodes)
     image_env = (head.image.get("Config") or {}).get("Env") or ()
     switches, _, overrides = serve_env(head.serving.process.env, image_env, switch_names)
-    own_env = {n.node: split_secrets(serve_env(n.serving.process.env, image_env, switch_names)[1]) for n in nodes if n.serving}
+    own_env = {n.node: split_secrets(serve_env(n.own_env, image_env, switch_names)[1]) for n in nodes if n.own_env}
     env, node_env = split_env({node: plain for node, (plain, _) in own_env.items()})
     secrets = tuple(sorted({name for _, names in own_env.values() for name in names} | set(secret_options(head.serving.serve.args))))
     mounts = classify_mounts(head.container, head.serving.serve.model, source_root)
@@ -292,7 +342,8 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     return ServeDescription(
         base=base, head=head.node, max_model_len=length, launcher_args=launcher_args, switches=switches, env=env,
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
-        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
+        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), ray_start=ray_start_options(nodes, head),
+        model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
         node_launch={n.node: launch for n in nodes if (launch := node_launch(n, node_env.get(n.node, {}), source_root))})
