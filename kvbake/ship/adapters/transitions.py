@@ -25,6 +25,7 @@ from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, 
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
 from kvbake.ship.core.running import agreement_failures, switch_env
 from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
+from kvbake.ship.core.serve_reading import RAY_WORKER
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,8 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: C
     replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
     if journal.kind == "adopt":  # an adoption records what serves; it starts nothing
         return journal
+    if releases and is_ray_gang(fleet, [*releases.values(), *replaced.values()]):
+        stop_old_gang(fleet, {name: replaced[name] for name in releases})
     for group in fleet.deployment.start_groups():
         members = [name for name in group if name in releases]
         if not members:
@@ -210,6 +213,25 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: C
     if releases:
         await_readiness(fleet, releases)
     return journal
+
+
+def is_ray_gang(fleet: Fleet, releases: list[Release | None]) -> bool:
+    """Whether the ranks form a Ray cluster on either side: kvbake's launcher starts the ray shape, or an adopted serve's
+    workers are Ray nodes."""
+    adopted_ray = any(r is not None and r.adopted and r.adopted.get("shape") == RAY_WORKER for r in releases)
+    return adopted_ray or fleet.deployment.launcher.env.get("SHAPE") == "ray"
+
+
+def stop_old_gang(fleet: Fleet, replaced: dict[str, Release | None]) -> None:
+    """A Ray cluster does not survive its head (no GCS fault tolerance): every old Ray node stops before the first new one
+    starts, so that no new node joins the old head's cluster and no old node outlives its head."""
+    for name, release in replaced.items():
+        if release is not None and release.adopted:
+            set_adopted_aside(fleet, name, release)
+            continue
+        container = fleet.engines[name].container_inspect(fleet.deployment.launcher.container)
+        if container is not None and (container.get("State") or {}).get("Running"):
+            fleet.engines[name].stop(str(container["Id"]))
 
 
 def marker_image(fleet: Fleet, plan: NodePlan) -> str:

@@ -139,7 +139,7 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
         "format": 1, "nodes": entries,
         "launcher": {"command": list(launcher), "container": LAUNCHER_CONTAINER, "timeout_s": 600,
                      "env": {k: v for k, v in launcher_env(described, source_root).items() if v}},
-        "start": "workers-first" if len(entries) > 1 else "in-order",
+        "start": "workers-first" if len(entries) > 1 and described.shape != "ray" else "in-order",  # a Ray head first: workers join it
         "readiness": {"url": f"http://{head_address}:{serve_port(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
     }
     if described.drafter is not None:
