@@ -14,6 +14,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
+from kvbake.names import check_container_name, check_node_name
 from kvbake.operate.core.presets import check_reason
 
 
@@ -157,8 +158,8 @@ def cmd_init(args: argparse.Namespace) -> Result:
     from kvbake.ship.adapters.project_init import init_project
     from kvbake.ship.core.init_documents import LAUNCHER_COMMAND, InitOptions
 
-    nodes = pairs(args.node, "--node")
-    containers = pairs(args.container, "--container", bare=True)
+    nodes = {check_node_name(name, "--node"): host for name, host in pairs(args.node, "--node").items()}
+    containers = {node: check_container_name(name, "--container") for node, name in pairs(args.container, "--container", bare=True).items()}
     unknown = sorted(set(containers) - set(nodes) - {""})
     if unknown:
         raise UsageError(f"init: --container names {', '.join(unknown)}, which no --node gives", "name each container's node as --node gives it")
@@ -243,6 +244,8 @@ def cmd_adopt(args: argparse.Namespace) -> Result:
     from kvbake.ship.adapters.rollout import recover
 
     check_reason(args.reason)
+    if args.container:
+        check_container_name(args.container, "adopt --container")
     *_, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
     if args.resume or args.revert:
         journal = recover(fleet, "resume" if args.resume else "revert", args.break_lock, command="adopt")

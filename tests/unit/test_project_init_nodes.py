@@ -335,7 +335,7 @@ def test_a_malformed_template_names_the_file(nodes, tmp_path, capsys):
     (["--node", "a=h", "--node", "a=h2"], "names a twice"),
     (["--node", "a="], "'a='"),
     (["--node", "a=h", "--container", "x", "--container", "y"], "every node twice"),
-    (["--node", "a=h", "--container", "b=x", "--container", "c=y"], "b, c"),
+    (["--node", "a=h", "--container", "b=xx", "--container", "c=yy"], "b, c"),
     (["--node", "a=h", "--donor-revision", "F" * 40], "--donor-revision"),
     (["--node", "a=h", "--launcher", " "], "--launcher is empty"),
 ])

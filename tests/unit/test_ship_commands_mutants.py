@@ -225,8 +225,8 @@ def init_refusal(tmp_path: Path, *given: str) -> UsageError:
 
 @pytest.mark.parametrize(("given", "option", "fixed"), [
     (["--node", "a"], "--node", "--node"),
-    (["--node", "a=h", "--container", "b=x", "--container", "b=y"], "--container", "--container"),
-    (["--node", "a=h", "--container", "b=x"], "--container", "--node"),
+    (["--node", "a=h", "--container", "b=xx", "--container", "b=yy"], "--container", "--container"),
+    (["--node", "a=h", "--container", "b=xx"], "--container", "--node"),
     (["--node", "a=h", "--donor-revision", "abc"], "--donor-revision", "commit"),
     (["--node", "a=h", "--launcher", " "], "--launcher", "--launcher"),
 ])
