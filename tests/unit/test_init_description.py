@@ -343,3 +343,14 @@ def test_a_ray_workers_own_address_interfaces_and_ray_start_options_are_read_fro
     other = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), (*worker_ray[:-1], "--num-cpus=4"), worker.ray_env)
     with pytest.raises(RolloutError, match="the Ray nodes of spark-a and spark-b are started with other options"):
         describe([head, other], SWITCHES, ROOT)
+
+
+def test_a_host_ip_only_the_head_sets_stays_the_heads_and_is_no_template_for_the_worker():
+    """vLLM's run_cluster.sh: the head's vLLM is exec'd with VLLM_HOST_IP, the worker's Ray node sets none."""
+    head = node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True, ray=("ray", "start", "--block", "--head"),
+                env={"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "lo"})
+    worker = node("spark-b", None, ray=("ray", "start", "--block", "--address=127.0.0.1:6379"))
+    worker = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), worker.ray_node, {"PATH": "/usr/bin"})
+    described = describe([head, worker], SWITCHES, ROOT)
+    assert not described.host_ip_by_address and "CONTAINER_ENV" not in launcher_env(described, ROOT)
+    assert described.node_launch["spark-a"]["env"] == {"NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1"}

@@ -39,7 +39,7 @@ PAIR = ServeDescription(BASE, "spark-a", 163840, ("--served-model-name", "dsv41"
                         {"spark-a": "10.0.0.11", "spark-b": "10.0.0.12"}, "29501", "exec", model="/models/m",
                         drafter=Drafter("--spec-url", "http://10.0.0.20:8100", None), shm_size="16g",
                         node_env={"spark-a": {"VLLM_HOST_IP": "10.0.0.11"}, "spark-b": {"VLLM_HOST_IP": "10.0.0.12"}},
-                        node_launch={"spark-b": {"env": {"NCCL_SOCKET_IFNAME": "enp2"}}})
+                        node_launch={"spark-b": {"env": {"NCCL_SOCKET_IFNAME": "enp2"}}}, host_ip_by_address=True)
 
 
 def test_a_pair_with_a_drafter_gets_workers_first_the_heads_probe_and_the_drafter_at_controls_length():
@@ -63,9 +63,9 @@ def test_a_pair_with_a_drafter_gets_workers_first_the_heads_probe_and_the_drafte
 
 
 def test_a_host_ip_given_on_one_node_only_stays_out_of_the_shared_environment():
-    partial = ServeDescription(**{**PAIR.__dict__, "node_env": {"spark-a": {"VLLM_HOST_IP": "10.0.0.11"}, "spark-b": {}}})
+    partial = ServeDescription(**{**PAIR.__dict__, "node_env": {"spark-a": {"VLLM_HOST_IP": "10.0.0.11"}, "spark-b": {}}, "host_ip_by_address": False})
     assert json.loads(launcher_env(partial, ROOT)["CONTAINER_ENV"]) == {"HF_HUB_OFFLINE": "1"}
-    nothing = ServeDescription(**{**PAIR.__dict__, "node_env": {}, "env": {}})
+    nothing = ServeDescription(**{**PAIR.__dict__, "node_env": {}, "env": {}, "host_ip_by_address": False})
     assert "CONTAINER_ENV" not in launcher_env(nothing, ROOT)
 
 

@@ -107,7 +107,7 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
     if described.shm_size:
         env["SHM_SIZE"] = described.shm_size
     container_env = dict(described.env)
-    if all("VLLM_HOST_IP" in env for env in described.node_env.values()) and described.node_env:
+    if described.host_ip_by_address:
         container_env["VLLM_HOST_IP"] = "{node_address}"
     if container_env:
         env["CONTAINER_ENV"] = json.dumps(container_env, sort_keys=True)

@@ -118,6 +118,7 @@ class ServeDescription:
     ray_port: str = ""
     secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
     ray_start: tuple[str, ...] = ()  # the Ray nodes' own `ray start` options, `{node_address}` for each node's address
+    host_ip_by_address: bool = False  # every rank sets its own VLLM_HOST_IP: CONTAINER_ENV gives it as {node_address}
 
 
 RAY_OWN = ("--block", "--head", "--port", "--address")  # what the launcher gives `ray start` itself
@@ -346,16 +347,23 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
         model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
-        node_launch={n.node: launch for n in nodes if (launch := node_launch(n, node_env.get(n.node, {}), source_root))})
+        host_ip_by_address=host_ip_everywhere(nodes, node_env),
+        node_launch={n.node: launch for n in nodes
+                     if (launch := node_launch(n, node_env.get(n.node, {}), source_root, host_ip_everywhere(nodes, node_env)))})
 
 
-def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str) -> dict[str, Any]:
+def host_ip_everywhere(nodes: Sequence[NodeServe], node_env: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether every rank sets its own VLLM_HOST_IP: then the launcher gives each node its address there."""
+    return len(nodes) > 1 and all("VLLM_HOST_IP" in node_env.get(n.node, {}) for n in nodes)
+
+
+def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str, host_ip_by_address: bool = True) -> dict[str, Any]:
     """A node's own container settings as deploy.yaml's `launch:` gives them: its per-node environment (less
     VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts."""
     host = node.container.get("HostConfig") or {}
     model = node.serving.serve.model if node.serving else ""
     launch: dict[str, Any] = {
-        "env": {name: value for name, value in sorted(env.items()) if name != "VLLM_HOST_IP"},
+        "env": {name: value for name, value in sorted(env.items()) if name != "VLLM_HOST_IP" or not host_ip_by_address},
         "devices": [device_text(d) for d in host.get("Devices") or ()],
         "cap_add": sorted(str(c) for c in host.get("CapAdd") or ()),
         "ulimits": {str(u["Name"]): (u["Soft"] if u["Soft"] == u["Hard"] else f"{u['Soft']}:{u['Hard']}") for u in host.get("Ulimits") or ()},
