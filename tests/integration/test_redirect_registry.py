@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvbake.ship.adapters.registry_api import USER_AGENT
+from kvbake.registry.adapters.registry_api import USER_AGENT
 from kvbake.rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
 from kvbake.rig.redirect_front import RedirectFront
 

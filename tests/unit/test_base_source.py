@@ -15,8 +15,8 @@ from kvbake.digests import canonical_json, sha256_digest
 from kvbake.engines.adapters import manifestcache
 from kvbake.engines.core.savefile import DirMeta
 from kvbake.errors import BaseImageError
-from kvbake.ship.adapters.registry_api import RegistryClient
-from kvbake.ship.core.remote_manifest import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
+from kvbake.registry.adapters.registry_api import RegistryClient
+from kvbake.registry.core.remote_manifest import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from message_words import says
 
 LAYERS = ["sha256:" + "1" * 64, "sha256:" + "2" * 64]

@@ -17,9 +17,9 @@ from kvbake.digests import canonical_json, sha256_digest
 from kvbake.engines.adapters import client, manifestcache
 from kvbake.engines.core.savefile import DirMeta
 from kvbake.errors import BaseImageError
-from kvbake.ship.adapters.credentials import RegistryAuth
-from kvbake.ship.adapters.registry_api import RegistryClient
-from kvbake.ship.core.remote_manifest import OCI_INDEX, OCI_MANIFEST
+from kvbake.registry.adapters.credentials import RegistryAuth
+from kvbake.registry.adapters.registry_api import RegistryClient
+from kvbake.registry.core.remote_manifest import OCI_INDEX, OCI_MANIFEST
 
 LOGIN = RegistryAuth("lock-user", "lock-secret")
 DOWN = canonical_json({"errors": [{"code": "UNAVAILABLE", "message": "stand-in storage is down"}]})

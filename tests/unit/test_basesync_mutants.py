@@ -10,7 +10,7 @@ import httpx
 from kvbake.engines.core.detection import EngineProfile
 from kvbake.errors import BaseImageError
 from kvbake.ship.adapters import basesync
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.registry_api import RegistryClient
 from message_words import says
 from test_basesync_registry import CONFIG_DIGEST, NAME, PINNED, REPOSITORY, TAG, base_sync, logged_in, setup  # noqa: F401  (fixture: stand-in project, nodes, host, registry)
 

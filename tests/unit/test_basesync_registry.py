@@ -22,7 +22,7 @@ from message_words import says
 from kvbake.manifest import load_manifest
 from kvbake.ship import commands
 from kvbake.ship.adapters import basesync, fleet as fleet_module
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
 from test_pushing import MemoryRegistry
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"

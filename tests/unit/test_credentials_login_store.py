@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import RegistryAuth, config_folder, credentials_for, lookup, read_config
+from kvbake.registry.adapters.credentials import RegistryAuth, config_folder, credentials_for, lookup, read_config
 
 REGISTRY = "127.0.0.1:5000"
 

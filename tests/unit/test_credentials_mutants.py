@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from kvbake.ship.adapters.credentials import RegistryAuth, lookup
+from kvbake.registry.adapters.credentials import RegistryAuth, lookup
 
 REGISTRY = "127.0.0.1:5000"
 

@@ -16,7 +16,7 @@ from kvbake.manifest import load_manifest
 from kvbake.operate.adapters import doctor
 from kvbake.operate.adapters.doctor import FAIL, OK, Check, diagnose, first_failure, registry_line
 from kvbake.operate.adapters.memwatch import GIB
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.registry_api import RegistryClient
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 

@@ -16,7 +16,7 @@ IMPURE = ("python_on_whales", "subprocess", "httpx")  # what a core module never
 # adapter (a program of its own, which kvbake runs as the operator's launcher).
 ENGINE_CLIENT = ("kvbake.engines.adapters.", "kvbake.rig.", "kvbake.launcher.cli")
 ENTRY_POINTS = ("kvbake.cli",)
-STAGE_GROUPS = ("bake", "ship", "operate", "engines", "kvarith", "rig")
+STAGE_GROUPS = ("bake", "ship", "operate", "engines", "kvarith", "registry", "rig")
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from kvbake.digests import sha256_digest
 from kvbake.ship.adapters import node_identity
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
 
 from fake_engine import FakeEngine
 from test_pushing import MemoryRegistry

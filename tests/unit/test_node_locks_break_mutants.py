@@ -8,7 +8,7 @@ import pytest
 from kvbake.errors import EngineError, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
-from kvbake.ship.adapters.registry_api import split_repository
+from kvbake.registry.adapters.registry_api import split_repository
 from kvbake.ship.adapters.rollout import kept_by_any_node
 from kvbake.ship.core.lock_claims import broken_name, claim_from_labels
 from message_words import says

@@ -16,7 +16,7 @@ from kvbake.engines.core.savefile import DirMeta
 from kvbake.errors import BaseImageError, LockError
 from kvbake.lock import load_lock_file
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.ship.core.remote_manifest import OCI_INDEX, OCI_MANIFEST
+from kvbake.registry.core.remote_manifest import OCI_INDEX, OCI_MANIFEST
 from tests.unit.bake_engine import LAYER_MTIME, BakeEngine, layer_tar
 from tests.unit.bake_project import BASE_CONFIG, BASE_IMAGE, MODULE, base_entries, engine_with_base, project
 from tests.unit.message_words import says

@@ -19,7 +19,7 @@ from kvbake.digests import sha256_digest
 from kvbake.errors import IntegrityError
 from kvbake.ship import commands
 from kvbake.ship.adapters import pusher
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, RegistryClient
 from kvbake.ship.core.push_record import PUSHES_DIR
 from test_pushing import MemoryRegistry
 from tests.unit.bake_engine import BakeEngine

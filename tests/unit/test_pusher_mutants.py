@@ -12,7 +12,7 @@ from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
 from kvbake.ship.adapters import pusher
 from kvbake.ship.adapters.pusher import account, present_blobs, read_back, readback_failures, ship
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, RemoteManifest
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, RemoteManifest
 from message_words import says
 from test_pushing import (BASE_BYTES, EXPECTED, LABELS, THIN_BYTES, TARGET, FakeEngine, MemoryRegistry, config, image_config,
                           image_manifest, manifest, pushed_expectation)

@@ -22,7 +22,7 @@ from kvbake.ship.adapters.pusher import (
     target_for,
     upload_summary,
 )
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, OCI_INDEX, RegistryClient, RemoteManifest
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, OCI_INDEX, RegistryClient, RemoteManifest
 
 IMAGE_ID = "sha256:" + "1" * 64
 BASE, THIN = "sha256:" + "b" * 64, "sha256:" + "d" * 64

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbake.ship.adapters.credentials import RegistryAuth, credentials_for, lookup
+from kvbake.registry.adapters.credentials import RegistryAuth, credentials_for, lookup
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.registry_api import (
+from kvbake.registry.adapters.registry_api import (
     DOCKER_MANIFEST,
     OCI_INDEX,
     RegistryClient,

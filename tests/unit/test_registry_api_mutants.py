@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import RegistryAuth
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, HUB_API, OCI_INDEX, OCI_MANIFEST, USER_AGENT, RegistryClient, parse_challenge
+from kvbake.registry.adapters.credentials import RegistryAuth
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, HUB_API, OCI_INDEX, OCI_MANIFEST, USER_AGENT, RegistryClient, parse_challenge
 from message_words import says
 from test_registry_api import BASIC, BLOB, BLOB_DIGEST, MANIFEST, SECRET, USER, registry, serving
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST, is_loopback
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST, is_loopback
 from message_words import says
 from test_registry_api import BLOB_DIGEST, MANIFEST, refusing, registry, serving
 from test_registry_api_mutants import dropping_after_the_ping
@@ -43,7 +43,7 @@ def test_the_ping_asks_for_the_api_root_v2(address, no_proxy_variables):
     pytest.param("127.0.0.1:5000", refusing([]), "http", id="loopback-falling-back-to-http"),
 ])
 def test_the_debug_log_names_the_registry_and_the_scheme_it_answers_over(caplog, no_proxy_variables, address, handler, scheme):
-    caplog.set_level(logging.DEBUG, logger="kvbake.ship.adapters.registry_api")
+    caplog.set_level(logging.DEBUG, logger="kvbake.registry.adapters.registry_api")
     with registry(handler, address=address) as client:
         assert client.tags("tiny")
     assert any(says(record.getMessage(), f"registry {address} answers over {scheme}") for record in caplog.records)

@@ -7,9 +7,9 @@ import pytest
 
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.registry_api import DOCKER_MANIFEST
+from kvbake.registry.adapters.registry_api import DOCKER_MANIFEST
 from tests.unit.test_registry_api import BASIC, MANIFEST, SECRET, USER, registry
-from kvbake.ship.adapters.credentials import RegistryAuth
+from kvbake.registry.adapters.credentials import RegistryAuth
 
 DIGEST = sha256_digest(MANIFEST)
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.registry_replies import expect, follow, next_url, origin, shown
+from kvbake.registry.adapters.registry_replies import expect, follow, next_url, origin, shown
 from message_words import says
 
 BLOB = "https://127.0.0.1:5000/v2/x/blobs/d"

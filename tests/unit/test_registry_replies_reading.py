@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.registry_replies import at_registry, detail, expect, token_of
+from kvbake.registry.adapters.registry_replies import at_registry, detail, expect, token_of
 
 
 def reply(status: int, url: str = "https://127.0.0.1:5000/v2/x/blobs/d", **options) -> httpx.Response:

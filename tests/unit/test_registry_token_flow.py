@@ -12,8 +12,8 @@ import pytest
 
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import RegistryAuth
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.credentials import RegistryAuth
+from kvbake.registry.adapters.registry_api import RegistryClient
 
 ADDRESS = "registry.example"
 
@@ -114,7 +114,7 @@ def test_a_blob_redirect_is_logged_without_its_query(caplog):
             return httpx.Response(200, content=blob)
         return httpx.Response(307, headers={"Location": "https://storage.example/blob?sig=secret"})
 
-    with caplog.at_level(logging.DEBUG, logger="kvbake.ship.adapters.registry_api"), client(handler) as registry:
+    with caplog.at_level(logging.DEBUG, logger="kvbake.registry.adapters.registry_api"), client(handler) as registry:
         assert registry.blob("app", digest) == blob
     assert "blob read redirected to https://storage.example/blob" in [r.getMessage() for r in caplog.records]
 

@@ -6,7 +6,7 @@ import pytest
 
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.core.remote_manifest import DOCKER_MANIFEST, parse_manifest
+from kvbake.registry.core.remote_manifest import DOCKER_MANIFEST, parse_manifest
 from message_words import says
 from test_remote_manifest_shapes import GOOD, body_of
 

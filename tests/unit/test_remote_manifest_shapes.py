@@ -9,7 +9,7 @@ import pytest
 
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.core.remote_manifest import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RemoteManifest, parse_manifest,
+from kvbake.registry.core.remote_manifest import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RemoteManifest, parse_manifest,
                                               shape_flaw)
 
 DIGEST = "sha256:" + "a" * 64

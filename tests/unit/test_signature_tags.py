@@ -6,7 +6,7 @@ import pytest
 
 from kvbake.errors import RegistryError, SignatureError
 from kvbake.provenance.adapters import signature_tags
-from kvbake.ship.core.remote_manifest import RemoteManifest
+from kvbake.registry.core.remote_manifest import RemoteManifest
 
 REFERENCE = "127.0.0.1:5000/team/release@sha256:" + "ab" * 32
 SIG, ATT = "sha256-" + "ab" * 32 + ".sig", "sha256-" + "ab" * 32 + ".att"

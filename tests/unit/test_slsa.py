@@ -39,7 +39,9 @@ def test_a_digest_that_is_not_sha256_is_refused():
 
 @pytest.mark.parametrize(("reference", "options"), [("127.0.0.1:5000/x@sha256:a", ["--allow-http-registry"]),
                                                     ("localhost:5000/x@sha256:a", ["--allow-http-registry"]),
-                                                    ("registry.lan:5000/x@sha256:a", []), ("127x.example/x@sha256:a", [])])
+                                                    ("registry.lan:5000/x@sha256:a", []), ("127x.example/x@sha256:a", []),
+                                                    ("localhost.registry.corp.example:5000/x@sha256:a", []),
+                                                    ("127.0.0.1.nip.example:5000/x@sha256:a", []), ("[::1]:5000/x@sha256:a", ["--allow-http-registry"])])
 def test_plain_http_is_allowed_for_a_loopback_registry_only(reference, options):
     assert registry_options(reference) == options
 

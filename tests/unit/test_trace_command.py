@@ -19,10 +19,11 @@ from kvbake.manifest import Manifest, load_manifest
 from kvbake.provenance import commands
 from kvbake.provenance.adapters import cosign
 from kvbake.provenance.core.slsa import provenance_predicate
-from kvbake.ship.adapters import credentials, fleet as fleet_module, registry_api
+from kvbake.registry.adapters import credentials, registry_api
+from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.push_record import PUSHES_DIR
-from kvbake.ship.core.remote_manifest import RemoteManifest
+from kvbake.registry.core.remote_manifest import RemoteManifest
 
 from fake_fleet import CONTROL, make_world
 from message_words import says

@@ -17,10 +17,10 @@ from kvbake.lock import Derived, read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.provenance.adapters import cosign, evidence
 from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
-from kvbake.ship.adapters import credentials, registry_api
+from kvbake.registry.adapters import credentials, registry_api
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.push_record import PUSHES_DIR
-from kvbake.ship.core.remote_manifest import RemoteManifest
+from kvbake.registry.core.remote_manifest import RemoteManifest
 
 from fake_fleet import CONTROL, PACKING, make_world
 from message_words import says

@@ -18,8 +18,8 @@ from kvbake.engines.adapters import manifestcache
 from kvbake.engines.adapters.client import Engine
 from kvbake.engines.core.savefile import DirMeta
 from kvbake.errors import BaseImageError, RegistryError
-from kvbake.ship.adapters.credentials import credentials_for
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.credentials import credentials_for
+from kvbake.registry.adapters.registry_api import RegistryClient
 
 log = logging.getLogger(__name__)
 STAT_WORKERS = 4  # directories read at once (each one a short `docker cp` that stops after its first entry)

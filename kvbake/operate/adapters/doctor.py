@@ -17,9 +17,9 @@ from kvbake.launcher.core.node_launch import interface_matches
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.operate.adapters.memwatch import GIB, gib, parse_mem_available
-from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.registry.adapters.credentials import credentials_for
 from kvbake.ship.adapters.pusher import target_for
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.registry_api import RegistryClient
 
 OK, FAIL = "ok", "FAIL"
 DISK_FLOOR = 20 * GIB  # room for one more base and a few releases

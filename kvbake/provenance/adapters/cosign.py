@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.errors import SignatureError
+from kvbake.registry.adapters.registry_api import is_loopback, split_repository
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
 BINARY_ENV = "KVBAKE_COSIGN"
 # Where the developers' set-up unpacks Debian 13's cosign (scripts/install_tools.sh); an operator's PATH comes first.
 CACHED = Path(os.environ.get("KVBAKE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvbake") \
     / "tools" / "cosign-2.5.0" / "root" / "usr" / "bin" / "cosign"
-LOOPBACK = ("127.", "localhost", "[::1]")
 
 
 def cosign_binary() -> str:
@@ -44,8 +44,9 @@ def password() -> str:
 
 
 def registry_options(reference: str) -> list[str]:
-    """Plain HTTP is allowed for a registry on loopback only, as everywhere in kvbake."""
-    return ["--allow-http-registry"] if reference.startswith(LOOPBACK) else []
+    """Plain HTTP is allowed for a registry on loopback only, judged by the same rule as kvbake's own client (a name
+    that only starts like one, `localhost.corp.example:5000`, is remote)."""
+    return ["--allow-http-registry"] if is_loopback(split_repository(reference)[0]) else []
 
 
 def run_cosign(argv: list[str], what: str, secret: str | None = None) -> str:

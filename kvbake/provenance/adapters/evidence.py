@@ -63,8 +63,8 @@ def recovered_base(manifest: Manifest) -> dict[str, str | None]:
 
 def registry_links(manifest: Manifest, lock: Lock) -> list[Link]:
     """The push record's digest, read back from the registry by the release tag, and the config it names."""
-    from kvbake.ship.adapters.credentials import credentials_for
-    from kvbake.ship.adapters.registry_api import RegistryClient, split_repository
+    from kvbake.registry.adapters.credentials import credentials_for
+    from kvbake.registry.adapters.registry_api import RegistryClient, split_repository
     from kvbake.ship.core.push_record import PUSHES_DIR
 
     tag = tag_for(manifest, lock)

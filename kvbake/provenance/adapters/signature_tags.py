@@ -6,9 +6,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from kvbake.errors import KvbakeError, SignatureError
-from kvbake.ship.adapters.credentials import credentials_for
-from kvbake.ship.adapters.registry_api import RegistryClient, split_repository
-from kvbake.ship.core.remote_manifest import RemoteManifest
+from kvbake.registry.adapters.credentials import credentials_for
+from kvbake.registry.adapters.registry_api import RegistryClient, split_repository
+from kvbake.registry.core.remote_manifest import RemoteManifest
 
 
 def companion_tags(reference: str) -> tuple[str, str, tuple[str, ...]]:

@@ -1,1 +1,1 @@
-"""Shipping's I/O: the push and the registry client, the nodes' engines and records, the rollout and its transitions."""
+"""Shipping's I/O: the push, the nodes' engines and records, the rollout and its transitions."""

@@ -13,11 +13,11 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
-from kvbake.ship.adapters.credentials import credentials_for
+from kvbake.registry.adapters.credentials import credentials_for
 from kvbake.ship.adapters.fleet import connect
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.pusher import Expected, Target, overwrite_refusal, read_back, ship, target_for
-from kvbake.ship.adapters.registry_api import RegistryClient
+from kvbake.registry.adapters.registry_api import RegistryClient
 
 BASE_TAG_PREFIX = "base-"
 

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import credentials_for
-from kvbake.ship.adapters.registry_api import RegistryClient, split_repository
+from kvbake.registry.adapters.credentials import credentials_for
+from kvbake.registry.adapters.registry_api import RegistryClient, split_repository
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from kvbake.bake.core.build_record import write_json_record
 from kvbake.bake.core.plan import Plan
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import credentials_for
-from kvbake.ship.adapters.registry_api import RegistryClient, RemoteManifest, split_repository
+from kvbake.registry.adapters.credentials import credentials_for
+from kvbake.registry.adapters.registry_api import RegistryClient, RemoteManifest, split_repository
 from kvbake.ship.core.push_record import PUSHES_DIR
 
 log = logging.getLogger(__name__)

@@ -1,1 +1,1 @@
-"""The pure side of shipping: the release record, the node records, the journal, the rank checks, registry manifests."""
+"""The pure side of shipping: the release record, the node records, the journal, the rank checks."""

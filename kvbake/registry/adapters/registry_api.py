@@ -16,9 +16,9 @@ import httpx
 from kvbake import __version__
 from kvbake.digests import sha256_digest
 from kvbake.errors import RegistryError
-from kvbake.ship.adapters.credentials import RegistryAuth
-from kvbake.ship.adapters.registry_replies import detail, expect, follow, json_object, shown, token_of
-from kvbake.ship.core.remote_manifest import (  # re-exported: callers read manifests through this module
+from kvbake.registry.adapters.credentials import RegistryAuth
+from kvbake.registry.adapters.registry_replies import detail, expect, follow, json_object, shown, token_of
+from kvbake.registry.core.remote_manifest import (  # re-exported: callers read manifests through this module
     DOCKER_LIST,
     DOCKER_MANIFEST,
     MANIFEST_ACCEPT,

@@ -1,0 +1,1 @@
+"""The registry's pure core: manifests and indexes as the registry holds them."""
