@@ -56,7 +56,9 @@ def cmd_trace(args: argparse.Namespace) -> Result:
     from kvbake.command_output import emit
     from kvbake.errors import IntegrityError, SignatureError
     from kvbake.lock import load_lock_file
-    from kvbake.provenance.adapters.evidence import fleet_links, local_links, registry_links, signature_links
+    from kvbake.bake.core.plan import tag_for
+    from kvbake.provenance.adapters.evidence import fleet_links, local_links, pushed_digest, pushed_repository, registry_links, signature_links
+    from kvbake.ship.core.push_record import PUSHES_DIR
     from kvbake.provenance.core.trace import PUSHED_MANIFEST, first_broken, table
 
     manifest = load_manifest(args.manifest)
@@ -64,7 +66,8 @@ def cmd_trace(args: argparse.Namespace) -> Result:
     links = local_links(manifest, lock) + registry_links(manifest, lock)
     pushed = next((link for link in links if link.name == PUSHED_MANIFEST and link.holds), None)
     if args.key and pushed is not None:
-        links += signature_links(f"{manifest.output.repository}@{pushed.value}", list(args.key), lock, manifest)
+        repository = pushed_repository(manifest, pushed_digest(manifest.root / PUSHES_DIR / f"{tag_for(manifest, lock)}.json"))
+        links += signature_links(f"{repository}@{pushed.value}", list(args.key), lock, manifest)
     if args.deploy is not None:
         from kvbake.deployfile import load_deployment
         from kvbake.ship.adapters.fleet import make_fleet

@@ -287,3 +287,12 @@ def test_a_node_whose_records_are_all_corrupt_stops_the_trace_naming_that_node(t
     with pytest.raises(RolloutError) as caught:
         evidence.fleet_links(fleet, lock)
     assert says(caught.value.message, "node b") and checks.calls == [("a", CONTROL.id, None)]
+
+
+def test_the_registry_links_follow_the_registry_the_push_record_names(standin, monkeypatch):
+    """`push --registry HOST:PORT` pushed elsewhere than output.repository: trace reads the release back from there."""
+    lock = read_lock(standin)
+    tag = record_push(standin, f"127.0.0.1:7000/mirror/standin-kvpack@{DIGEST}")
+    registry = StandInRegistry(monkeypatch, {("mirror/standin-kvpack", tag): served(DIGEST, lock.derived.image_id)})
+    assert all(link.holds for link in evidence.registry_links(standin, lock))
+    assert registry.opened == [("127.0.0.1:7000", "login for 127.0.0.1:7000")] and registry.asked == [("mirror/standin-kvpack", tag)]

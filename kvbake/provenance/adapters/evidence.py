@@ -69,7 +69,7 @@ def registry_links(manifest: Manifest, lock: Lock) -> list[Link]:
 
     tag = tag_for(manifest, lock)
     pinned = pushed_digest(manifest.root / PUSHES_DIR / f"{tag}.json")
-    registry, name = split_repository(manifest.output.repository)
+    registry, name = split_repository(pushed_repository(manifest, pinned))
     try:
         with RegistryClient(registry, credentials_for(registry)) as client:
             served = client.manifest(name, tag)
@@ -77,6 +77,12 @@ def registry_links(manifest: Manifest, lock: Lock) -> list[Link]:
         return [checked("manifest", PUSHED_MANIFEST, "the push record", recorded_digest(pinned),
                         f"the registry ({err.message})", None)]
     return manifest_links(lock, pinned, served.digest if served else None, served.config_digest if served else None)
+
+
+def pushed_repository(manifest: Manifest, pinned: str | None) -> str:
+    """Where the release was pushed: the push record's repository (`push --registry` may name another registry than
+    output.repository), else the manifest's."""
+    return pinned.split("@", 1)[0] if pinned else manifest.output.repository
 
 
 def pushed_digest(record_path: Path) -> str | None:
