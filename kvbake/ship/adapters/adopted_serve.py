@@ -120,7 +120,7 @@ def refuse_missing_secrets(releases: Mapping[str, Release | None]) -> None:
     for node, release in releases.items():
         missing = missing_secrets(secrets_needed(release), os.environ) if release is not None and release.adopted else []
         if missing:
-            raise RolloutError(f"node {node}: the adopted serve needs {', '.join(missing)} to come back, and this environment does not set it",
+            raise RolloutError(f"node {node}: the adopted serve needs {', '.join(missing)} to come back, which this environment does not set",
                                f"export {' '.join(missing)} where kvbake runs (kvbake records secrets by name only), then retry; nothing was changed")
 
 
