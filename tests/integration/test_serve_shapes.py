@@ -20,7 +20,8 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
-from kvbake.rig.serve_shapes import RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES
+from kvbake.rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
+                                     multi_node_args, standin_serve)
 from serveshapes import NODES, clear_nodes, serves, serving_keys, shape_ports, start_shape, wait_for_serves, whole_node, with_node_containers
 from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
@@ -197,19 +198,66 @@ def no_secret_written(walk: Walk, folder: Path) -> bool:
     return not any(RIG_TOKEN.encode() in data or RIG_API_KEY.encode() in data for data in written)
 
 
-@pytest.mark.parametrize("shape", ["eugr cluster", "--rm wrapper"])
-def test_a_failed_first_deploy_brings_back_the_adopted_serve_in_its_shape(capsys, shipped, rig, tmp_path, shape_rig, shape):
+def started_at(rig: dict, key: str, name: str) -> str | None:
+    return ((Engine(rig[key].host).container_inspect(name) or {}).get("State") or {}).get("StartedAt")
+
+
+@pytest.mark.parametrize("shape", ["main process", "ray cluster", "eugr cluster", "--rm wrapper"])
+def test_a_failed_first_deploy_restores_the_whole_gang_in_its_shape(capsys, shipped, rig, tmp_path, shape_rig, shape):
+    """Started as init writes it (workers first; a Ray head first), the launcher failing on the worker: in the exec and
+    main shapes the head was never touched, and it restarts with its restored worker (its exec'd vLLM run again)."""
     walk = Walk(capsys, shipped, rig, tmp_path, shape, failing_launcher(tmp_path, "spark-b", when_switches=False))
+    document = json.loads(walk.deploy_file.read_text())
+    walk.deploy_file.write_text(json.dumps({**document, "start": "in-order" if shape == "ray cluster" else "workers-first"}))
     walk.run("adopt", "--reason", shape)
     adopted = walk.state()
+    head_started = started_at(rig, "a", walk.names["a"])
     code, _, err = ship_with(capsys, shipped, walk.deploy_file, "deploy", "--preset", "control", "--image", shipped["digest"],
                              "--reason", "fails on spark-b")
     assert code == 12 and "launcher on spark-b exited 1 (launcher: GPU busy)" in err, err
     after = walk.state()
     assert walk.adopted_serves(after) == walk.adopted_serves(walk.original)
+    assert started_at(rig, "a", walk.names["a"]) not in (None, head_started), "the head restarted with its worker"
     for key in NODES:
         assert after[key]["records"] == adopted[key]["records"] and CONTAINER not in after[key]["containers"]
         assert after[key]["containers"][walk.names[key]] == walk.original[key]["containers"][walk.names[key]]
+    assert walk.serves_the_api()
+    walk.run("verify-running")
+
+
+def failing_once(folder: Path):
+    """The main-process shape whose container first runs a wrapper that, once when `folder/fail-once-NODE` exists, exits
+    1 after a second (as a Ray worker that cannot reach its head yet), else runs vLLM; under `--restart unless-stopped`
+    its own policy restarts it."""
+    def start(client, key: str, ports: ShapePorts) -> str:
+        serve = " ".join(standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports)))
+        wrapper = f"if [ -e /ctl/fail-once-{key} ]; then rm /ctl/fail-once-{key}; sleep 1; exit 1; fi; exec {serve}"
+        return client.run(BASE, ["-c", wrapper], entrypoint="sh", name="vllm-policy", detach=True, networks=["host"],
+                          restart="unless-stopped", mounts=[STANDIN_VLLM, ports.model_mount,
+                                                            ["type=bind", f"source={folder}", "target=/ctl"]]).id
+    return start
+
+
+def test_the_adopted_serve_restarted_once_by_its_own_policy_is_not_a_dead_rank(capsys, shipped, rig, tmp_path, shape_rig, monkeypatch):
+    """Brought back by `rollback --to adopted`, the worker's first start fails and its restart policy starts it again (as
+    an old Ray worker does while its head comes up), while the head waits for it: the pair serves, and the rollback is no
+    failure."""
+    control = tmp_path / "ctl"
+    control.mkdir()
+    monkeypatch.setitem(SHAPES, "policy restart", (failing_once(control), {"a": "vllm-policy", "b": "vllm-policy"}))
+    walk = Walk(capsys, shipped, rig, tmp_path, "policy restart")
+    walk.run("adopt", "--reason", "policy restart")
+    walk.deploy("control")
+    document = json.loads(walk.deploy_file.read_text())  # the way back is probed on the adopted serve's own API
+    readiness = {"url": f"http://127.0.0.1:{walk.ports.api}/health", "status": 200, "timeout_s": 60, "interval_s": 0.5}
+    walk.deploy_file.write_text(json.dumps({**document, "readiness": readiness}))
+    (control / "fail-once-b").touch()
+    walk.run("rollback", "--to", "adopted")
+    assert not (control / "fail-once-b").exists(), "the worker's first start failed"
+    assert Engine(rig["b"].host).container_inspect("vllm-policy")["RestartCount"] == 1, "and its policy started it again"
+    back = walk.state()
+    assert walk.adopted_serves(back) == walk.adopted_serves(walk.original) and walk.serves_the_api()
+    assert all(walk.kvbake_gone(back, key) for key in NODES)
     walk.run("verify-running")
 
 

@@ -1,5 +1,6 @@
-"""Bringing the adopted serve back: nothing started or executed again when it runs, found by ID, spec or Docker's
-slash-prefixed name; refused, naming the node, when its name is taken or its container does not start."""
+"""Bringing the adopted serve back: one that still runs restarts with its gang (its vLLM exec'd once again), found by
+ID, spec (whatever its restart policy now) or Docker's slash-prefixed name; refused, naming the node, when its name is
+taken or its container does not start."""
 
 from __future__ import annotations
 
@@ -24,26 +25,42 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 
 def serving(world: World) -> tuple:
     found = world.engines["a"].containers[CONTAINER]
-    return found["Id"], found["State"]["Running"], tuple(p.argv for p in found.get("Processes", ()))
+    return (found["Id"], found["State"]["Running"], (found.get("HostConfig") or {}).get("RestartPolicy"),
+            tuple((p.pid, p.argv) for p in found.get("Processes", ())))
 
 
 @pytest.mark.parametrize("shown_as", [CONTAINER, "/" + CONTAINER], ids=["plain", "docker's leading slash"])
-def test_an_adopted_exec_serve_that_already_runs_under_its_name_is_not_executed_again(world, shown_as):
+def test_an_adopted_exec_serve_that_still_runs_restarts_with_its_gang_and_its_vllm_is_executed_once_again(world, shown_as):
     start_serves(world, "exec")
     adopted = adopt(world.fleet, "seed serve", False)["a"]
     world.engines["a"].containers[CONTAINER]["Name"] = shown_as
-    before = serving(world)
+    container, running, policy, processes = serving(world)
+    execs = len(world.engines["a"].execs)
     adopted_serve.bring_back(world.engines["a"], "a", adopted, CONTAINER, CONTAINER)
-    assert serving(world) == before
+    assert serving(world)[:3] == (container, running, policy), "the same container, running, its restart policy back"
+    assert [argv for _, argv in serving(world)[3]] == [argv for _, argv in processes], "its vLLM runs once, not twice"
+    assert [pid for pid, _ in serving(world)[3]] != [pid for pid, _ in processes], "stopped and started afresh"
+    assert len(world.engines["a"].execs) == execs + 1
 
 
-def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_found_by_its_spec_and_left_running(world):
+def test_a_serve_recreated_from_a_nameless_record_under_the_launchers_name_is_found_by_its_spec_and_restarted_in_place(world):
     start_serves(world)
     engine = world.engines["a"]
     recorded = nameless_adopted_record(engine)
+    container, running, policy, processes = serving(world)
+    adopted_serve.bring_back(engine, "a", recorded, CONTAINER, CONTAINER)
+    assert serving(world) == (container, running, policy, processes), "the same container (not recreated), its policy back"
+    assert set(engine.containers) == {CONTAINER}, "nothing is left under the kept name"
+
+
+def test_a_running_rm_serve_recorded_without_a_spec_stays_as_it_runs(world):
+    start_serves(world, auto_remove=True)
+    engine = world.engines["a"]
+    recorded = nameless_adopted_record(engine)
+    recorded = dataclasses.replace(recorded, adopted={**recorded.adopted, "spec": None, "container_id": engine.containers[CONTAINER]["Id"]})
     before = serving(world)
     adopted_serve.bring_back(engine, "a", recorded, CONTAINER, CONTAINER)
-    assert serving(world) == before
+    assert serving(world) == before, "stopping it would lose it: nothing could recreate it"
 
 
 def test_a_serve_whose_name_begins_with_an_x_is_still_known_by_its_name(world):

@@ -425,14 +425,17 @@ def test_bringing_back_an_adopted_serve_restarts_its_own_container(tmp_path: Pat
     assert not marker.exists()
 
 
-def test_an_adopted_serve_already_serving_is_left_alone(tmp_path: Path) -> None:
+def test_an_adopted_serve_already_serving_restarts_in_place_with_its_gang(tmp_path: Path) -> None:
     fleet = fleet_with(tmp_path, ("launch",))
     engine = fleet.engines["a"]
     serving_container(engine, "adopted-1")
     serving_container(engine, "other", name="serve-kept", running=False)
+    stops = []
+    stop = engine.stop
+    engine.stop = lambda container, timeout_s=30: (stops.append(container), stop(container, timeout_s))
     transitions.restart(fleet, "a", adopted_release())
     assert {name: c["Id"] for name, c in engine.containers.items()} == {CONTAINER: "adopted-1", "serve-kept": "other"}
-    assert engine.containers[CONTAINER]["State"] == {"Running": True}
+    assert engine.containers[CONTAINER]["State"]["Running"] and stops == ["adopted-1"], "stopped, then started again"
 
 
 @pytest.mark.parametrize("serving", [None, "kvbake-1"])

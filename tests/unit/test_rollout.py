@@ -380,6 +380,19 @@ def test_a_serving_container_that_restarted_counts_as_dead(world):
     assert transitions.not_running(world.fleet, "a") is None
 
 
+@pytest.mark.parametrize("state, count", [({"Running": True}, 1), ({"Running": False, "Restarting": True}, 3)])
+def test_the_adopted_serve_restarted_by_its_own_policy_is_alive_until_it_stops_for_good(world, state, count):
+    """An old Ray worker brought back restarts under its own policy until its head answers: no dead rank, unless it
+    stopped (its policy gave up)."""
+    world.engines["a"].run_serving(CONTAINER, "base:1", [])
+    world.engines["a"].containers[CONTAINER].update(RestartCount=count, State={**state, "ExitCode": 1}, Log=["no head yet"])
+    assert transitions.not_running(world.fleet, "a", own_policy=True) is None
+    assert transitions.not_running(world.fleet, "a") == "the serving container serve on a keeps restarting (exit code 1: no head yet)"
+    world.engines["a"].containers[CONTAINER].update(State={"Running": False, "Restarting": False, "ExitCode": 1})
+    assert transitions.not_running(world.fleet, "a", own_policy=True) == \
+        "the serving container serve on a keeps restarting (exit code 1: no head yet)"
+
+
 def start_unadopted_serve(world: World) -> dict[str, str]:
     """The serve each node runs without kvbake: the base image, one switch set by hand."""
     ids = {}

@@ -32,7 +32,12 @@ def is_the_adopted(container: Mapping[str, Any] | None, info: Mapping[str, Any])
     if container.get("Id") == info.get("container_id"):
         return True
     spec = info.get("spec")
-    return bool(spec) and not spec_differences(spec, create_spec(container))
+    return bool(spec) and not spec_differences(without_restart_policy(spec), without_restart_policy(create_spec(container)))
+
+
+def without_restart_policy(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec less its restart policy, which kvbake itself turns off while the serve is set aside."""
+    return {**spec, "host": {key: value for key, value in (spec.get("host") or {}).items() if key != "RestartPolicy"}}
 
 
 def find(engine: Engine, adopted: Release, default: str) -> dict[str, Any] | None:
@@ -63,12 +68,18 @@ def set_aside(engine: Engine, node: str, adopted: Release, default: str) -> None
 
 
 def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake_container: str) -> None:
-    """Replace kvbake's serving container by the adopted serve, exactly as it ran."""
+    """Replace kvbake's serving container by the adopted serve, exactly as it ran, started afresh (a running one is
+    stopped first): the ranks of a gang start together."""
     info, name = adopted.adopted, serve_name(adopted, default)
     found = find(engine, adopted, default)
-    if found is not None and (found.get("State") or {}).get("Running") and str(found.get("Name", "")).lstrip("/") == name:
-        restore_restart_policy(engine, found, info)  # a set-aside stopped half-way may have left it restarting `no`
-        return
+    if found is not None and (found.get("State") or {}).get("Running"):
+        # Still serving (its node was never set aside, or a set-aside stopped half-way): its peers restart now, and a
+        # rank left running would miss them (a head whose exec'd vLLM lost its worker), so it restarts with the gang;
+        # only a --rm serve that could not be recreated stays as it runs.
+        if not recreatable(found, info):
+            return
+        engine.stop(str(found["Id"]))  # a --rm one is gone now, and recreated from its spec below
+        found = find(engine, adopted, default)
     if found is None and not info.get("spec"):
         raise RolloutError(f"node {node}: the adopted serving container {adopted.kept_as} is gone and an earlier kvbake recorded no "
                            "create spec to recreate it", "deploy a kvbake release instead (python build.py deploy --preset NAME)")
@@ -86,10 +97,17 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
         exec_again(engine, node, name, info["exec"])
 
 
+def recreatable(container: Mapping[str, Any], info: Mapping[str, Any]) -> bool:
+    """Whether the adopted serve survives being set aside: kept when stopped, or recreated from its recorded spec (a
+    --rm container recorded by an earlier kvbake, with no spec, would be lost)."""
+    return not (container.get("HostConfig") or {}).get("AutoRemove") or bool(info.get("spec"))
+
+
 def restore_restart_policy(engine: Engine, container: Mapping[str, Any], info: Mapping[str, Any]) -> None:
     """The adopted serve's own restart policy again (a --rm container has none)."""
     if not (container.get("HostConfig") or {}).get("AutoRemove"):
-        engine.set_restart_policy(str(container["Id"]), str(info.get("restart") or "no"))
+        recorded = (((info.get("spec") or {}).get("host") or {}).get("RestartPolicy") or {}).get("Name")
+        engine.set_restart_policy(str(container["Id"]), str(info.get("restart") or recorded or "no"))
 
 
 def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any]) -> None:

@@ -88,9 +88,10 @@ def launch(fleet: Fleet, name: str, release: Release) -> None:
                            "every node was reverted")
 
 
-def not_running(fleet: Fleet, name: str, replaced: str | None = None, container: str | None = None) -> str | None:
+def not_running(fleet: Fleet, name: str, replaced: str | None = None, container: str | None = None, own_policy: bool = False) -> str | None:
     """Why the node's serving container (the launcher's unless named) is not running (absent, still the container
-    `replaced`, or exited with its code and last log line), or None."""
+    `replaced`, exited with its code and last log line, or restarted: a crash of a new release), or None. With
+    `own_policy` (the adopted serve brought back, under its own restart policy) a policy restart is no dead rank."""
     engine, container = fleet.engines[name], container or fleet.deployment.launcher.container
     found = engine.container_inspect(container)
     if found is None:
@@ -98,10 +99,13 @@ def not_running(fleet: Fleet, name: str, replaced: str | None = None, container:
     if replaced is not None and found.get("Id") == replaced:
         return f"the serving container {container} on {name} is still the old one (it was not recreated)"
     state = found.get("State") or {}
+    restarted = state.get("Restarting") or found.get("RestartCount")
     if state.get("Running") and not state.get("Restarting") and not found.get("RestartCount"):
         return None
+    if own_policy and (state.get("Running") or state.get("Restarting")):
+        return None  # the adopted serve's own policy restarts it (an old Ray worker waiting for its head): it comes back
     why = telling_line(engine.container_log_tail(container, TAIL_LINES))
-    how = "keeps restarting" if state.get("Restarting") or found.get("RestartCount") else "is not running"
+    how = "keeps restarting" if restarted else "is not running"
     return f"the serving container {container} on {name} {how} (exit code {state.get('ExitCode')}: {why})"
 
 
@@ -133,7 +137,8 @@ def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
 
     def dead_rank() -> str | None:
         return next((reason for name, release in releases.items()
-                     if release is not None and (reason := not_running(fleet, name, container=fleet.serving_container_name(release)))), None)
+                     if release is not None and (reason := not_running(fleet, name, container=fleet.serving_container_name(release),
+                                                                       own_policy=bool(release.adopted)))), None)
 
     waited = wait_until_ready(readiness, dead_rank)
     log.info("the serve answered %s after %.1f s", readiness.url, waited)
