@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kvbake.command_output import Result, emit
 from kvbake.engines.adapters.client import Engine
@@ -11,6 +12,9 @@ from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.operate.core.presets import check_reason
+
+if TYPE_CHECKING:
+    from kvbake.bake.core.served_overlay import Proof, ServedOverlay
 
 
 def cmd_doctor(args: argparse.Namespace) -> Result:
@@ -59,8 +63,11 @@ def cmd_config(args: argparse.Namespace) -> Result:
             checked["presets"] = list(names)
             lines.append(f"{shown}: {', '.join(names)} match the manifest and lock")
         if args.deploy is not None:
-            checked["nodes"] = _check_what_runs(manifest, args.deploy)
+            checked["nodes"], proof = _check_what_runs(manifest, args.deploy)
             lines.append("what runs matches the manifest: " + ", ".join(f"{node} serves preset {preset}" for node, preset in checked["nodes"].items()))
+            if proof is not None:
+                checked["served_proof"] = {"equal": list(proof.equal), "differences": []}
+                lines.append(f"proof: {proof.line()}")
         return checked, "\n".join(lines)
     if args.all == bool(args.preset):
         raise UsageError("config needs exactly one of PRESET, --all or --check", f"see {args.prog} config --help")
@@ -77,18 +84,22 @@ def cmd_config(args: argparse.Namespace) -> Result:
     return {"out": shown, "presets": [c.preset for c in configs], "lock_sha256": provenance.lock_sha256}, "\n".join(lines)
 
 
-def _check_what_runs(manifest: Manifest, deploy_file: Path) -> dict[str, str]:
+def _check_what_runs(manifest: Manifest, deploy_file: Path) -> tuple[dict[str, str], Proof | None]:
     """Every node's serve, process by process, against the manifest's presets: a kvbake release must still be its preset
     as the manifest states it, and what runs must equal that preset; a serve kvbake did not deploy (before or after
-    adopt) must equal one of the presets, which proves that preset (control, after init) is today's serve."""
+    adopt) must equal one of the presets, which proves that preset (control, after init) is today's serve. The files
+    such a serve runs over its image (bind-mounted or changed in its writable layer) are proven against the locked
+    chain's result (the proof, or None when no serve runs changed files or nothing is locked yet)."""
     from kvbake.deployfile import load_deployment
     from kvbake.operate.core import runtime_config as rc
     from kvbake.ship.adapters.fleet import connect
     from kvbake.ship.adapters.nodestate import NodeState
+    from kvbake.ship.adapters.serve_reader import read_rank
+    from kvbake.ship.adapters.served_files import read_served_overlay
 
     deployment = load_deployment(deploy_file)
     engines = connect(deployment)
-    problems, served = [], {}
+    problems, served, overlays = [], {}, {}
     for node in deployment.nodes:
         engine = engines[node.name]
         release = NodeState(node.name, engine).read().current
@@ -96,28 +107,51 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> dict[str, str]:
         if deployed is not None:
             problems += rc.runtime_drift(manifest, node.name, deployed, None)
         name = deployment.launcher.container if deployed is not None else (node.container or deployment.launcher.container)
-        preset, found = _serve_against_presets(manifest, engine, node.name, name, deployed.preset if deployed else None)
+        container = engine.container_inspect(name)
+        if not (container and (container.get("State") or {}).get("Running")):
+            problems.append(f"{node.name} runs no container {name}")
+            continue
+        rank = read_rank(engine, container)
+        preset, found = _serve_against_presets(manifest, rank.reading, node.name, deployed.preset if deployed else None)
         problems += found
         if preset:
             served[node.name] = preset
+        if deployed is None:
+            overlays[node.name] = read_served_overlay(engine, container, rank.changes, manifest.base.source_root)
     if problems:
         raise rc.running_drift_error(problems)
-    return served
+    return served, _served_bytes_proof(manifest, overlays)
 
 
-def _serve_against_presets(manifest: Manifest, engine, node: str, name: str, wanted: str | None) -> tuple[str | None, list[str]]:
+def _served_bytes_proof(manifest: Manifest, overlays: dict[str, tuple[ServedOverlay, dict[str, bytes]]]) -> Proof | None:
+    """The locked chain's result against the bytes every rank serves; ranks that serve different bytes, or a chain that
+    bakes other bytes, refuse, naming each file."""
+    from kvbake.bake.core.plan import read_overlay
+    from kvbake.bake.core.served_overlay import agreed, prove
+    from kvbake.errors import IntegrityError
+
+    if not overlays or not any(found.files for found, _ in overlays.values()) or not manifest.lock_path.exists():
+        return None
+    overlay = agreed({node: found for node, (found, _) in overlays.items()})
+    lock = read_lock(manifest)
+    proof = prove(overlay, next(iter(overlays.values()))[1], read_overlay(manifest, lock), {f.path: f.base_sha256 for f in lock.files})
+    if proof.differences:
+        shown = "; ".join(f"{d.path}: {d.why}" for d in proof.differences[:3])
+        raise IntegrityError(f"config --check: {proof.line()} ({shown})",
+                             "run python build.py lock to see each diff (written beside the served record), then bake the served "
+                             "bytes (init --capture) or fix the chain or the mounted overlay so both agree")
+    return proof
+
+
+def _serve_against_presets(manifest: Manifest, reading: Any, node: str, wanted: str | None) -> tuple[str | None, list[str]]:
     """(the preset every vLLM serve of the container equals, the differences): `wanted` when kvbake deployed it,
     else any preset (control first)."""
     from kvbake.bake.core.provenance import switch_names
     from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
-    from kvbake.ship.adapters.serve_reader import read_rank
     from kvbake.ship.core.process_checks import switch_set
 
-    container = engine.container_inspect(name)
-    if not (container and (container.get("State") or {}).get("Running")):
-        return None, [f"{node} runs no container {name}"]
     preset, problems = None, []
-    for serving in read_rank(engine, container).reading.serving:
+    for serving in reading.serving:
         args, switches = serving.serve.args, switch_set(serving.process.env, switch_names(manifest))
         matches = presets_served(args, switches, manifest.presets)
         if (wanted in matches) if wanted else matches:

@@ -5,6 +5,7 @@ image built and deep-verified from either holds exactly the mounted bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from kvbake.bake.adapters.extract import Extractor
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.serve_shapes import SHAPES
+from kvbake.rig.serve_shapes import SHAPES, ShapePorts
 
 from conftest import run
 from serveshapes import (NODES, SOURCE_ROOT, STANDIN, chain_overlay, clear_nodes, donor_clone, serving_keys, shape_ports, start_shape,
@@ -32,10 +33,11 @@ def pair(rig, shipped):
     reset_nodes(rig, shipped["repository"])
 
 
-def start(rig: dict, tmp_path: Path, shape: str, overlay: tuple[tuple[str, str], ...]) -> None:
-    ports = shape_ports(tmp_path, overlay)
+def start(rig: dict, tmp_path: Path, shape: str, overlay: tuple[tuple[str, str], ...], ports: ShapePorts | None = None) -> ShapePorts:
+    ports = dataclasses.replace(ports, overlay=overlay) if ports else shape_ports(tmp_path, overlay)
     start_shape(rig, shape, ports)
     wait_for_serves(rig, SHAPES[shape][1], serving_keys(shape))
+    return ports
 
 
 def init(capsys, rig: dict, shipped: dict, project: Path, *extra: str) -> dict:
@@ -65,7 +67,7 @@ def build_and_verify(capsys, engine: Engine, project: Path) -> str:
 @pytest.mark.parametrize("shape", ["main process", "ray cluster", "--rm wrapper"])
 def test_the_mounted_overlay_is_proven_to_be_the_chain_and_the_image_holds_its_bytes(capsys, engine, rig, shipped, pair, tmp_path, shape):
     overlay = chain_overlay()
-    start(rig, tmp_path, shape, overlay)
+    ports = start(rig, tmp_path, shape, overlay)
     donor, revision = donor_clone(tmp_path / "donor")
     project = tmp_path / "project"
     found = init(capsys, rig, shipped, project, "--donor-revision", revision)
@@ -76,8 +78,21 @@ def test_the_mounted_overlay_is_proven_to_be_the_chain_and_the_image_holds_its_b
     code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
     assert code == 0, err
     assert f"proof: the baked image holds the bytes the serve runs: {len(mounted)} files, sha256 equal" in out.splitlines()
+    check = ["config", "--check", "--manifest", str(project / "manifest.yaml"), "--deploy", str(project / "deploy.yaml")]
+    code, out, err = run(capsys, *check)
+    assert code == 0, err
+    assert f"proof: the baked image holds the bytes the serve runs: {len(mounted)} files, sha256 equal" in out.splitlines()
     image = build_and_verify(capsys, engine, project)
     assert baked_files(engine, image, sorted(mounted)) == mounted, "the derived image holds the mounted bytes"
+    if shape == "main process":  # a mounted file edited on the node after the lock: the check names it
+        source = next(Path(source) for source, target in overlay if target.endswith("/kv_cache_interface.py"))
+        edited = tmp_path / "edited.py"
+        edited.write_bytes(source.read_bytes() + b"# edited on the node after review\n")
+        clear_nodes(rig, tuple(SHAPES[shape][1].values()))
+        start(rig, tmp_path, shape, tuple((str(edited) if s == str(source) else s, t) for s, t in overlay), ports)
+        code, out, err = run(capsys, *check)
+        assert code == 7 and "1 of 9 files differ (vllm/v1/kv_cache_interface.py)" in err, out + err
+        assert "the chain's result differs from the served file" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_mounted_file_that_differs_from_the_chain_is_named_and_lock_writes_nothing(capsys, engine, rig, shipped, pair, tmp_path):

@@ -15,6 +15,7 @@ from kvbake.errors import IntegrityError, PresetError, RolloutError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.operate.commands import _serve_against_presets
+from kvbake.ship.core.serve_reading import read_serve
 from kvbake.ship.adapters import fleet as fleet_module
 from message_words import says
 from test_config_check_running import MANIFEST, SWITCH, check, serve_by_hand
@@ -152,12 +153,17 @@ def test_config_check_with_deploy_prints_the_folder_and_the_nodes_on_lines_of_th
 
 # -- one container's serves against the presets ----------------------------------------------------------------------
 
+def reading_of(world: World):
+    """What node a's serving container runs, process by process."""
+    return read_serve(world.engines["a"].processes(CONTAINER))
+
+
 def test_a_container_with_one_serve_off_preset_is_no_preset_and_that_serve_is_named(fleet_world: World, tmp_path: Path) -> None:
     serve_by_hand(fleet_world)
     container = fleet_world.engines["a"].containers[CONTAINER]
     container["Processes"] = (*container["Processes"], serve_process([f"{SWITCH}=9"], pid=9))
     manifest = load_manifest(write_manifest(tmp_path / "project", MANIFEST))
-    preset, problems = _serve_against_presets(manifest, fleet_world.engines["a"], "a", CONTAINER, None)
+    preset, problems = _serve_against_presets(manifest, reading_of(fleet_world), "a", None)
     assert preset is None
     (problem,) = problems
     assert says(problem, "a pid 9")
@@ -167,14 +173,14 @@ def test_every_difference_of_a_serve_is_named_one_after_another(fleet_world: Wor
     serve_by_hand(fleet_world)
     fleet_world.engines["a"].containers[CONTAINER]["Processes"] = (serve_process([f"{SWITCH}=9"], ("--max-model-len", "2048")),)
     manifest = load_manifest(write_manifest(tmp_path / "project", MANIFEST))
-    (problem,) = _serve_against_presets(manifest, fleet_world.engines["a"], "a", CONTAINER, None)[1]
+    (problem,) = _serve_against_presets(manifest, reading_of(fleet_world), "a", None)[1]
     assert says(problem, "switches {'KVS_PACK': '9'} (the preset: {}); --max-model-len 2048")
 
 
 def test_a_deployed_preset_the_manifest_no_longer_has_is_compared_with_the_nearest(fleet_world: World, tmp_path: Path) -> None:
     serve_by_hand(fleet_world, {"a": [f"{SWITCH}=9"]})
     manifest = load_manifest(write_manifest(tmp_path / "project", MANIFEST))
-    preset, problems = _serve_against_presets(manifest, fleet_world.engines["a"], "a", CONTAINER, "gone")
+    preset, problems = _serve_against_presets(manifest, reading_of(fleet_world), "a", "gone")
     assert preset is None
     (problem,) = problems
     assert says(problem, "a pid 1 is not preset")
