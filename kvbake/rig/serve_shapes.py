@@ -86,9 +86,10 @@ def ray_cluster(client, key: str, ports: ShapePorts) -> str:
 
 
 def eugr_cluster(client, key: str, ports: ShapePorts) -> str:
-    """(b) launch-cluster.sh: `vllm_node` running `sleep infinity`; vLLM started by `docker exec -d … bash -c "eval
-    <exports from /root/.bashrc> && vllm serve …"`, so part of its environment comes from a file in the container."""
-    container = run(client, "vllm_node", ["sleep", "infinity"], ports, restart="unless-stopped", init=True)
+    """(b) launch-cluster.sh: `vllm_node` running `sleep infinity`, `--privileged`; vLLM started by `docker exec -d …
+    bash -c "eval <exports from /root/.bashrc> && vllm serve …"`, so part of its environment comes from a file in the
+    container."""
+    container = run(client, "vllm_node", ["sleep", "infinity"], ports, restart="unless-stopped", init=True, privileged=True)
     client.container.execute("vllm_node", ["sh", "-c", "echo 'export VLLM_USE_V1=1' >> /root/.bashrc"])
     serve = " ".join(standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports)))
     client.container.execute("vllm_node", ["bash", "-c", f'eval "$(grep ^export /root/.bashrc)" && exec {serve}'], detach=True)

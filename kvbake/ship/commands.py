@@ -176,6 +176,8 @@ def cmd_init(args: argparse.Namespace) -> Result:
 
 
 def init_report(result) -> Result:
+    from kvbake.ship.core.serve_description import privileged_line
+
     d = result.described
     lines = [f"{n.node}: {n.name} ({'vLLM started by docker exec' if n.serving and n.serving.execd else 'vLLM as its main process' if n.serving else 'a Ray node, no vLLM'}), "
              f"image {n.image_id[:19]}" for n in result.nodes]
@@ -194,6 +196,7 @@ def init_report(result) -> Result:
                         f"did not answer /v1/models; its limit is taken as {d.drafter.limit or d.max_model_len}"))
     if d.secrets:
         lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(d.secrets)}")
+    lines += [privileged_line(node, d.node_launch.get(node) or {}) for node in d.privileged]
     lines += served_lines(result)
     lines.append(f"wrote {', '.join(str(p) for p in result.written)}")
     lines += [f"to fill: {p.where}: {p.fix}" for p in result.left]
@@ -203,7 +206,8 @@ def init_report(result) -> Result:
             "containers": {n.node: n.name for n in result.nodes}, "placeholders": [p.where for p in result.left],
             "changes": {k: list(v) for k, v in d.changes.items()},
             "served": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in result.served.files],
-            "served_record": str(result.served_record)}
+            "served_record": str(result.served_record),
+            "privileged": {node: {key: (d.node_launch.get(node) or {}).get(key) for key in ("devices", "cap_add", "ulimits")} for node in d.privileged}}
     return data, "\n".join(lines)
 
 

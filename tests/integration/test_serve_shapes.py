@@ -6,6 +6,7 @@ on the whole node state: each container by name, what its vLLM serve runs proces
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import sys
 import tempfile
@@ -144,6 +145,13 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     assert (launch["SHAPE"], launch["MODEL_DIR"], launch["VLLM_PORT"]) == (expected_shape, str(walk.ports.model_dir), str(walk.ports.api))
     assert launch.get("RAY_PORT" if shape == "ray cluster" else "MASTER_PORT") == str(walk.ports.ray if shape == "ray cluster" else walk.ports.rendezvous)
     assert described["deploy"]["readiness"]["url"] == f"http://127.0.0.1:{walk.ports.api}/health"
+    if shape == "eugr cluster":  # run --privileged: kvbake's serve gets the explicit settings instead, said by init
+        privileged = {"cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1, "stack": 67108864}, "devices": None}
+        assert described["init"]["privileged"] == {NODES[key]: privileged for key in NODES}
+        assert [{k: n["launch"].get(k) for k in privileged} for n in described["deploy"]["nodes"]] == [privileged] * 2
+        memlock = within_this_machines_memlock(walk.deploy_file)
+    else:
+        memlock = None
     walk.run("adopt", "--reason", shape)
     adopted = walk.state()
     adopted_id = adopted["a"]["records"][0]
@@ -162,6 +170,10 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
         assert kept is None if removed else kept == (False, "no"), "set aside, never started at boot"
     for key in walk.serving:  # in the ray shape the worker's container is its Ray node alone
         assert f"--max-model-len {CONTROL_LENGTH}" in " ".join(control[key]["serves"][walk.container][0][0])
+        host = Engine(rig[key].host).container_inspect(walk.container)["HostConfig"]
+        if shape == "eugr cluster":
+            assert (host["Privileged"], [c.removeprefix("CAP_") for c in host["CapAdd"]], sorted((u["Name"], u["Soft"]) for u in host["Ulimits"])) == (
+                False, ["IPC_LOCK"], [("memlock", memlock), ("stack", 67108864)]), "never privileged: the explicit settings"
     assert walk.kvbake_serves(control) == {()} and walk.serves_the_api()
     walk.run("rollback")
     back = walk.state()
@@ -183,6 +195,20 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     if shape == "eugr cluster, secrets":
         assert json.loads(launch["SECRET_ENV"]) == ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"]
         assert no_secret_written(walk, tmp_path), "no file, record, journal or audit line holds a secret"
+
+
+def within_this_machines_memlock(deploy_file: Path) -> int:
+    """The locked-memory limit the deployment gives its nodes, lowered to the test machine's hard limit when the kernel
+    lets no container raise it (a sandbox without CAP_SYS_RESOURCE, often `ulimit -Hl` 8192 KiB); on a Spark
+    `memlock: -1` runs as init wrote it. The value the nodes get."""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        return -1
+    document = yaml.safe_load(deploy_file.read_text())
+    for node in document["nodes"]:
+        node["launch"]["ulimits"]["memlock"] = hard
+    deploy_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    return hard
 
 
 def no_secret_written(walk: Walk, folder: Path) -> bool:

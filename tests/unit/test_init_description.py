@@ -3,6 +3,7 @@ documents written from it, and the check that a running serve equals a preset.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from kvbake.manifest import Preset
 from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
 from kvbake.ship.core.init_documents import InitOptions, deploy_document, launcher_env, manifest_document, placeholders
 from kvbake.ship.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
-                                                implied_preset, require_serving, serve_env)
+                                                implied_preset, privileged_line, require_serving, serve_env)
 from kvbake.ship.core.serve_reading import read_serve
 from kvbake.ship.core.vllm_argv import parse_serve_args
 
@@ -354,3 +355,35 @@ def test_a_host_ip_only_the_head_sets_stays_the_heads_and_is_no_template_for_the
     described = describe([head, worker], SWITCHES, ROOT)
     assert not described.host_ip_by_address and "CONTAINER_ENV" not in launcher_env(described, ROOT)
     assert described.node_launch["spark-a"]["env"] == {"NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1"}
+
+
+# ---- --privileged made explicit ----
+
+def test_a_privileged_serve_gets_the_devices_its_node_has_the_capability_and_ulimits_never_privileged_itself():
+    privileged = {"Privileged": True, "DeviceRequests": [{"Count": -1}], "Ulimits": [{"Name": "nofile", "Soft": 65536, "Hard": 65536}]}
+    nodes = [dataclasses.replace(node("spark-a", serve_argv(*HEAD), host_config=privileged), node_devices=("/dev/infiniband",)),
+             node("spark-b", serve_argv(*WORKER), host_config=privileged)]
+    described = describe(nodes, SWITCHES, ROOT)
+    assert described.privileged == ("spark-a", "spark-b")
+    assert described.node_launch["spark-a"]["devices"] == ["/dev/infiniband"]
+    assert "devices" not in described.node_launch["spark-b"], "a node without RDMA devices gets none"
+    for name in ("spark-a", "spark-b"):
+        assert described.node_launch[name]["cap_add"] == ["IPC_LOCK"]
+        assert described.node_launch[name]["ulimits"] == {"memlock": -1, "stack": 67108864, "nofile": 65536}
+    assert privileged_line("spark-a", described.node_launch["spark-a"]) == (
+        "spark-a: --privileged is not carried; kvbake's serve gets devices /dev/infiniband, capabilities IPC_LOCK, "
+        "ulimits memlock=-1 stack=67108864 nofile=65536 (deploy.yaml nodes[].launch)")
+    assert "devices none (the node has no /dev/infiniband)" in privileged_line("spark-b", described.node_launch["spark-b"])
+
+
+def test_a_serve_that_is_not_privileged_gets_nothing_it_did_not_have():
+    described = describe(pair(), SWITCHES, ROOT)
+    assert described.privileged == () and not any({"devices", "cap_add", "ulimits"} & set(launch) for launch in described.node_launch.values())
+
+
+def test_a_privileged_serves_own_memlock_and_devices_win_over_the_explicit_equivalents():
+    own = {"Privileged": True, "Ulimits": [{"Name": "memlock", "Soft": 1024, "Hard": 2048}],
+           "Devices": [{"PathOnHost": "/dev/infiniband", "PathInContainer": "/dev/infiniband", "CgroupPermissions": "rwm"}]}
+    head = dataclasses.replace(node("spark-a", serve_argv(*HEAD), host_config=own), node_devices=("/dev/infiniband",))
+    launch = describe([head, node("spark-b", serve_argv(*WORKER))], SWITCHES, ROOT).node_launch["spark-a"]
+    assert launch["devices"] == ["/dev/infiniband"] and launch["ulimits"]["memlock"] == "1024:2048"

@@ -195,6 +195,13 @@ class ContainerOps:
             return ()
         return parse_processes(self._probe(container, [PROCESSES, PROBE_MARK], "its processes"))
 
+    def existing_paths(self, container: str, paths: list[str]) -> tuple[str, ...]:
+        """Which of `paths` exist inside a running container, as its own python3 sees them (a privileged container
+        sees the node's /dev)."""
+        script = "import os, sys\nprint('\\n'.join(p for p in sys.argv[1:] if os.path.exists(p)))"
+        text = self._probe(container, [script, *paths], "which device paths it has")
+        return tuple(line for line in text.splitlines() if line in paths)
+
     def import_origins(self, container: str, processes: list[Process], first_entries: list[str]) -> tuple[ImportOrigin, ...]:
         """Where `import vllm` resolves for each process, under its own interpreter, environment and working directory."""
         if not processes:

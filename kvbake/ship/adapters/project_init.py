@@ -23,7 +23,8 @@ from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
-from kvbake.ship.core.serve_description import NodeServe, ServeDescription, choose_container, describe, implied_preset, require_serving
+from kvbake.ship.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
+                                               is_privileged, require_serving)
 from kvbake.ship.core.serve_reading import read_serve, runs_ray_node
 from kvbake.yaml_documents import parse_yaml
 
@@ -93,8 +94,9 @@ def node_serve(reading: NodeReading, source_root: str) -> NodeServe:
     serving = require_serving(reading.node, rank.reading.serving, runs_ray_node(rank.reading.main))
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
     ray = runs_ray_node(rank.reading.main)
+    devices = reading.engine.existing_paths(str(reading.container["Id"]), list(PRIVILEGED_DEVICES)) if is_privileged(reading.container) else ()
     return NodeServe(reading.node, reading.host, reading.container, serving, reading.engine.require_image(reading.container["Image"]),
-                     changes, tuple(rank.reading.main.argv) if ray else (), dict(rank.reading.main.env) if ray else {})
+                     changes, tuple(rank.reading.main.argv) if ray else (), dict(rank.reading.main.env) if ray else {}, devices)
 
 
 def serve_source_root(readings: Sequence[NodeReading]) -> str:

@@ -34,6 +34,7 @@ class NodeServe:
     changes: tuple[str, ...] = ()
     ray_node: tuple[str, ...] = ()  # the container's main process when it is a Ray node (`ray start --block …`)
     ray_env: Mapping[str, str] = field(default_factory=dict)  # that Ray node's environment (a worker's own settings)
+    node_devices: tuple[str, ...] = ()  # of PRIVILEGED_DEVICES, those a privileged container sees on its node
 
     @property
     def own_env(self) -> Mapping[str, str]:
@@ -119,6 +120,7 @@ class ServeDescription:
     secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
     ray_start: tuple[str, ...] = ()  # the Ray nodes' own `ray start` options, `{node_address}` for each node's address
     host_ip_by_address: bool = False  # every rank sets its own VLLM_HOST_IP: CONTAINER_ENV gives it as {node_address}
+    privileged: tuple[str, ...] = ()  # the nodes whose serve ran --privileged: kvbake's gets explicit settings instead
 
 
 RAY_OWN = ("--block", "--head", "--port", "--address")  # what the launcher gives `ray start` itself
@@ -347,7 +349,7 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
         model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
-        host_ip_by_address=host_ip_everywhere(nodes, node_env),
+        host_ip_by_address=host_ip_everywhere(nodes, node_env), privileged=tuple(n.node for n in nodes if is_privileged(n.container)),
         node_launch={n.node: launch for n in nodes
                      if (launch := node_launch(n, node_env.get(n.node, {}), source_root, host_ip_everywhere(nodes, node_env)))})
 
@@ -357,19 +359,42 @@ def host_ip_everywhere(nodes: Sequence[NodeServe], node_env: Mapping[str, Mappin
     return len(nodes) > 1 and all("VLLM_HOST_IP" in node_env.get(n.node, {}) for n in nodes)
 
 
+# What --privileged gave a multi-node vLLM serve, made explicit (kvbake's serve never runs privileged): the RDMA devices
+# the node has, the capability to pin their memory, and unlimited locked memory with the stack NVIDIA's images expect.
+PRIVILEGED_DEVICES = ("/dev/infiniband",)
+PRIVILEGED_CAPABILITIES = ("IPC_LOCK",)
+PRIVILEGED_ULIMITS: Mapping[str, int] = {"memlock": -1, "stack": 67108864}
+
+
+def is_privileged(container: Mapping[str, Any]) -> bool:
+    return bool((container.get("HostConfig") or {}).get("Privileged"))
+
+
 def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str, host_ip_by_address: bool = True) -> dict[str, Any]:
     """A node's own container settings as deploy.yaml's `launch:` gives them: its per-node environment (less
-    VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts."""
+    VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts;
+    a privileged serve's explicit equivalents are added to its own (PRIVILEGED_*)."""
     host = node.container.get("HostConfig") or {}
     model = node.serving.serve.model if node.serving else ""
+    privileged = is_privileged(node.container)
+    devices = [device_text(d) for d in host.get("Devices") or ()]
+    ulimits = {str(u["Name"]): (u["Soft"] if u["Soft"] == u["Hard"] else f"{u['Soft']}:{u['Hard']}") for u in host.get("Ulimits") or ()}
     launch: dict[str, Any] = {
         "env": {name: value for name, value in sorted(env.items()) if name != "VLLM_HOST_IP" or not host_ip_by_address},
-        "devices": [device_text(d) for d in host.get("Devices") or ()],
-        "cap_add": sorted(str(c) for c in host.get("CapAdd") or ()),
-        "ulimits": {str(u["Name"]): (u["Soft"] if u["Soft"] == u["Hard"] else f"{u['Soft']}:{u['Hard']}") for u in host.get("Ulimits") or ()},
+        "devices": [*devices, *(d for d in node.node_devices if privileged and d not in devices)],
+        "cap_add": sorted({str(c) for c in host.get("CapAdd") or ()} | (set(PRIVILEGED_CAPABILITIES) if privileged else set())),
+        "ulimits": {**(PRIVILEGED_ULIMITS if privileged else {}), **ulimits},
         "cache_mounts": list(classify_mounts(node.container, model, source_root).writable),
     }
     return {key: value for key, value in launch.items() if value}
+
+
+def privileged_line(node: str, launch: Mapping[str, Any]) -> str:
+    """What init says about a privileged serve: the settings kvbake's serve gets in its place."""
+    ulimits = " ".join(f"{name}={value}" for name, value in (launch.get("ulimits") or {}).items())
+    devices = ", ".join(launch.get("devices") or ()) or f"none (the node has no {', '.join(PRIVILEGED_DEVICES)})"
+    return (f"{node}: --privileged is not carried; kvbake's serve gets devices {devices}, capabilities "
+            f"{', '.join(launch.get('cap_add') or ())}, ulimits {ulimits} (deploy.yaml nodes[].launch)")
 
 
 def device_text(device: Mapping[str, Any]) -> str:
