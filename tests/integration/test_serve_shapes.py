@@ -10,6 +10,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -285,6 +286,45 @@ def test_the_adopted_serve_restarted_once_by_its_own_policy_is_not_a_dead_rank(c
     assert walk.adopted_serves(back) == walk.adopted_serves(walk.original) and walk.serves_the_api()
     assert all(walk.kvbake_gone(back, key) for key in NODES)
     walk.run("verify-running")
+
+
+SECOND_MODEL = "/models/second"
+
+
+def second_serve(rig: dict, key: str, name: str, running: bool) -> None:
+    """Start (or end) a second vLLM serve in the node's serving container, as `docker exec` of another model does."""
+    engine = Engine(rig[key].host)
+    if running:
+        engine.client.container.execute(name, ["python3", "/opt/kvbake-standin/vllm", "serve", SECOND_MODEL], detach=True)
+    else:
+        kill = ("import os, signal\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+                f"        if int(p) != os.getpid() and b'serve\\0{SECOND_MODEL}' in open(f'/proc/{{p}}/cmdline', 'rb').read():\n"
+                "            os.kill(int(p), signal.SIGTERM)\n"
+                "    except OSError:\n        pass")
+        engine.client.container.execute(name, ["python3", "-c", kill])
+    deadline = time.monotonic() + 20
+    while (len(serves(engine, name) or ()) == 2) != running:
+        assert time.monotonic() < deadline, serves(engine, name)
+        time.sleep(0.2)
+
+
+def test_a_container_running_two_serves_is_refused_by_init_and_adopt_and_fails_verify_running(capsys, shipped, rig, tmp_path, shape_rig, reviewer):
+    walk = Walk(capsys, shipped, rig, tmp_path, "eugr cluster")
+    name = walk.names["b"]
+    second_serve(rig, "b", name, running=True)
+    nodes = [f"--node={NODES[key]}={rig[key].host}" for key in NODES]
+    code, _, err = run(capsys, "init", *nodes, "--template", str(shipped["manifest"]), "--out", str(tmp_path / "refused"))
+    assert code == 12 and f"init: spark-b: 2 vLLM serves run in one container: pid" in err and f"({SECOND_MODEL})" in err, err
+    assert not (tmp_path / "refused" / "manifest.yaml").exists()
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "adopt", "--reason", "two serves")
+    assert code == 12 and "adopt: spark-b: 2 vLLM serves run in one container" in err, err
+    assert walk.state()["b"]["records"] == (None, None, None), "nothing was adopted"
+    second_serve(rig, "b", name, running=False)
+    walk.run("adopt", "--reason", "one serve each")
+    walk.run("verify-running")
+    second_serve(rig, "b", name, running=True)
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and "spark-b: 2 vLLM serves run in one container" in err and "a GPU node serves one model" in err, err
 
 
 ADOPT_WRITES = 3  # this host's journal, then one retag and record per node

@@ -9,9 +9,10 @@ import pytest
 from kvbake.engines.core.procfs import Process
 from kvbake.errors import IntegrityError, RolloutError
 from kvbake.ship.core.serve_description import (NodeServe, addresses_of, base_pin, choose_container, classify_mounts, control_args, describe,
-                                                device_text, find_drafter, head_of, node_launch, ray_port_of, reference_of, require_serving,
+                                                device_text, find_drafter, head_of, node_launch, ray_port_of, reference_of, refuse_second_serves,
+                                                require_serving,
                                                 serve_env, shm_text, split_env)
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.ship.core.serve_reading import read_serve, second_serves
 from kvbake.ship.core.vllm_argv import parse_serve_args
 
 ROOT = "/usr/local/lib/python3.12/dist-packages"
@@ -71,6 +72,17 @@ def test_a_node_with_two_serves_keeps_the_first_and_one_with_none_is_refused_wit
     with pytest.raises(IntegrityError) as failure:
         require_serving("a", (), cluster=False)
     assert "runs no vLLM serve" in failure.value.message and failure.value.fix.startswith("start vLLM in it again")
+
+
+def test_a_container_that_runs_two_serves_is_refused_naming_each_by_pid_and_model_and_one_serve_passes():
+    two = read_serve([Process(7, 0, ("vllm", "serve", "/m1"), {}, "/", "/x", 0), Process(9, 0, ("vllm", "serve", "/m2"), {}, "/", "/x", 0)])
+    one = read_serve([Process(7, 0, ("vllm", "serve", "/m1"), {}, "/", "/x", 0), Process(8, 7, ("vllm", "serve", "/m1"), {}, "/", "/x", 0)])
+    assert second_serves(one) is None and second_serves(read_serve([])) is None, "a serve's own children are no second serve"
+    refuse_second_serves("adopt", {"a": one})
+    with pytest.raises(RolloutError) as failure:
+        refuse_second_serves("adopt", {"a": one, "b": two})
+    assert all(field in failure.value.message for field in ("adopt: b:", "2 vLLM serves", "pid 7 (/m1), pid 9 (/m2)", "one serve per GPU node"))
+    assert failure.value.fix.endswith("then run adopt again; nothing was changed")
 
 
 def test_two_candidate_containers_are_named_in_order():

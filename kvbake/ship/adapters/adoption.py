@@ -26,6 +26,7 @@ from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.ship.core.process_checks import changed_files, switch_set
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, runs_ray_node
+from kvbake.ship.core.serve_description import refuse_second_serves
 
 ADOPTED_PRESET = "adopted"
 KEPT_SUFFIX = "-kvbake-adopted"
@@ -67,6 +68,7 @@ def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundSer
     if idle:
         raise RolloutError(f"adopt: no vLLM serve runs in {'; '.join(idle)}",
                            "start vLLM in it as you do (docker exec … vllm serve …), then adopt; nothing was changed")
+    refuse_second_serves("adopt", {s.node: s.serve.reading for s in found.values()})
     return found
 
 

@@ -24,7 +24,7 @@ from kvbake.ship.adapters.served_files import image_files, read_served_overlay
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
-                                               is_privileged, require_serving)
+                                               is_privileged, refuse_second_serves, require_serving)
 from kvbake.ship.core.serve_reading import read_serve, runs_ray_node
 from kvbake.yaml_documents import parse_yaml
 
@@ -192,6 +192,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     document = read_template(template)
     switch_names = tuple(document.get("switches") or {}) + tuple(document.get("forbidden") or {})
     readings = [read_node(node, host, containers.get(node) or containers.get("")) for node, host in nodes]
+    refuse_second_serves("init", {reading.node: reading.rank.reading for reading in readings})
     source_root = serve_source_root(readings)
     read = [node_serve(reading, source_root) for reading in readings]
     platform = platform_of(read[0].image)

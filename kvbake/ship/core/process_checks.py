@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import ImportOrigin
 from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServeReading, runs_ray_node
+from kvbake.ship.core.serve_reading import ServeReading, runs_ray_node, second_serves
 from kvbake.ship.core.vllm_argv import PER_NODE_OPTIONS, ServeArgs, parse_serve_args
 
 MODEL_OPTION = "--model"
@@ -38,7 +38,8 @@ def process_failures(node: str, reading: ServeReading, origins: Sequence[ImportO
     if not reading.serving:
         main = " ".join(reading.main.argv) if reading.main else "nothing"
         return [f"{node}: no vLLM serve runs in the serving container (its main process is {main[:80]})"]
-    failures = []
+    two = second_serves(reading)
+    failures = [f"{node}: {two}; a GPU node serves one model"] if two else []
     own = dict(item.partition("=")[::2] for item in expected.image_env)
     for serving, origin in zip(reading.serving, origins):
         where = f"{node}: pid {serving.process.pid}"

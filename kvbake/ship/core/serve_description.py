@@ -11,7 +11,7 @@ from kvbake.errors import IntegrityError, RolloutError
 from kvbake.secret_env import SECRET_OPTIONS, split_secrets
 from kvbake.secretscan import credential_kind
 from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServingProcess
+from kvbake.ship.core.serve_reading import ServeReading, ServingProcess, second_serves
 from kvbake.ship.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
 
 LENGTH_OPTION = "--max-model-len"
@@ -427,6 +427,16 @@ def shm_text(size: Any) -> str:
 def implied_preset(switches: Mapping[str, str], presets: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The preset whose switch set is exactly the one found, if any."""
     return next((name for name, preset in presets.items() if dict(preset.get("switches") or {}) == dict(switches)), None)
+
+
+def refuse_second_serves(command: str, readings: Mapping[str, ServeReading]) -> None:
+    """One vLLM serve per GPU node: a container that runs two is refused, named, before anything is read further."""
+    for node, reading in readings.items():
+        two = second_serves(reading)
+        if two:
+            raise RolloutError(f"{command}: {node}: {two}; kvbake keeps one serve per GPU node",
+                               "stop the serve that should not run there (docker exec … kill PID), then run "
+                               f"{command} again; nothing was changed")
 
 
 def require_serving(node: str, serving: Sequence[ServingProcess], cluster: bool) -> ServingProcess | None:

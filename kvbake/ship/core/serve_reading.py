@@ -52,6 +52,15 @@ def read_serve(processes: Sequence[Process]) -> ServeReading:
     return ServeReading(serving, by_pid.get(1))
 
 
+def second_serves(reading: ServeReading) -> str | None:
+    """What is wrong when one container runs more than one vLLM serve (a GPU node serves one model), naming each by
+    pid and model; None for one or none."""
+    if len(reading.serving) < 2:
+        return None
+    shown = ", ".join(f"pid {s.process.pid} ({s.serve.model or 'no model'})" for s in reading.serving)
+    return f"{len(reading.serving)} vLLM serves run in one container: {shown}"
+
+
 def root_of(process: Process, by_pid: Mapping[int, Process]) -> Process:
     """The ancestor the container (pid 1) or a `docker exec` (its parent is outside the container: 0) started."""
     seen = set()
