@@ -25,7 +25,8 @@ FIX_ACTIONS = [
     "set SHM_SIZE to a number", "set SOURCE_ROOT to the manifest's base.source_root", "set EXTRA_MOUNTS to a JSON array",
     "set CONTAINER_ENV to a JSON object", "set DRAFTER_ARGS to a JSON array", "set EXTRA_MOUNTS to a JSON array",
     "set EXTRA_MOUNTS to a JSON array", "mount it elsewhere", "mount it elsewhere", "mount it elsewhere", "mount it elsewhere",
-    "give every mount its own folder", "remove it", "set CONTAINER_ENV to a JSON object", "give every node an address:",
+    "give every mount its own folder", "mount it elsewhere", "mount it elsewhere", "mount it elsewhere", "mount it elsewhere",
+    "mount it elsewhere", "remove it", "set CONTAINER_ENV to a JSON object", "give every node an address:",
     "set DRAFTER_ARGS in launcher.env", "put {url} where", "set drafter.max_positions in the deployment file",
     "give each option in one place only", "set KVBAKE_STOP=1",
 ]

@@ -186,6 +186,12 @@ def test_max_model_len_comes_from_the_preset_once() -> None:
     assert args.count("--max-model-len") == 1 and args[args.index("--max-model-len") + 1] == "524288"
 
 
+def test_a_vllm_cache_or_a_vllm_folder_outside_the_working_directory_is_mounted() -> None:
+    step = run_of(KVBAKE_WORKDIR="/workspace", EXTRA_MOUNTS='["/srv/src/vllm:/opt/reference/vllm"]',
+                  KVBAKE_NODE_LAUNCH_JSON='{"cache_mounts": ["/srv/cache/vllm:/root/.cache/vllm"]}')
+    assert {"/opt/reference/vllm", "/root/.cache/vllm"} <= {m.target for m in step.mounts}
+
+
 def test_extra_mounts_and_container_env() -> None:
     step = run_of(role="worker", EXTRA_MOUNTS='["/srv/cache/flashinfer:/root/.cache/flashinfer"]',
                   CONTAINER_ENV='{"VLLM_HOST_IP": "{node_address}", "NCCL_SOCKET_IFNAME": "enp1s0f0np0"}')
@@ -218,6 +224,7 @@ def test_drafter_template_without_a_drafter_adds_nothing() -> None:
 FIX_KVBAKE = "run the launcher through kvbake deploy (it sets the KVBAKE_* variables), or set them as docs/launcher.md lists"
 FIX_MODEL = "set MODEL_DIR in launcher.env to the model folder's absolute path on the nodes (the same on every node)"
 FIX_ARGS = "run the launcher through kvbake deploy, which passes the preset's arguments as a JSON array"
+FIX_SHADOW = "mount it elsewhere; verify-running refuses a serve that imports vllm from outside the source root"
 FIX_MOUNTS = 'set EXTRA_MOUNTS to a JSON array of "/node/path:/container/path" strings, both absolute'
 FIX_OVER_SOURCES = "mount it elsewhere; kvbake's verify-running refuses a mount over, above or inside the source root"
 BAD_INPUTS = [
@@ -277,6 +284,17 @@ BAD_INPUTS = [
      f"overlaps the image's Python sources (/opt/vllm); fix: {FIX_OVER_SOURCES}"),
     ({"EXTRA_MOUNTS": '["/srv/other:/models/served/tokenizer"]'}, "EXTRA_MOUNTS target /models/served/tokenizer overlaps the "
      "mount at /models/served; fix: give every mount its own folder"),
+    ({"EXTRA_MOUNTS": '["/srv/patched-vllm:/workspace/vllm"]', "KVBAKE_WORKDIR": "/workspace"}, "EXTRA_MOUNTS target "
+     f"/workspace/vllm puts a vllm package in the container's working directory /workspace; fix: {FIX_SHADOW}"),
+    ({"EXTRA_MOUNTS": '["/srv/patched-vllm:/vllm"]', "KVBAKE_WORKDIR": ""}, "EXTRA_MOUNTS target /vllm puts a vllm package in "
+     f"the container's working directory /; fix: {FIX_SHADOW}"),
+    ({"EXTRA_MOUNTS": '["/srv/tree:/workspace"]', "KVBAKE_WORKDIR": "/workspace"}, "EXTRA_MOUNTS target /workspace covers the "
+     f"container's working directory /workspace, where a vllm folder would shadow the baked one; fix: {FIX_SHADOW}"),
+    ({"EXTRA_MOUNTS": '["/srv/tree:/srv"]', "KVBAKE_WORKDIR": "/srv/app"}, "EXTRA_MOUNTS target /srv covers the "
+     f"container's working directory /srv/app, where a vllm folder would shadow the baked one; fix: {FIX_SHADOW}"),
+    ({"KVBAKE_WORKDIR": "/workspace", "KVBAKE_NODE_LAUNCH_JSON": '{"cache_mounts": ["/srv/c:/workspace/vllm"]}'},
+     "KVBAKE_NODE_LAUNCH_JSON.cache_mounts target /workspace/vllm puts a vllm package in the container's working directory "
+     f"/workspace; fix: {FIX_SHADOW}"),
     ({"CONTAINER_ENV": '{"PYTHONPATH": "/srv/patches"}'}, "CONTAINER_ENV sets PYTHONPATH, which selects other code than the "
      "image's; fix: remove it; kvbake's verify-running refuses a serve that sets it"),
     ({"CONTAINER_ENV": '{"NCCL_DEBUG": 1}'}, "CONTAINER_ENV entry 'NCCL_DEBUG' is not NAME: \"value\"; fix: set CONTAINER_ENV "

@@ -51,3 +51,11 @@ def test_the_drafter_is_passed_with_its_positions_when_the_deployment_gives_them
     assert unbounded["KVBAKE_DRAFTER_MAX_POSITIONS"] == ""
     headless = Deployment(Path("/p/deploy.yaml"), NODES[:1], deployment().launcher, 900)
     assert launcher_variables(headless, "r/x", "w1", PACKING, SETTINGS, FILES)["KVBAKE_HEAD_ADDRESS"] == ""
+
+
+def test_the_images_working_directory_is_passed_so_that_no_mount_shadows_vllm_there():
+    import dataclasses
+
+    in_workspace = dataclasses.replace(PACKING, image_config={"Env": [], "Entrypoint": [], "Cmd": [], "WorkingDir": "/workspace"})
+    assert launcher_variables(deployment(), "r/x", "h", in_workspace, SETTINGS, FILES)["KVBAKE_WORKDIR"] == "/workspace"
+    assert launcher_variables(deployment(), "r/x", "h", dataclasses.replace(PACKING, image_config=None), SETTINGS, FILES)["KVBAKE_WORKDIR"] == ""

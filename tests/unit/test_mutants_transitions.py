@@ -543,7 +543,7 @@ def told(tmp_path: Path, node: str, role: str, rank: str, nnodes: str, address: 
             "KVBAKE_MAX_MODEL_LEN": "4096", "KVBAKE_LAUNCHER_ARGS": shlex.join(argv), "KVBAKE_LAUNCHER_ARGS_JSON": json.dumps(argv),
             "KVBAKE_PRESET": "packing", "KVBAKE_NODE_RANK": rank, "KVBAKE_NNODES": nnodes, "KVBAKE_NODE_ADDRESS": address,
             "KVBAKE_HEAD_ADDRESS": head, "KVBAKE_DRAFTER_URL": drafter_url, "KVBAKE_DRAFTER_MAX_POSITIONS": positions,
-            "KVBAKE_NODE_LAUNCH_JSON": NodeLaunch().to_json()}
+            "KVBAKE_NODE_LAUNCH_JSON": NodeLaunch().to_json(), "KVBAKE_WORKDIR": ""}
 
 
 def test_the_launcher_is_told_the_node_its_rank_the_head_and_the_drafter(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, LaunchInputError, Mount, NodeLaunch, absolute_path,
-                                         read_node_launch, refuse_over_source_root, refuse_protected_target)
+                                         read_node_launch, refuse_over_source_root, refuse_protected_target, refuse_shadowing_target)
 
 # The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
 # script: in vLLM 0.32.0 and 0.33.0 only that entry acts on --headless (the api_server module parses it, then starts
@@ -334,6 +334,7 @@ def read_extra_mounts(env: Mapping[str, str], source_root: str) -> tuple[Mount, 
             raise LaunchInputError(f"EXTRA_MOUNTS entry {entry!r} is not SOURCE:TARGET", fix)
         mount = Mount(absolute_path("EXTRA_MOUNTS source", source, fix), absolute_path("EXTRA_MOUNTS target", target, fix))
         refuse_protected_target("EXTRA_MOUNTS", mount.target, source_root, seen)
+        refuse_shadowing_target("EXTRA_MOUNTS", mount.target, env.get("KVBAKE_WORKDIR", ""))
         seen.add(mount.target)
         mounts.append(mount)
     return tuple(mounts)
@@ -442,6 +443,7 @@ def read_node_settings(env: Mapping[str, str], source_root: str, extra_mounts: S
     refuse_over_source_root(node, source_root, "KVBAKE_NODE_LAUNCH_JSON")
     for mount in node.cache_mounts:
         refuse_protected_target("KVBAKE_NODE_LAUNCH_JSON.cache_mounts", mount.target, None, [m.target for m in extra_mounts])
+        refuse_shadowing_target("KVBAKE_NODE_LAUNCH_JSON.cache_mounts", mount.target, env.get("KVBAKE_WORKDIR", ""))
     both = sorted(set(node.env) & set(container_env))
     if both:
         raise LaunchInputError(f"CONTAINER_ENV and the node's launch.env both set {', '.join(both)}", "give each variable in one place only")

@@ -123,6 +123,18 @@ def refuse_protected_target(what: str, target: str, source_root: str | None, tak
             raise LaunchInputError(f"{what} target {target} overlaps the mount at {other}", "give every mount its own folder")
 
 
+def refuse_shadowing_target(what: str, target: str, workdir: str) -> None:
+    """A mount may not put a `vllm` package in the container's working directory (`workdir`, the image's WorkingDir;
+    Docker's default is /), where `python -m` and a working-directory sys.path entry find it before the source root:
+    neither a folder `vllm` right in it, nor the working directory itself or a folder above it."""
+    fix = "mount it elsewhere; verify-running refuses a serve that imports vllm from outside the source root"
+    workdir = workdir.rstrip("/") or "/"
+    if posixpath.basename(target) == "vllm" and posixpath.dirname(target) == workdir:
+        raise LaunchInputError(f"{what} target {target} puts a vllm package in the container's working directory {workdir}", fix)
+    if workdir != "/" and (target == workdir or workdir.startswith(target + "/")):
+        raise LaunchInputError(f"{what} target {target} covers the container's working directory {workdir}, where a vllm folder would shadow the baked one", fix)
+
+
 # ---- reading one node's settings ----
 
 def read_env(raw: object, where: str) -> dict[str, str]:

@@ -34,4 +34,4 @@ def launcher_variables(deployment: Deployment, repository: str, name: str, relea
             "KVBAKE_NODE_ADDRESS": node.address, "KVBAKE_HEAD_ADDRESS": head.address if head else "",
             "KVBAKE_DRAFTER_URL": drafter.url if drafter else "",
             "KVBAKE_DRAFTER_MAX_POSITIONS": str(drafter.max_positions) if drafter and drafter.max_positions else "",
-            "KVBAKE_NODE_LAUNCH_JSON": node.launch.to_json()}
+            "KVBAKE_NODE_LAUNCH_JSON": node.launch.to_json(), "KVBAKE_WORKDIR": str((release.image_config or {}).get("WorkingDir") or "")}
