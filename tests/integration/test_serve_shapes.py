@@ -288,6 +288,41 @@ def test_the_adopted_serve_restarted_once_by_its_own_policy_is_not_a_dead_rank(c
     walk.run("verify-running")
 
 
+def wrapped_exec(client, key: str, ports: ShapePorts) -> str:
+    """eugr's shape with vLLM behind a wrapper: on the head `sh -c 'cd /opt && python3 kvbake-standin/vllm serve …'` (the
+    serve's working directory is the wrapper's cd), on the worker a gosu-like wrapper that drops to `nobody` and execs."""
+    container = client.run(BASE, ["infinity"], entrypoint="sleep", name="vllm_wrap", detach=True, networks=["host"], init=True,
+                           mounts=[STANDIN_VLLM, ports.model_mount])
+    serve = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+    if key == "a":
+        command = ["sh", "-c", "cd /opt && " + " ".join(["python3", "kvbake-standin/vllm", *serve[2:]])]
+    else:
+        drop = f"import os; os.setgid(65534); os.setuid(65534); os.execvp('python3', {serve!r})"
+        command = ["python3", "-c", drop]
+    client.container.execute("vllm_wrap", command, detach=True)
+    return container.id
+
+
+def serve_processes(rig: dict, key: str, name: str) -> list[tuple]:
+    """Each vLLM serve of the container: command line, working directory, user."""
+    from kvbake.ship.core.serve_reading import read_serve
+
+    return [(s.process.argv, s.process.cwd, s.process.uid) for s in read_serve(Engine(rig[key].host).processes(name)).serving]
+
+
+def test_an_adopted_exec_serve_behind_a_wrapper_comes_back_with_its_working_directory_and_user(capsys, shipped, rig, tmp_path, shape_rig, monkeypatch):
+    monkeypatch.setitem(SHAPES, "wrapped exec", (wrapped_exec, {"a": "vllm_wrap", "b": "vllm_wrap"}))
+    walk = Walk(capsys, shipped, rig, tmp_path, "wrapped exec")
+    before = {key: serve_processes(rig, key, "vllm_wrap") for key in NODES}
+    assert before["a"][0][1] == "/opt" and before["b"][0][2] == 65534, "the wrappers' working directory and user"
+    walk.run("adopt", "--reason", "wrapped")
+    walk.deploy("control")
+    walk.run("rollback", "--to", "adopted")
+    assert {key: serve_processes(rig, key, "vllm_wrap") for key in NODES} == before
+    assert walk.serves_the_api()
+    walk.run("verify-running")
+
+
 SECOND_MODEL = "/models/second"
 
 

@@ -10,7 +10,7 @@ from kvbake.digests import canonical_json, sha256_digest
 from kvbake.engines.core.containerd import (CONFIG_TYPE, DOCKER_MANIFEST, GZIP_LAYER, OCI_MANIFEST, STORE, StoreManifest,
                                             derived_store_manifest, parse_store_manifest, thin_blob)
 from kvbake.engines.core.detection import EngineProfile, profile_from_info, store_of
-from kvbake.engines.core.procfs import ImportOrigin, parse_origins, parse_processes
+from kvbake.engines.core.procfs import ImportOrigin, merged_processes, parse_origins, parse_processes, unread_users
 from kvbake.errors import BaseImageError, EngineError
 
 from message_words import says
@@ -108,6 +108,17 @@ def test_a_process_without_a_uid_is_roots_and_a_non_list_answer_is_refused():
     with pytest.raises(ValueError) as caught:
         parse_processes("{'pid': 1}")
     assert says(str(caught.value), "the process probe did not answer a list")
+
+
+def test_a_process_the_probe_could_not_read_is_left_out_and_its_user_named_to_read_it_as():
+    answer = repr([{"pid": 1, "ppid": 0, "argv": ["sleep"], "env": [], "cwd": "/", "exe": "/bin/sleep"},
+                   {"pid": 8, "uid": 65534, "unread": True}, {"pid": 9, "uid": 1000, "unread": True}, {"pid": 12, "uid": 1000, "unread": True}])
+    assert [p.pid for p in parse_processes(answer)] == [1] and unread_users(answer) == (1000, 65534)
+    as_nobody = parse_processes(repr([{"pid": 8, "ppid": 0, "uid": 65534, "argv": ["vllm"], "env": [], "cwd": "/srv", "exe": "/x"}]))
+    merged = merged_processes(parse_processes(answer), as_nobody, as_nobody)
+    assert [(p.pid, p.uid, p.cwd) for p in merged] == [(1, 0, "/"), (8, 65534, "/srv")]
+    with pytest.raises(ValueError):
+        unread_users("['not an object']")
 
 
 def test_an_answer_that_is_no_literal_names_why_and_an_origins_count_must_match():

@@ -11,7 +11,8 @@ from python_on_whales.exceptions import DockerException, NoSuchContainer
 from python_on_whales.utils import run as run_cli
 
 from kvbake.engines.adapters.recreate import create_arguments
-from kvbake.engines.core.procfs import ORIGINS, PROBE_MARK, PROCESSES, ImportOrigin, Process, origins_request, parse_origins, parse_processes
+from kvbake.engines.core.procfs import (ORIGINS, PROBE_MARK, PROCESSES, ImportOrigin, Process, merged_processes, origins_request,
+                                       parse_origins, parse_processes, unread_users)
 from kvbake.errors import EngineError
 
 
@@ -193,7 +194,10 @@ class ContainerOps:
         by the container's own python3 as root; the engine's `docker top` first proves the container runs something."""
         if not self.top(container):
             return ()
-        return parse_processes(self._probe(container, [PROCESSES, PROBE_MARK], "its processes"))
+        answer = self._probe(container, [PROCESSES, PROBE_MARK], "its processes")
+        as_users = [parse_processes(self._probe(container, [PROCESSES, PROBE_MARK], "its processes", user=str(uid)))
+                    for uid in unread_users(answer)]
+        return merged_processes(parse_processes(answer), *as_users)
 
     def existing_paths(self, container: str, paths: list[str]) -> tuple[str, ...]:
         """Which of `paths` exist inside a running container, as its own python3 sees them (a privileged container
@@ -209,9 +213,9 @@ class ContainerOps:
         return parse_origins(self._probe(container, [ORIGINS, origins_request(processes, first_entries)], "where its processes import vllm from"),
                              len(processes))
 
-    def _probe(self, container: str, args: list[str], what: str) -> str:
+    def _probe(self, container: str, args: list[str], what: str, user: str = "0") -> str:
         try:
-            return str(self.client.container.execute(container, ["python3", "-I", "-S", "-c", *args], user="0"))
+            return str(self.client.container.execute(container, ["python3", "-I", "-S", "-c", *args], user=user))
         except DockerException as err:
             raise EngineError(f"{self.label}: reading {what} in {container} failed ({_last_line(err)})",
                               "the serving container must be running and have python3 (every vLLM image has)") from None

@@ -12,7 +12,9 @@ from typing import Any, Mapping, Sequence
 
 PROBE_MARK = "kvbake-procfs-probe"
 
-# Every process: pid, parent, argv, environment, working directory and executable.
+# Every process: pid, parent, argv, environment, working directory and executable. Root in a container without
+# CAP_SYS_PTRACE cannot read another user's environment or working directory (a serve started by gosu or su): such a
+# process is listed as unread with its user, and the probe runs again as that user (`unread_users`).
 PROCESSES = f"""
 import os, sys
 MARK = {PROBE_MARK!r}
@@ -28,14 +30,18 @@ for name in os.listdir("/proc"):
     base = "/proc/" + name
     try:
         argv = fields(base + "/cmdline")
-        env = fields(base + "/environ")
-        cwd, exe = os.readlink(base + "/cwd"), os.readlink(base + "/exe")
         with open(base + "/status") as status:
             lines = dict(line.split(":", 1) for line in status if ":" in line)
         ppid, uid = int(lines["PPid"].split()[0]), int(lines["Uid"].split()[0])
     except (OSError, KeyError, IndexError, ValueError):
         continue
     if not argv or MARK in argv:
+        continue
+    try:
+        env = fields(base + "/environ")
+        cwd, exe = os.readlink(base + "/cwd"), os.readlink(base + "/exe")
+    except OSError:
+        found.append({{"pid": int(name), "uid": uid, "unread": True}})
         continue
     found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe}})
 print(repr(sorted(found, key=lambda p: p["pid"])))
@@ -99,12 +105,27 @@ def environment(entries: Sequence[str]) -> dict[str, str]:
 
 
 def parse_processes(text: str) -> tuple[Process, ...]:
-    """The PROCESSES probe's answer as values; ValueError for anything else."""
-    data = _literal(text)
-    if not isinstance(data, list):
-        raise ValueError("the process probe did not answer a list")
+    """The PROCESSES probe's answer as values, less the processes it could not read; ValueError for anything else."""
     return tuple(Process(int(p["pid"]), int(p["ppid"]), tuple(str(a) for a in p["argv"]), environment(p["env"]), str(p["cwd"]),
-                         str(p["exe"]), int(p.get("uid", 0))) for p in data)
+                         str(p["exe"]), int(p.get("uid", 0))) for p in _probe_list(text) if not p.get("unread"))
+
+
+def unread_users(text: str) -> tuple[int, ...]:
+    """The users whose processes the PROCESSES probe could not read (to be read again as each of them)."""
+    return tuple(sorted({int(p["uid"]) for p in _probe_list(text) if p.get("unread")}))
+
+
+def merged_processes(*readings: Sequence[Process]) -> tuple[Process, ...]:
+    """Several readings of one container's processes as one, each pid once, in pid order."""
+    by_pid = {p.pid: p for reading in readings for p in reading}
+    return tuple(by_pid[pid] for pid in sorted(by_pid))
+
+
+def _probe_list(text: str) -> list[dict]:
+    data = _literal(text)
+    if not isinstance(data, list) or not all(isinstance(p, dict) for p in data):
+        raise ValueError("the process probe did not answer a list")
+    return data
 
 
 def origins_request(processes: Sequence[Process], first_entries: Sequence[str]) -> str:
