@@ -67,6 +67,13 @@ def runbook_commands() -> list[str]:
     return lines
 
 
+def one_block() -> list[str]:
+    """The lines of the runbook's one block (`The whole run, in one block`)."""
+    body = next(body for heading, body in sections().items() if heading.startswith("The whole run, in one block"))
+    (block,) = re.findall(r"^```console\n(.*?)^```$", body, re.MULTILINE | re.DOTALL)
+    return [line for line in block.splitlines() if line.strip()]
+
+
 def walk_through_section() -> str:
     return next(body for heading, body in sections().items() if heading.startswith("Walk-through on the stand-in rig"))
 
@@ -280,6 +287,14 @@ def after_rollback_to_adopted(w: Walk, out: str) -> None:
         assert w.kept(key) is None
 
 
+def after_dry_run(w: Walk, out: str) -> None:
+    assert w.releases() == (["adopted"] * 2, [None] * 2) and w.kept("a") is None and w.kept("b") is None
+    assert {key: w.serving(key)["Id"] for key in NODES} == w.adopted, "the dry run changes nothing"
+    for node in NODES.values():
+        assert f"\n{node} (" in out, out
+    assert out.count("docker run --detach --name vllm-serve") == 2, out
+
+
 def after_packing(w: Walk, out: str) -> None:
     assert w.releases() == (["packing-327680"] * 2, ["control"] * 2)
     assert w.switches("a") == w.switches("b") == PACKING_ENV
@@ -291,12 +306,6 @@ def after_packing(w: Walk, out: str) -> None:
 def after_rollback_to_control(w: Walk, out: str) -> None:
     assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
     assert w.switches("a") == w.switches("b") == set()
-
-
-def after_release(w: Walk, out: str) -> None:
-    assert w.releases() == (["control"] * 2, ["packing-327680"] * 2)
-    assert w.kept("a") is None and w.kept("b") is None, "adopt --release removed the kept serve"
-    assert all(w.serving(key)["State"]["Running"] for key in NODES), "the serve is untouched"
 
 
 STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
@@ -312,6 +321,7 @@ STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
     ("sign", after_sign),
     ("base sync", after_base_sync),
     ("adopt", after_adopt),
+    ("deploy control", after_dry_run),
     ("deploy control", on_control_over_adopted),
     ("validate control", validated("control")),
     ("rollback", after_rollback_to_adopted),
@@ -319,7 +329,7 @@ STEPS: list[tuple[str, Callable[[Walk, str], None]]] = [
     ("deploy packing-327680", after_packing),
     ("validate packing-327680", validated("packing-327680")),
     ("rollback", after_rollback_to_control),
-    ("adopt", after_release),
+    ("rollback", after_rollback_to_adopted),
 ]
 
 
@@ -335,6 +345,7 @@ def test_the_runbook_walks_from_the_bind_mount_serve_to_packing_and_back(walk: W
     assert sorted(documented_rig_values()) == sorted(walk.rig_values), "the runbook's table of rig values is the walk's"
     assert all(f"`{option}`" in walk_through_section() for option in INIT_ADDITIONS[::2]), "the runbook names what the rig adds to init"
     commands = runbook_commands()
+    assert one_block() == commands, "the runbook's one block is every line of §3–§7, in order"
     steps = [as_walked(line, walk.rig_values) for line in commands]
     assert [signature(step) for step in steps] == [name for name, _ in STEPS]
     used = {word for line in commands for word in shlex.split(line, comments=True)}
@@ -349,7 +360,7 @@ def test_the_runbook_walks_from_the_bind_mount_serve_to_packing_and_back(walk: W
             code, out, err = run(walk.capsys, *argv)
             assert code == 0, f"runbook step {number} ({line}) failed: {out[-1500:]} {err}"
         check(walk, out)
-        if argv[0] == "deploy":
+        if argv[0] == "deploy" and "--dry-run" not in argv:
             reason = argv[argv.index("--reason") + 1]
             assert {node["current"]["reason"] for node in walk.status()["nodes"]} == {reason}, "the runbook's --reason is recorded"
         health = httpx.get(f"http://127.0.0.1:{walk.ports.api}/health", timeout=5)
