@@ -207,7 +207,8 @@ def init_report(result) -> Result:
             "changes": {k: list(v) for k, v in d.changes.items()},
             "served": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in result.served.files],
             "served_record": str(result.served_record),
-            "privileged": {node: {key: (d.node_launch.get(node) or {}).get(key) for key in ("devices", "cap_add", "ulimits")} for node in d.privileged}}
+            "privileged": {node: {key: (d.node_launch.get(node) or {}).get(key) for key in ("devices", "cap_add", "ulimits")}
+                           for node in d.privileged}}
     return data, "\n".join(lines)
 
 

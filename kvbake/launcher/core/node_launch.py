@@ -132,7 +132,8 @@ def refuse_shadowing_target(what: str, target: str, workdir: str) -> None:
     if posixpath.basename(target) == "vllm" and posixpath.dirname(target) == workdir:
         raise LaunchInputError(f"{what} target {target} puts a vllm package in the container's working directory {workdir}", fix)
     if workdir != "/" and (target == workdir or workdir.startswith(target + "/")):
-        raise LaunchInputError(f"{what} target {target} covers the container's working directory {workdir}, where a vllm folder would shadow the baked one", fix)
+        raise LaunchInputError(f"{what} target {target} covers the container's working directory {workdir}, "
+                               "where a vllm folder would shadow the baked one", fix)
 
 
 # ---- reading one node's settings ----
