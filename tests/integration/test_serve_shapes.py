@@ -25,7 +25,7 @@ from faultscenarios import failing_launcher, killed_run, operator_host
 from kvbake.rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
                                      multi_node_args, standin_serve)
 from serveshapes import NODES, clear_nodes, serves, serving_keys, shape_ports, start_shape, wait_for_serves, whole_node, with_node_containers
-from shiprig import BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
+from shiprig import BAKED, BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
 # The reference launcher with the stand-in programs in place of vLLM and Ray (the stand-in base runs neither): what
@@ -321,6 +321,17 @@ def test_an_adopted_exec_serve_behind_a_wrapper_comes_back_with_its_working_dire
     assert {key: serve_processes(rig, key, "vllm_wrap") for key in NODES} == before
     assert walk.serves_the_api()
     walk.run("verify-running")
+
+
+def test_a_file_changed_in_the_adopted_serves_container_after_adopt_fails_verify_running(capsys, shipped, rig, tmp_path, shape_rig):
+    walk = Walk(capsys, shipped, rig, tmp_path, "eugr cluster")
+    walk.run("adopt", "--reason", "as it runs")
+    walk.run("verify-running")
+    edit = f"open({BAKED!r}, 'a').write('# a mod copied in after adopt\\n')"
+    Engine(rig["b"].host).client.container.execute(walk.names["b"], ["python3", "-c", edit])
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and f"spark-b: {BAKED} was changed in the adopted serve's container after adopt" in err, err
+    assert "spark-a:" not in err, "the other rank still runs what was adopted"
 
 
 SECOND_MODEL = "/models/second"

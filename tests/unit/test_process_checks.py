@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.engines.core.procfs import ImportOrigin, Process, parse_origins, parse_processes
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, process_failures, process_signature,
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, changes_since_adopt, process_failures, process_signature,
                                              ray_worker_failures)
 from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, read_serve
 
@@ -170,3 +170,15 @@ def test_a_ray_worker_rank_is_its_ray_node_holding_the_releases_switch_set():
     assert ray_worker_failures("b", ray_node, {}, NAMES) == ["b: the Ray node runs VLLM_A=1, the release sets (unset)"]
     waiting = read_serve([proc(1, 0, ("sleep", "infinity"))])
     assert ray_worker_failures("b", waiting, {}, NAMES) == ["b: the Ray worker rank runs no Ray node (its main process is sleep infinity)"]
+
+
+def test_the_adopted_serve_may_keep_the_changes_adopt_recorded_and_no_other():
+    root = "/usr/local/lib/python3.11/dist-packages"
+    recorded = [f"{root}/vllm/mod.py"]
+    changes = {f"{root}/vllm": "C", f"{root}/vllm/mod.py": "C", f"{root}/vllm/__pycache__": "A", f"{root}/vllm/__pycache__/mod.cpython-311.pyc": "A"}
+    assert changes_since_adopt("b", changes, root, recorded) == []
+    later = {**changes, f"{root}/vllm/other.py": "C", f"{root}/vllm/gone.py": "D", "/etc/hosts": "C"}
+    failures = changes_since_adopt("b", later, root, recorded)
+    assert [f.split(" was ")[0] for f in failures] == [f"b: {root}/vllm/gone.py", f"b: {root}/vllm/other.py"]
+    assert all("after adopt (adopt recorded 1 changed file(s) there)" in f for f in failures)
+    assert "deleted" in failures[0] and "changed" in failures[1]

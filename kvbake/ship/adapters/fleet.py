@@ -13,8 +13,8 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, process_failures, process_signature, ray_worker_failures,
-                                             switch_set)
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, process_failures, process_signature,
+                                             ray_worker_failures, switch_set)
 from kvbake.ship.core.serve_reading import RAY_WORKER
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
@@ -104,7 +104,8 @@ class Fleet:
         image_env = tuple(((image or {}).get("Config") or {}).get("Env") or ())
         if release.adopted:
             expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, (), self.source_root, baked=False)
-            return process_failures(name, serve.reading, serve.origins, expected)
+            return (process_failures(name, serve.reading, serve.origins, expected)
+                    + changes_since_adopt(name, serve.changes, self.source_root, release.adopted.get("changes") or ()))
         expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, release.launcher_args, self.source_root)
         return process_failures(name, serve.reading, serve.origins, expected) + change_failures(name, serve.changes, self.source_root)
 
