@@ -100,7 +100,7 @@ def not_running(fleet: Fleet, name: str, replaced: str | None = None, container:
         return f"the serving container {container} on {name} is still the old one (it was not recreated)"
     state = found.get("State") or {}
     restarted = state.get("Restarting") or found.get("RestartCount")
-    if state.get("Running") and not state.get("Restarting") and not found.get("RestartCount"):
+    if state.get("Running") and not restarted:
         return None
     if own_policy and (state.get("Running") or state.get("Restarting")):
         return None  # the adopted serve's own policy restarts it (an old Ray worker waiting for its head): it comes back

@@ -94,9 +94,10 @@ def changes_since_adopt(node: str, changes: Mapping[str, str], source_root: str,
     """The adopted serve's writable layer against what `adopt` recorded: a file under the source root changed, added or
     deleted since (a `docker cp` of another mod) means it no longer runs what was adopted; bytecode Python writes for a
     source adopt recorded does not count."""
-    known = {*recorded, *(path for path in changes if written_bytecode(path, {p: "C" for p in changes if p not in recorded}))}
+    unrecorded = {path: kind for path, kind in changes.items() if path not in recorded}
     return [f"{node}: {path} was {KINDS.get(kind, kind)} in the adopted serve's container after adopt (adopt recorded "
-            f"{len(recorded)} changed file(s) there)" for path, kind in changed_files(changes, source_root) if path not in known]
+            f"{len(recorded)} changed file(s) there)" for path, kind in changed_files(changes, source_root)
+            if path in unrecorded and not written_bytecode(path, unrecorded)]
 
 
 KINDS = {"A": "added", "C": "changed", "D": "deleted"}
