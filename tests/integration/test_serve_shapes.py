@@ -324,14 +324,20 @@ def test_an_adopted_exec_serve_behind_a_wrapper_comes_back_with_its_working_dire
 
 
 def test_a_file_changed_in_the_adopted_serves_container_after_adopt_fails_verify_running(capsys, shipped, rig, tmp_path, shape_rig):
+    """A file changed after adopt is named by path on one rank; on the other, a file adopt already found changed (a mod
+    copied in before) and edited again is named by its content."""
     walk = Walk(capsys, shipped, rig, tmp_path, "eugr cluster")
+    edit = f"open({BAKED!r}, 'a').write('# a mod copied in\\n')"
+    Engine(rig["a"].host).client.container.execute(walk.names["a"], ["python3", "-c", edit])
     walk.run("adopt", "--reason", "as it runs")
     walk.run("verify-running")
-    edit = f"open({BAKED!r}, 'a').write('# a mod copied in after adopt\\n')"
     Engine(rig["b"].host).client.container.execute(walk.names["b"], ["python3", "-c", edit])
     code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
     assert code == 7 and f"spark-b: {BAKED} was changed in the adopted serve's container after adopt" in err, err
     assert "spark-a:" not in err, "the other rank still runs what was adopted"
+    Engine(rig["a"].host).client.container.execute(walk.names["a"], ["python3", "-c", edit])
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and f"spark-a: {BAKED} was edited in the adopted serve's container after adopt (sha256 " in err, err
 
 
 SECOND_MODEL = "/models/second"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.engines.core.procfs import ImportOrigin, Process, parse_origins, parse_processes
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, changes_since_adopt, process_failures, process_signature,
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, changes_since_adopt, edits_since_adopt, process_failures, process_signature,
                                              ray_worker_failures)
 from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, read_serve
 
@@ -182,3 +182,12 @@ def test_the_adopted_serve_may_keep_the_changes_adopt_recorded_and_no_other():
     assert [f.split(" was ")[0] for f in failures] == [f"b: {root}/vllm/gone.py", f"b: {root}/vllm/other.py"]
     assert all("after adopt (adopt recorded 1 changed file(s) there)" in f for f in failures)
     assert "deleted" in failures[0] and "changed" in failures[1]
+
+
+def test_a_file_adopt_found_changed_is_held_to_its_recorded_content():
+    recorded = {f"{ROOT}/vllm/mod.py": "a" * 64, f"{ROOT}/vllm/new.py": "b" * 64}
+    assert edits_since_adopt("b", recorded, dict(recorded)) == []
+    failures = edits_since_adopt("b", recorded, {f"{ROOT}/vllm/mod.py": "c" * 64})
+    assert failures == [f"b: {ROOT}/vllm/mod.py was edited in the adopted serve's container after adopt (sha256 cccccccccccc, "
+                        "adopt recorded sha256 aaaaaaaaaaaa)",
+                        f"b: {ROOT}/vllm/new.py was deleted in the adopted serve's container after adopt (adopt recorded sha256 bbbbbbbbbbbb)"]

@@ -20,6 +20,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.rollout import NodeView, check_views, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.ship.adapters.served_files import layer_digests
 from kvbake.ship.adapters.transitions import records_of, run_transition
 from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
@@ -84,6 +85,7 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
     own = found.serve.reading.serving[0] if found.serve.reading.serving else None
     serving = own or lead
     name = str(container.get("Name", "")).lstrip("/")
+    changes = changed_files(found.serve.changes, fleet.source_root)
     length = serving.serve.args.value("--max-model-len") or "0"
     return Release(
         image=(container.get("Config") or {}).get("Image") or container["Image"],
@@ -97,7 +99,8 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
                  "restart": ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
                  "exec": exec_command(own, (container.get("Config") or {}).get("Env") or ()) if own and own.execd else None,
                  "serve_argv": withhold_args(own.process.argv)[0] if own else [],
-                 "changes": [path for path, _ in changed_files(found.serve.changes, fleet.source_root)]})
+                 "changes": [path for path, _ in changes],
+                 "change_sha256": layer_digests(engine, container["Id"], [path for path, kind in changes if kind != "D"])})
 
 
 def adopt_plan(v: NodeView, release: Release) -> NodePlan:

@@ -13,8 +13,9 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, process_failures, process_signature,
-                                             ray_worker_failures, switch_set)
+from kvbake.ship.adapters.served_files import layer_digests
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, process_failures,
+                                             process_signature, ray_worker_failures, switch_set)
 from kvbake.ship.core.serve_reading import RAY_WORKER
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
@@ -89,7 +90,7 @@ class Fleet:
         if self.runs_as_ray_worker(name, release):
             failures += ray_worker_failures(name, serve.reading, None if release.adopted else expected, self.switch_names)
             return RankCheck(tuple(failures), (layers, RAY_WORKER), expected)
-        failures += self.process_failures(name, serve, release, expected, image)
+        failures += self.process_failures(name, serve, release, expected, image, str(container["Id"]))
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
 
@@ -100,12 +101,15 @@ class Fleet:
             return release.adopted.get("shape") == RAY_WORKER
         return self.deployment.launcher.env.get("SHAPE") == "ray" and self.node(name).role == "worker"
 
-    def process_failures(self, name: str, serve: RankServe, release: Release, switches: dict[str, str], image: dict | None) -> list[str]:
+    def process_failures(self, name: str, serve: RankServe, release: Release, switches: dict[str, str], image: dict | None,
+                         container: str) -> list[str]:
         image_env = tuple(((image or {}).get("Config") or {}).get("Env") or ())
         if release.adopted:
             expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, (), self.source_root, baked=False)
+            recorded = release.adopted.get("change_sha256") or {}
             return (process_failures(name, serve.reading, serve.origins, expected)
-                    + changes_since_adopt(name, serve.changes, self.source_root, release.adopted.get("changes") or ()))
+                    + changes_since_adopt(name, serve.changes, self.source_root, release.adopted.get("changes") or ())
+                    + edits_since_adopt(name, recorded, layer_digests(self.engines[name], container, sorted(recorded))))
         expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, release.launcher_args, self.source_root)
         return process_failures(name, serve.reading, serve.origins, expected) + change_failures(name, serve.changes, self.source_root)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
@@ -57,6 +58,18 @@ def changed_in_layer(engine: Engine, container: Mapping[str, Any], changes: Mapp
         if engine.copy_out(str(container["Id"]), path, copied):
             for inner, data in regular_files(copied):
                 found[relative_to_root(f"{path}/{inner}" if inner else path, source_root)] = (data, "changed in the container's writable layer")
+    return found
+
+
+def layer_digests(engine: Engine, container: str, paths: list[str]) -> dict[str, str]:
+    """The sha256 of each of these files as the running container holds them; a path that is gone, or is a folder, is
+    left out."""
+    found = {}
+    with tempfile.TemporaryDirectory(prefix="kvbake-layer-") as folder:
+        for number, path in enumerate(paths):
+            copied = Path(folder) / str(number)
+            if engine.copy_out(container, path, copied) and copied.is_file() and not copied.is_symlink():
+                found[path] = hashlib.sha256(copied.read_bytes()).hexdigest()
     return found
 
 

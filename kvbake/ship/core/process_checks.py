@@ -100,6 +100,14 @@ def changes_since_adopt(node: str, changes: Mapping[str, str], source_root: str,
             if path in unrecorded and not written_bytecode(path, unrecorded)]
 
 
+def edits_since_adopt(node: str, recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """The files adopt found changed in the adopted serve's writable layer, by content: one edited again since (another
+    mod copied over it) or gone means it no longer runs what was adopted."""
+    return [f"{node}: {path} was {'edited' if path in now else 'deleted'} in the adopted serve's container after adopt "
+            f"({f'sha256 {now[path][:12]}, ' if path in now else ''}adopt recorded sha256 {digest[:12]})"
+            for path, digest in sorted(recorded.items()) if now.get(path) != digest]
+
+
 KINDS = {"A": "added", "C": "changed", "D": "deleted"}
 
 
