@@ -274,6 +274,9 @@ def adopt_report(releases: dict) -> Result:
             lines.append(f"{node}: its writable layer changes {len(a['changes'])} file(s) under the source root ({', '.join(a['changes'][:3])}"
                          f"{', …' if len(a['changes']) > 3 else ''}): the baked chain must include them"
                          + ("; a --rm serve comes back without them" if a["spec"]["host"].get("AutoRemove") else ""))
+        if a.get("restart", "no") != "no" and not a["spec"]["host"].get("AutoRemove"):
+            lines.append(f"{node}: its restart policy {a['restart']} is off now: kvbake starts and stops it (rollback --to adopted "
+                         "gives the policy back); retire the launcher that started it")
     lines.append("the first deploy keeps it as previous; rollback (or rollback --to adopted) brings it back exactly, until adopt --release")
     data = {"release": next(iter(releases.values())).id,
             "nodes": {node: {"container": r.adopted["container_id"], "name": r.adopted["name"], "shape": r.adopted["shape"],

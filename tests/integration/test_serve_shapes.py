@@ -158,7 +158,8 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     adopted_id = adopted["a"]["records"][0]
     for key in NODES:
         assert adopted[key]["records"] == (adopted_id, None, adopted_id)
-        assert {k: v for k, v in adopted[key]["containers"].items() if k != "kvbake-state"} == original[key]["containers"]
+        assert {k: v for k, v in adopted[key]["containers"].items() if k != "kvbake-state"} == {
+            **original[key]["containers"], walk.names[key]: (True, "no")}, "its restart policy is off: kvbake starts and stops it now"
         assert adopted[key]["serves"] == original[key]["serves"]
     walk.run("verify-running")
     walk.deploy("control")
@@ -379,6 +380,54 @@ def test_a_container_running_two_serves_is_refused_by_init_and_adopt_and_fails_v
     assert code == 7 and "spark-b: 2 vLLM serves run in one container" in err and "a GPU node serves one model" in err, err
 
 
+def hooked_exec(hooks: Path):
+    """eugr's shape whose serve runs a `sitecustomize.py` mounted on a PYTHONPATH entry outside the source root: it
+    sets a switch after exec, where no process environment shows it."""
+    def start(client, key: str, ports: ShapePorts) -> str:
+        container = client.run(BASE, ["infinity"], entrypoint="sleep", name="vllm_hook", detach=True, networks=["host"], init=True,
+                               envs={"PYTHONPATH": "/opt/hooks"}, mounts=[STANDIN_VLLM, ports.model_mount,
+                                                                          ["type=bind", f"source={hooks}", "target=/opt/hooks", "readonly"]])
+        serve = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+        client.container.execute("vllm_hook", serve, detach=True)
+        return container.id
+    return start
+
+
+USER_HOOK = "/root/.local/lib/python3.11/site-packages/usercustomize.py"
+
+
+def test_a_start_up_hook_the_image_does_not_hold_is_refused_by_init_and_adopt_and_fails_verify_running(
+        capsys, shipped, rig, tmp_path, monkeypatch, shape_rig):
+    """A mounted sitecustomize.py outside the source root stops init and adopt before anything is written; in kvbake's
+    own serve, a usercustomize.py written into the container fails verify-running. The image's own hook (Debian's
+    sitecustomize.py) passes every time."""
+    for folder in ("hooks", "hooked", "plain"):
+        (tmp_path / folder).mkdir()
+    hooks = tmp_path / "hooks"
+    (hooks / "sitecustomize.py").write_text("import os\nos.environ['VLLM_DSV41_KV_PAIR'] = '3'\n")
+    monkeypatch.setitem(SHAPES, "hooked", (hooked_exec(hooks), {"a": "vllm_hook", "b": "vllm_hook"}))
+    walk = Walk(capsys, shipped, rig, tmp_path / "hooked", "hooked")
+    nodes = [f"--node={NODES[key]}={rig[key].host}" for key in NODES]
+    code, _, err = run(capsys, "init", *nodes, "--template", str(shipped["manifest"]), "--out", str(tmp_path / "refused"))
+    mounted = f"the start-up hook /opt/hooks/sitecustomize.py (mounted from {hooks}), which the image does not hold"
+    assert code == 7 and f"init: spark-a: its interpreter runs {mounted}" in err and "nothing was written" in err, err
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "adopt", "--reason", "hooked")
+    assert code == 7 and f"adopt: spark-b: its interpreter runs {mounted}" in err, err
+    assert walk.state()["b"]["records"] == (None, None, None), "nothing was adopted"
+    clear_nodes(rig, ("vllm_hook",))
+    walk = Walk(capsys, shipped, rig, tmp_path / "plain", "eugr cluster")
+    walk.run("adopt", "--reason", "as it runs")
+    walk.deploy("control")
+    walk.run("verify-running")
+    write = f"import os; os.makedirs({USER_HOOK.rsplit('/', 1)[0]!r}); open({USER_HOOK!r}, 'w').write('import os\\n')"
+    Engine(rig["b"].host).client.container.execute(walk.container, ["python3", "-c", write])
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and (f"spark-b: its interpreter runs the start-up hook {USER_HOOK} (in the container's writable layer), "
+                          "which the image does not hold") in err, err
+    assert "spark-a:" not in err and "sitecustomize" not in err, "the image's own hook is allowed"
+
+
 ADOPT_WRITES = 3  # this host's journal, then one retag and record per node
 
 
@@ -412,4 +461,5 @@ def test_a_kill_at_every_step_of_adopt_is_undone_by_revert_or_finished_by_resume
             assert adopted and all(after[key]["records"] == (adopted, None, adopted) and after[key]["transition"] is None
                                    and not after[key]["lock"] for key in NODES)
             assert walk.adopted_serves(after) == walk.adopted_serves(before), "the serve itself was never touched"
+            assert all(after[key]["containers"][walk.names[key]] == (True, "no") for key in NODES), "its restart policy is off"
             walk.run("verify-running")

@@ -32,9 +32,11 @@ def serving(world: World) -> tuple:
 @pytest.mark.parametrize("shown_as", [CONTAINER, "/" + CONTAINER], ids=["plain", "docker's leading slash"])
 def test_an_adopted_exec_serve_that_still_runs_restarts_with_its_gang_and_its_vllm_is_executed_once_again(world, shown_as):
     start_serves(world, "exec")
+    policy = serving(world)[2]
     adopted = adopt(world.fleet, "seed serve", False)["a"]
     world.engines["a"].containers[CONTAINER]["Name"] = shown_as
-    container, running, policy, processes = serving(world)
+    container, running, held, processes = serving(world)
+    assert held["Name"] == "no" != policy["Name"], "adopt turned its restart policy off"
     execs = len(world.engines["a"].execs)
     adopted_serve.bring_back(world.engines["a"], "a", adopted, CONTAINER, CONTAINER)
     assert serving(world)[:3] == (container, running, policy), "the same container, running, its restart policy back"

@@ -136,3 +136,10 @@ def test_an_answer_that_is_no_literal_names_why_and_an_origins_count_must_match(
 def test_an_origins_error_is_its_lines_joined_or_unknown():
     assert parse_origins("[{'error': ['OSError:', 'no such file']}, {'error': []}, {'origin': '/v/__init__.py', 'path': ['/v', '']}]", 3) == (
         ImportOrigin(None, (), "OSError: no such file"), ImportOrigin(None, (), "unknown"), ImportOrigin("/v/__init__.py", ("/v", "")))
+
+
+def test_an_origins_answer_carries_its_start_up_hooks_sorted_and_a_malformed_list_is_refused():
+    answer = "[{'origin': None, 'path': [], 'hooks': {'/z/b.pth': 'bb', '/a/sitecustomize.py': 'aa'}}]"
+    assert parse_origins(answer, 1)[0].hooks == (("/a/sitecustomize.py", "aa"), ("/z/b.pth", "bb"))
+    with pytest.raises(ValueError, match="start-up hooks are not a mapping"):
+        parse_origins("[{'origin': None, 'path': [], 'hooks': ['/a.pth']}]", 1)

@@ -45,24 +45,24 @@ def test_a_stopped_rank_shows_its_images_layers_and_runs_no_switch_set(world):
 
 def test_an_adopted_serve_is_held_to_its_recorded_length(world):
     serve, image = serving(world, [], ("--max-model-len", "2048"))
-    failures = world.fleet.process_failures("a", serve, ADOPTED, {}, image)
+    failures = world.fleet.process_failures("a", serve, ADOPTED, {}, image, world.engines["a"].containers[CONTAINER])
     assert len(failures) == 1 and "--max-model-len" in failures[0] and "2048" in failures[0]
     serve, image = serving(world, [], ("--max-model-len", "4096"))
-    assert world.fleet.process_failures("a", serve, ADOPTED, {}, image) == []
+    assert world.fleet.process_failures("a", serve, ADOPTED, {}, image, world.engines["a"].containers[CONTAINER]) == []
 
 
 def test_an_adopted_serve_keeps_the_code_overrides_it_ran_with(world):
     serve, image = serving(world, ["PYTHONPATH=/opt/shadow"])
-    assert world.fleet.process_failures("a", serve, ADOPTED, {}, image) == []
+    assert world.fleet.process_failures("a", serve, ADOPTED, {}, image, world.engines["a"].containers[CONTAINER]) == []
     # the same serve under a baked release is refused for it, so the adopted pass is not a blind spot of the check
-    assert any("PYTHONPATH" in f for f in world.fleet.process_failures("a", serve, CONTROL, {}, image))
+    assert any("PYTHONPATH" in f for f in world.fleet.process_failures("a", serve, CONTROL, {}, image, world.engines["a"].containers[CONTAINER]))
 
 
 def test_a_file_changed_under_the_source_root_is_named_with_its_node(world):
     serve, image = serving(world, [])
     world.engines["a"].containers[CONTAINER]["Changes"] = {f"{SOURCE_ROOT}/vllm/x.py": "C"}
     serve, image = read_rank(world.engines["a"], world.engines["a"].containers[CONTAINER]), image
-    failures = world.fleet.process_failures("a", serve, CONTROL, {}, image)
+    failures = world.fleet.process_failures("a", serve, CONTROL, {}, image, world.engines["a"].containers[CONTAINER])
     assert len(failures) == 1 and failures[0].startswith("a: ") and "vllm/x.py" in failures[0]
 
 

@@ -48,16 +48,36 @@ print(repr(sorted(found, key=lambda p: p["pid"])))
 """
 
 # For each process given (executable, environment, working directory, first sys.path entry): where `import vllm`
-# resolves under exactly those, and the sys.path it searches. Run by the process's own interpreter in a child.
+# resolves under exactly those, the sys.path it searches, and the start-up hooks that interpreter runs before any
+# serve code (sitecustomize, usercustomize and every .pth file on that sys.path, by real path and sha256). Run by the
+# process's own interpreter in a child.
 ORIGINS = f"""
 import ast, subprocess, sys
 MARK = {PROBE_MARK!r}
-CHILD = "import importlib.util, sys\\n" \\
+CHILD = "import hashlib, importlib.util, os, sys\\n" \\
         "first = sys.argv[1]\\n" \\
         "if sys.path and sys.path[0] in ('', '.'):\\n" \\
         "    sys.path[0:1] = [first] if first != '-' else []\\n" \\
         "spec = importlib.util.find_spec('vllm')\\n" \\
-        "print(repr({{'origin': spec.origin if spec else None, 'path': sys.path}}))\\n"
+        "hooks = set()\\n" \\
+        "for entry in sys.path:\\n" \\
+        "    try:\\n" \\
+        "        names = os.listdir(entry or '.')\\n" \\
+        "    except OSError:\\n" \\
+        "        continue\\n" \\
+        "    hooks.update(os.path.join(entry, n) for n in names if n in ('sitecustomize.py', 'usercustomize.py') or n.endswith('.pth'))\\n" \\
+        "for name in ('sitecustomize', 'usercustomize'):\\n" \\
+        "    where = getattr(getattr(sys.modules.get(name), '__spec__', None), 'origin', None)\\n" \\
+        "    if where:\\n" \\
+        "        hooks.add(where)\\n" \\
+        "digests = {{}}\\n" \\
+        "for path in hooks:\\n" \\
+        "    try:\\n" \\
+        "        with open(path, 'rb') as handle:\\n" \\
+        "            digests[os.path.realpath(path)] = hashlib.sha256(handle.read()).hexdigest()\\n" \\
+        "    except OSError:\\n" \\
+        "        pass\\n" \\
+        "print(repr({{'origin': spec.origin if spec else None, 'path': sys.path, 'hooks': digests}}))\\n"
 answers = []
 for item in ast.literal_eval(sys.argv[1]):
     env = dict(entry.split("=", 1) for entry in item["env"] if "=" in entry)
@@ -92,6 +112,7 @@ class ImportOrigin:
     origin: str | None
     path: tuple[str, ...]
     error: str | None = None
+    hooks: tuple[tuple[str, str], ...] = ()  # (real path, sha256) of each start-up hook its interpreter runs
 
 
 def environment(entries: Sequence[str]) -> dict[str, str]:
@@ -156,4 +177,8 @@ def _origin(item: Any) -> ImportOrigin:
         raise ValueError("an import probe entry is not an object")
     if "error" in item:
         return ImportOrigin(None, (), " ".join(str(x) for x in item["error"]) or "unknown")
-    return ImportOrigin(item.get("origin"), tuple(str(p) for p in item.get("path") or ()))
+    hooks = item.get("hooks") or {}
+    if not isinstance(hooks, dict):
+        raise ValueError("an import probe's start-up hooks are not a mapping")
+    return ImportOrigin(item.get("origin"), tuple(str(p) for p in item.get("path") or ()),
+                        hooks=tuple(sorted((str(path), str(digest)) for path, digest in hooks.items())))

@@ -1,6 +1,7 @@
 """Adapter: a node's adopted serve, set aside while kvbake serves and brought back exactly, in every serve shape."""
 
-# Set aside: its restart policy becomes `no` (a reboot cannot start it next to kvbake's serve), it is stopped (a --rm
+# Adopted: its restart policy becomes `no` (kvbake alone starts and stops it now; undoing the adoption gives it back).
+# Set aside: its restart policy is `no` (a reboot cannot start it next to kvbake's serve), it is stopped (a --rm
 # container is then gone) and renamed to its kept name. Brought back: kvbake's serving container goes, the kept
 # container gets its name and restart policy back and starts, or, when it is gone, a container is recreated from the
 # recorded create spec; in the exec shape the recorded vLLM command line is exec'd into it again.
@@ -101,6 +102,19 @@ def recreatable(container: Mapping[str, Any], info: Mapping[str, Any]) -> bool:
     """Whether the adopted serve survives being set aside: kept when stopped, or recreated from its recorded spec (a
     --rm container recorded by an earlier kvbake, with no spec, would be lost)."""
     return not (container.get("HostConfig") or {}).get("AutoRemove") or bool(info.get("spec"))
+
+
+def hand_over_restart_policy(engine: Engine, adopted: Release | None, default: str, to_kvbake: bool) -> None:
+    """`adopt` turns the adopted serve's restart policy off: from then on kvbake alone stops and starts it, and neither
+    the engine nor a crash loop starts it beside kvbake's serve. Undoing the adoption gives the policy back; a --rm
+    serve has none."""
+    found = find(engine, adopted, default) if adopted is not None else None
+    if found is None or (found.get("HostConfig") or {}).get("AutoRemove"):
+        return
+    if to_kvbake:
+        engine.set_restart_policy(str(found["Id"]), "no")
+    else:
+        restore_restart_policy(engine, found, adopted.adopted)
 
 
 def restore_restart_policy(engine: Engine, container: Mapping[str, Any], info: Mapping[str, Any]) -> None:

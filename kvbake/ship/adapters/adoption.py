@@ -20,7 +20,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.rollout import NodeView, check_views, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.adapters.served_files import layer_digests
+from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hooks
 from kvbake.ship.adapters.transitions import records_of, run_transition
 from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
@@ -70,6 +70,7 @@ def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundSer
         raise RolloutError(f"adopt: no vLLM serve runs in {'; '.join(idle)}",
                            "start vLLM in it as you do (docker exec … vllm serve …), then adopt; nothing was changed")
     refuse_second_serves("adopt", {s.node: s.serve.reading for s in found.values()})
+    refuse_foreign_hooks("adopt", [(s.node, fleet.engines[s.node], s.container, s.serve) for s in found.values()])
     return found
 
 

@@ -13,7 +13,7 @@ from kvbake.lock import Lock
 from kvbake.manifest import Manifest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.adapters.served_files import layer_digests
+from kvbake.ship.adapters.served_files import foreign_hooks, layer_digests
 from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, process_failures,
                                              process_signature, ray_worker_failures, switch_set)
 from kvbake.ship.core.serve_reading import RAY_WORKER
@@ -90,7 +90,7 @@ class Fleet:
         if self.runs_as_ray_worker(name, release):
             failures += ray_worker_failures(name, serve.reading, None if release.adopted else expected, self.switch_names)
             return RankCheck(tuple(failures), (layers, RAY_WORKER), expected)
-        failures += self.process_failures(name, serve, release, expected, image, str(container["Id"]))
+        failures += self.process_failures(name, serve, release, expected, image, container)
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
 
@@ -102,16 +102,17 @@ class Fleet:
         return self.deployment.launcher.env.get("SHAPE") == "ray" and self.node(name).role == "worker"
 
     def process_failures(self, name: str, serve: RankServe, release: Release, switches: dict[str, str], image: dict | None,
-                         container: str) -> list[str]:
+                         container: dict) -> list[str]:
         image_env = tuple(((image or {}).get("Config") or {}).get("Env") or ())
+        hooks = foreign_hooks(self.engines[name], container, serve, name)
         if release.adopted:
             expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, (), self.source_root, baked=False)
             recorded = release.adopted.get("change_sha256") or {}
-            return (process_failures(name, serve.reading, serve.origins, expected)
+            return (process_failures(name, serve.reading, serve.origins, expected) + hooks
                     + changes_since_adopt(name, serve.changes, self.source_root, release.adopted.get("changes") or ())
-                    + edits_since_adopt(name, recorded, layer_digests(self.engines[name], container, sorted(recorded))))
+                    + edits_since_adopt(name, recorded, layer_digests(self.engines[name], str(container["Id"]), sorted(recorded))))
         expected = ProcessExpectation(switches, self.switch_names, image_env, release.max_model_len, release.launcher_args, self.source_root)
-        return process_failures(name, serve.reading, serve.origins, expected) + change_failures(name, serve.changes, self.source_root)
+        return process_failures(name, serve.reading, serve.origins, expected) + hooks + change_failures(name, serve.changes, self.source_root)
 
 
 def connect(deployment: Deployment) -> dict[str, Engine]:

@@ -20,7 +20,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError, UsageError
 from kvbake.ship.adapters.drafter_probe import served_positions
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
-from kvbake.ship.adapters.served_files import image_files, read_served_overlay
+from kvbake.ship.adapters.served_files import image_files, read_served_overlay, refuse_foreign_hooks
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
@@ -193,6 +193,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     switch_names = tuple(document.get("switches") or {}) + tuple(document.get("forbidden") or {})
     readings = [read_node(node, host, containers.get(node) or containers.get("")) for node, host in nodes]
     refuse_second_serves("init", {reading.node: reading.rank.reading for reading in readings})
+    refuse_foreign_hooks("init", [(r.node, r.engine, r.container, r.rank) for r in readings])
     source_root = serve_source_root(readings)
     read = [node_serve(reading, source_root) for reading in readings]
     platform = platform_of(read[0].image)

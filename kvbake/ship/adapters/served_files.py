@@ -13,8 +13,10 @@ from kvbake.bake.adapters.extract import Extractor
 from kvbake.bake.core.served_overlay import (ServedOverlay, container_name, overlay_mounts, relative_to_root, served_overlay,
                                              served_paths, under_root)
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import UsageError
+from kvbake.errors import IntegrityError, UsageError
+from kvbake.ship.adapters.serve_reader import RankServe
 from kvbake.ship.core.process_checks import changed_files
+from kvbake.ship.core.startup_hooks import hook_failures, mount_sources, unproven_hooks
 
 
 def regular_files(folder: Path) -> Iterator[tuple[str, bytes]]:
@@ -71,6 +73,31 @@ def layer_digests(engine: Engine, container: str, paths: list[str]) -> dict[str,
             if engine.copy_out(container, path, copied) and copied.is_file() and not copied.is_symlink():
                 found[path] = hashlib.sha256(copied.read_bytes()).hexdigest()
     return found
+
+
+def image_digests(engine: Engine, image: str, paths: list[str]) -> dict[str, str | None]:
+    """The sha256 of the image's own file at each absolute path (None: the image has no such file)."""
+    if not paths:
+        return {}
+    with engine.created_container(image) as created:
+        extractor = Extractor(engine, created, "/")
+        return {path: hashlib.sha256(found.data).hexdigest() if (found := extractor.file(path.lstrip("/"))) else None for path in paths}
+
+
+def foreign_hooks(engine: Engine, container: Mapping[str, Any], rank: RankServe, where: str) -> list[str]:
+    """The start-up hooks the rank's serves run that its image does not hold with the same bytes, one line each."""
+    mounts = mount_sources(container)
+    unproven = unproven_hooks(rank.origins, rank.changes, mounts)
+    return hook_failures(where, unproven, image_digests(engine, str(container["Image"]), sorted(unproven)), mounts)
+
+
+def refuse_foreign_hooks(command: str, ranks: list[tuple[str, Engine, Mapping[str, Any], RankServe]]) -> None:
+    """Before anything is written: a serve whose interpreter runs a start-up hook its image does not hold is refused,
+    since the switch set read from its environment may not be the one it runs."""
+    found = [line for node, engine, container, rank in ranks for line in foreign_hooks(engine, container, rank, f"{command}: {node}")]
+    if found:
+        raise IntegrityError("; ".join(found), "remove the hook (its mount, or its copy in the container) and start the serve "
+                             "again, or bake what it does into the chain; nothing was written")
 
 
 def image_files(engine: Engine, image: str, paths: list[str], source_root: str) -> dict[str, bytes | None]:

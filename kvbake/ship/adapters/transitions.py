@@ -201,6 +201,9 @@ def apply_side(fleet: Fleet, journal: Journal, folder: Path, side: str, guard: C
         NodeState(plan.node, fleet.engines[plan.node]).update(
             marker_image(fleet, plan), f"{journal.kind} {journal.id} {side}: current={_short(current)} previous={_short(previous)}",
             **{key: release_of(records, key) for key in ("current", "previous", "adopted") if key in records})
+        if journal.kind == "adopt":
+            adopted_serve.hand_over_restart_policy(fleet.engines[plan.node], release_of(plan.after_records, "adopted"),
+                                                   fleet.deployment.launcher.container, to_kvbake=side == "after")
     releases = {plan.node: release_of(_side(plan, side)[2], "current") for plan in journal.nodes if plan.node in scope.restarted}
     replaced = {plan.node: release_of(_side(plan, "before" if side == "after" else "after")[2], "current") for plan in journal.nodes}
     if journal.kind == "adopt":  # an adoption records what serves; it starts nothing
