@@ -20,6 +20,7 @@ from typing import Iterator
 
 import httpx
 import pytest
+import yaml
 
 from kvbake.bake.core.chain import read_patch
 from kvbake.cli import main
@@ -372,3 +373,108 @@ def test_init_reads_an_exec_shape_serve_and_verify_running_catches_what_its_proc
     node.copy_in(changed, rs.CONTAINER, f"{rs.SOURCE_ROOT}/vllm/envs.py")
     code, _, err = run(capsys, *realserve.ship("verify-running", deploy=deploy))
     assert code != 0 and "node-a" in err and "vllm/envs.py" in err, err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The seed's starting point on real vLLM, exec shape: a chain file bind-mounted over the source root, a token in the
+# exec'd serve's environment. A second serve and a start-up hook are refused by init; init --capture and lock prove the
+# baked image holds the mounted bytes; adopt records the serve by the token's name only; a file copied in after adopt
+# fails verify-running.
+
+HOOKS = "/opt/hooks"
+REAL_TOKEN_NAME = "HF_TOKEN"
+REAL_TOKEN = "hf_" + "kvbakeRealServeRigOnly" * 2  # shaped like a token; never a real one
+
+
+def kill_serve(engine: Engine, container: str, port: int) -> None:
+    """End the vLLM serve of the container that listens on `port` (its `docker exec` root process)."""
+    for serving in serving_processes(engine, container):
+        if str(port) in serving.process.argv:
+            engine.exec_in(container, ["python3", "-c", f"import os; os.kill({serving.root.pid}, 15)"])
+    deadline = time.monotonic() + 60
+    while any(str(port) in s.process.argv for s in serving_processes(engine, container)):
+        assert time.monotonic() < deadline, f"the serve on port {port} still runs"
+        time.sleep(0.5)
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def served_args(port: int) -> list[str]:
+    return ["--model", "/models/served", "--served-model-name", rs.SERVED_NAME, "--max-model-len", "4096", "--dtype", "float32",
+            "--enforce-eager", "--block-size", "128", "--kv-cache-memory-bytes", "67108864", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def test_the_seeds_overlay_on_real_vllm_is_read_refused_captured_and_adopted(capsys, realserve, tmp_path, monkeypatch) -> None:
+    node, port, second = realserve.node, free_port(), free_port()
+    node_new_to_kvbake(node)
+    monkeypatch.setenv(REAL_TOKEN_NAME, REAL_TOKEN)  # where kvbake runs: the adopted serve's token comes from here
+    chain_result = read_overlay(load_manifest(realserve.manifest), read_lock(load_manifest(realserve.manifest)))
+    overlay = tmp_path / "overlay"
+    for path, data in chain_result.items():  # every file the chain touches, bind-mounted as the seed's overlay is
+        (overlay / path).parent.mkdir(parents=True, exist_ok=True)
+        (overlay / path).write_bytes(data)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text("import os\nos.environ['VLLM_KVBAKE_PACK_FACTOR'] = '2'\n")
+    mounts = [["type=bind", f"source={realserve.model.folder}", "target=/models/served", "readonly"],
+              *(["type=bind", f"source={overlay / path}", f"target={rs.SOURCE_ROOT}/{path}", "readonly"] for path in sorted(chain_result)),
+              ["type=bind", f"source={tmp_path / 'hooks'}", f"target={HOOKS}", "readonly"]]
+    node.client.run(node.image_id_of(rs.BASE), ["infinity"], entrypoint="sleep", name="vllm_node", detach=True, networks=["host"],
+                    mounts=mounts, shm_size="1g")  # vLLM's engine core needs more /dev/shm than Docker's 64 MiB
+    serve = ["python3", "-m", "vllm.entrypoints.openai.api_server", *served_args(port)]
+    env = {"HF_HUB_OFFLINE": "1", REAL_TOKEN_NAME: REAL_TOKEN}
+    init = ["init", f"--node=node-a={node.host}", "--container", "vllm_node", "--template", str(realserve.manifest)]
+    try:
+        node.exec_detached("vllm_node", serve, env, None, None)
+        wait_for_serving(node, "vllm_node")
+
+        node.exec_detached("vllm_node", ["python3", "-m", "vllm.entrypoints.openai.api_server", *served_args(second)], env, None, None)
+        deadline = time.monotonic() + 60
+        while len(serving_processes(node, "vllm_node")) < 2:
+            assert time.monotonic() < deadline, "the second serve never appeared"
+            time.sleep(0.5)
+        code, _, err = run(capsys, *init, "--out", str(tmp_path / "two"))
+        assert code == 12 and "init: node-a: 2 vLLM serves run in one container" in err, err
+        assert not (tmp_path / "two" / "manifest.yaml").exists()
+        kill_serve(node, "vllm_node", second)
+
+        restart_serve(node, "vllm_node", serve, {**env, "PYTHONPATH": HOOKS})
+        code, _, err = run(capsys, *init, "--out", str(tmp_path / "hooked"))
+        assert code == 7 and f"its interpreter runs the start-up hook {HOOKS}/sitecustomize.py (mounted from {tmp_path / 'hooks'})" in err, err
+        assert not (tmp_path / "hooked" / "manifest.yaml").exists()
+        restart_serve(node, "vllm_node", serve, env)
+
+        project = tmp_path / "project"
+        code, out, err = run(capsys, *init, "--out", str(project), "--capture", "--json")
+        assert code == 0, err
+        found = json.loads(out)
+        assert [(f["path"], f["how"]) for f in found["served"]] == [(path, f"mounted from {overlay / path}") for path in sorted(chain_result)]
+        code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"))
+        assert code == 0, err
+        assert f"proof: the baked image holds the bytes the serve runs: {len(chain_result)} files, sha256 equal" in out.splitlines(), out
+        deploy = project / "deploy.yaml"
+        assert json.loads(yaml.safe_load(deploy.read_text())["launcher"]["env"]["SECRET_ENV"]) == [REAL_TOKEN_NAME]
+        written = [p.read_bytes() for p in project.rglob("*") if p.is_file()]
+        assert written and not any(REAL_TOKEN.encode() in data for data in written), "the token is written by name only"
+
+        deadline = time.monotonic() + 240  # the mounted chain files run: the serve answers
+        while not answers(f"http://127.0.0.1:{port}/health"):
+            assert time.monotonic() < deadline, "the serve with the mounted overlay never answered"
+            time.sleep(1)
+        code, out, err = run(capsys, "adopt", "--reason", "the seed's serve", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        assert code == 0, err
+        code, _, err = run(capsys, "verify-running", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        assert code == 0, err
+        changed, target = tmp_path / "logger.py", f"{rs.SOURCE_ROOT}/vllm/logger.py"
+        assert node.copy_out("vllm_node", target, changed)
+        changed.write_text(changed.read_text() + "\n# another mod copied in after adopt\n")
+        node.copy_in(changed, "vllm_node", target)
+        code, _, err = run(capsys, "verify-running", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        assert code == 7 and f"node-a: {target} was changed in the adopted serve's container after adopt" in err, err
+    finally:
+        node.remove_container("vllm_node")
+        node_new_to_kvbake(node)
