@@ -1,5 +1,5 @@
 """A watch on a real Ray cluster's GCS from outside its nodes (gcs_watch.py in a container of the Ray stand-in base on the
-host network), and what its polls prove about a gang restart: every old Ray node gone before the first new one runs."""
+host network), polled around a gang restart (kvbake.rig.gcs_polls judges the polls)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,10 @@ from pathlib import Path
 from typing import Callable
 
 from kvbake.engines.adapters.client import Engine
+from kvbake.rig.gcs_polls import alive
 from kvbake.rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS
 
 WATCH = Path(__file__).resolve().with_name("gcs_watch.py")
-
-
-def alive(poll: dict) -> set[str]:
-    """The nodes the GCS lists as alive in one poll."""
-    return {node for node, info in (poll.get("nodes") or {}).items() if info["alive"]}
 
 
 class GcsWatch:
@@ -60,22 +56,3 @@ class GcsWatch:
         new = self.wait_for(lambda poll: poll.get("cluster") not in (None, old["cluster"]) and len(alive(poll)) == 2, since=since)
         polls = self.polls()
         return old, new, polls[polls.index(old):polls.index(new) + 1]
-
-
-def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
-    """Against Ray's own view: no node joined the old cluster, no old Ray node (its raylet) still answered while the new
-    cluster listed a node, no old node registered with the new cluster, and the new one formed of two new nodes alone."""
-    old_nodes, failures = alive(old), []
-    for poll in polls:
-        cluster = poll.get("cluster")
-        if cluster == old["cluster"] and set(poll["nodes"]) - old_nodes:
-            failures.append(f"node(s) {sorted(set(poll['nodes']) - old_nodes)} joined the old cluster {cluster[:12]}")
-        elif cluster not in (None, old["cluster"]):
-            still = old_nodes & set(poll["raylets_up"])
-            if still and poll["nodes"]:
-                failures.append(f"old Ray node(s) {sorted(still)} answered while the new cluster {cluster[:12]} listed {sorted(poll['nodes'])}")
-            if old_nodes & set(poll["nodes"]):
-                failures.append(f"old node(s) {sorted(old_nodes & set(poll['nodes']))} registered with the new cluster {cluster[:12]}")
-    if set(new["nodes"]) != alive(new) or len(alive(new)) != 2:
-        failures.append(f"the new cluster's node table is not two alive nodes: {new['nodes']}")
-    return failures
