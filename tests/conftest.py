@@ -25,7 +25,8 @@ if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 
 STANDIN_BASE = "kvbake-standin/vllm-base:0.33.0"
-STANDIN_BASES = (STANDIN_BASE, STANDIN_BASE + "-arm64", "kvbake-standin/vllm-base:0.34.0")  # 0.34.0: rebase's target
+# 0.34.0: rebase's target; -ray: the real-Ray serve shapes
+STANDIN_BASES = (STANDIN_BASE, STANDIN_BASE + "-arm64", "kvbake-standin/vllm-base:0.34.0", STANDIN_BASE + "-ray")
 
 
 SKIP_ENV = "KVBAKE_ALLOW_DOCKER_SKIP"

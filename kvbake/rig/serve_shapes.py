@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 BASE = "kvbake-standin/vllm-base:0.33.0"
+RAY_BASE = f"{BASE}-ray"  # scripts/standin_ray_base.py: the stand-in base with ray 2.60.0, for the real-Ray shapes
 STANDIN_VLLM_DIR = Path(__file__).resolve().parents[2] / "scripts" / "standin_vllm"
 STANDIN_VLLM = ["type=bind", f"source={STANDIN_VLLM_DIR}", "target=/opt/kvbake-standin", "readonly"]
 CONTROL_LENGTH = 163840  # the stand-in's control preset
@@ -59,8 +60,8 @@ def multi_node_args(key: str, ports: ShapePorts) -> tuple[str, ...]:
             *(() if key == "a" else ("--headless",)))
 
 
-def run(client, name: str, command: list[str], ports: ShapePorts, **options: Any) -> str:
-    return client.run(BASE, command[1:], entrypoint=command[0], name=name, detach=True, networks=["host"],
+def run(client, name: str, command: list[str], ports: ShapePorts, image: str = BASE, **options: Any) -> str:
+    return client.run(image, command[1:], entrypoint=command[0], name=name, detach=True, networks=["host"],
                       mounts=[STANDIN_VLLM, ports.model_mount, *ports.overlay_mounts], **options).id
 
 
@@ -93,6 +94,44 @@ def eugr_cluster(client, key: str, ports: ShapePorts) -> str:
     client.container.execute("vllm_node", ["sh", "-c", "echo 'export VLLM_USE_V1=1' >> /root/.bashrc"])
     serve = " ".join(standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports)))
     client.container.execute("vllm_node", ["bash", "-c", f'eval "$(grep ^export /root/.bashrc)" && exec {serve}'], detach=True)
+    return container
+
+
+# Ray turns a node address of 127.0.0.1 (or localhost) into the machine's outward address, so the real-Ray nodes take
+# other loopback addresses; their GCS and raylets then listen on every interface, of which this machine has loopback.
+RAY_NODE_IPS = {"a": "127.0.0.2", "b": "127.0.0.3"}
+# Even with --disable-usage-stats, a Ray head probes cloud metadata (169.254.169.254, metadata.google.internal) and
+# reports to usage-stats.ray.io through Python's HTTP clients; on the host network that would leave the machine. So
+# every Ray container sends its HTTP to a closed loopback port (9), loopback itself excepted, and turns usage stats off.
+RAY_NO_EGRESS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
+    **{name: ",".join(("localhost", "127.0.0.1", *RAY_NODE_IPS.values())) for name in ("NO_PROXY", "no_proxy")},
+}
+# A small Ray node: one CPU and Ray's smallest object store (the image has no dashboard packages: none starts).
+RAY_LIGHT = ("--num-cpus=1", f"--object-store-memory={75 * 1024 * 1024}", "--disable-usage-stats")
+
+
+def ray_start(key: str, ports: ShapePorts, block: bool) -> list[str]:
+    """A real `ray start` of one node: the head on the Ray port of its loopback address, or a worker joining it."""
+    role = ["--head", f"--port={ports.ray}"] if key == "a" else [f"--address={RAY_NODE_IPS['a']}:{ports.ray}"]
+    return ["ray", "start", *(["--block"] if block else []), *role, f"--node-ip-address={RAY_NODE_IPS[key]}", *RAY_LIGHT]
+
+
+def exec_ray_serve(client, name: str, ports: ShapePorts) -> None:
+    """The head's vLLM stand-in started beside its Ray node, on the Ray executor, at the head's own address."""
+    client.container.execute(name, standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *RAY_ARGS), detach=True,
+                             envs={"VLLM_HOST_IP": RAY_NODE_IPS["a"]})
+
+
+def real_ray_cluster(client, key: str, ports: ShapePorts) -> str:
+    """(b) run_cluster.sh on real Ray: a container `node` whose main process is `ray start --block` (the head, or a
+    worker joining it on loopback, which waits for the head's GCS); the vLLM stand-in started by docker exec on the head
+    only."""
+    container = run(client, "node", ray_start(key, ports, block=True), ports, image=RAY_BASE, restart="no", shm_size="1g",
+                    envs=RAY_NO_EGRESS)
+    if key == "a":
+        exec_ray_serve(client, "node", ports)
     return container
 
 
@@ -143,4 +182,8 @@ SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] 
     "eugr cluster, secrets": (eugr_with_secrets, {"a": "vllm_tok", "b": "vllm_tok"}),
     "--rm wrapper": (rm_wrapper, {"a": "serve-a", "b": "serve-b"}),
     "compose": (compose_managed, {"a": "vllm-compose", "b": "vllm-compose"}),
+}
+# The shapes on real Ray (RAY_BASE on both nodes): a Ray cluster whose worker runs no vLLM process.
+REAL_RAY_SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] = {
+    "ray cluster, real ray": (real_ray_cluster, {"a": "node", "b": "node"}),
 }

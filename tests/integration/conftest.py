@@ -67,13 +67,15 @@ def leftover_containers(engine: Engine) -> list[str]:
     return [c.name for c in engine.client.container.list(all=True, filters=mine)]
 
 
-def ship_standin(folder: Path, registry_address: str) -> tuple[Path, dict]:
-    """A copy of the stand-in example aimed at `registry_address`, locked, built and pushed; its manifest and push record."""
+def ship_standin(folder: Path, registry_address: str, base: str | None = None, name: str = "standin-kvpack") -> tuple[Path, dict]:
+    """A copy of the stand-in example aimed at `registry_address` (as repository `name`, on another `base` image of the
+    same source root when given), locked, built and pushed; its manifest and push record."""
     standin = Path(__file__).resolve().parents[2] / "examples" / "standin"
     shutil.copytree(standin, folder, ignore=shutil.ignore_patterns(".kvbake"))
     manifest = folder / "manifest.yaml"
-    repository = f"{registry_address}/kvbake/standin-kvpack"
-    manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository))
+    repository = f"{registry_address}/kvbake/{name}"
+    text = manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", repository)
+    manifest.write_text(text.replace("image: kvbake-standin/vllm-base:0.33.0\n", f"image: {base}\n") if base else text)
     # This machine's stand-in base is its own build, not the one the committed lock pins: re-pin on purpose.
     assert main(["lock", "--manifest", str(manifest), "--rebase-base"]) == 0, "lock of the stand-in failed"
     for command in ("build", "push"):

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvbake.engines.adapters.client import Engine
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.rig.ports import free_port
-from kvbake.rig.serve_shapes import SHAPES, ShapePorts
+from kvbake.rig.serve_shapes import REAL_RAY_SHAPES, SHAPES, ShapePorts
 from kvbake.ship.core.serve_reading import read_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
@@ -59,7 +61,7 @@ def start_shape(rig: dict, shape: str, ports: ShapePorts) -> dict[str, str]:
 
 def serving_keys(shape: str) -> tuple[str, ...]:
     """The nodes whose serve runs a vLLM process: every node, but the head only in a Ray cluster."""
-    return ("a",) if shape == "ray cluster" else tuple(NODES)
+    return ("a",) if shape == "ray cluster" or shape in REAL_RAY_SHAPES else tuple(NODES)
 
 
 def wait_for_serves(rig: dict, names: dict[str, str], keys: tuple[str, ...]) -> None:
@@ -109,3 +111,17 @@ def clear_nodes(rig: dict, names: tuple[str, ...]) -> None:
         for name in names:
             engine.remove_container(name)
             engine.remove_container(f"{name}-kvbake-adopted")
+
+
+def signed_by_a_reviewer(shipped: dict, folder: Path) -> Path:
+    """A reviewer's key pair in `folder` and the shipped release signed by it (cosign reaches the rig's registry only);
+    the public key."""
+    from kvbake.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"COSIGN_PASSWORD": "the reviewer's own", "HTTPS_PROXY": "http://127.0.0.1:9",
+                            "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}.items():
+            patch.setenv(name, value)
+        assert main(["keys", "--out", str(folder), "--name", "reviewer"]) == 0
+        assert main(["sign", "--key", str(folder / "reviewer.key"), "--manifest", str(shipped["manifest"])]) == 0
+    return folder / "reviewer.pub"

@@ -24,7 +24,8 @@ from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 from faultscenarios import failing_launcher, killed_run, operator_host
 from kvbake.rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
                                      multi_node_args, standin_serve)
-from serveshapes import NODES, clear_nodes, serves, serving_keys, shape_ports, start_shape, wait_for_serves, whole_node, with_node_containers
+from serveshapes import (NODES, clear_nodes, serves, serving_keys, shape_ports, signed_by_a_reviewer, start_shape, wait_for_serves, whole_node,
+                         with_node_containers)
 from shiprig import BAKED, BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
@@ -37,16 +38,7 @@ STANDIN_REFERENCE_LAUNCHER = f"{sys.executable} {Path(__file__).resolve().parent
 def reviewer(shipped, tmp_path_factory) -> Iterator[Path]:
     """A reviewer's key pair, with the shipped release signed by it: init lists the public key, so every deploy of the
     walk checks the signature (cosign reaches the rig's registry only)."""
-    from kvbake.cli import main
-
-    folder = tmp_path_factory.mktemp("reviewer")
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {"COSIGN_PASSWORD": "the reviewer's own", "HTTPS_PROXY": "http://127.0.0.1:9",
-                            "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}.items():
-            patch.setenv(name, value)
-        assert main(["keys", "--out", str(folder), "--name", "reviewer"]) == 0
-        assert main(["sign", "--key", str(folder / "reviewer.key"), "--manifest", str(shipped["manifest"])]) == 0
-        yield folder / "reviewer.pub"
+    yield signed_by_a_reviewer(shipped, tmp_path_factory.mktemp("reviewer"))
 
 
 @pytest.fixture()

@@ -1,0 +1,30 @@
+"""What a watch on a Ray cluster's GCS proves about a gang restart: every old Ray node gone before the first new one runs."""
+
+# Each poll is one JSON line of tests/integration/gcs_watch.py: the cluster ID and node table the GCS at the head's
+# address listed (absent when it did not answer), and which raylets ever listed still answered on their port.
+
+from __future__ import annotations
+
+
+def alive(poll: dict) -> set[str]:
+    """The nodes the GCS lists as alive in one poll."""
+    return {node for node, info in (poll.get("nodes") or {}).items() if info["alive"]}
+
+
+def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
+    """Against Ray's own view: no node joined the old cluster, no old Ray node (its raylet) still answered while the new
+    cluster listed a node, no old node registered with the new cluster, and the new one formed of two new nodes alone."""
+    old_nodes, failures = alive(old), []
+    for poll in polls:
+        cluster = poll.get("cluster")
+        if cluster == old["cluster"] and set(poll["nodes"]) - old_nodes:
+            failures.append(f"node(s) {sorted(set(poll['nodes']) - old_nodes)} joined the old cluster {cluster[:12]}")
+        elif cluster not in (None, old["cluster"]):
+            still = old_nodes & set(poll["raylets_up"])
+            if still and poll["nodes"]:
+                failures.append(f"old Ray node(s) {sorted(still)} answered while the new cluster {cluster[:12]} listed {sorted(poll['nodes'])}")
+            if old_nodes & set(poll["nodes"]):
+                failures.append(f"old node(s) {sorted(old_nodes & set(poll['nodes']))} registered with the new cluster {cluster[:12]}")
+    if set(new["nodes"]) != alive(new) or len(alive(new)) != 2:
+        failures.append(f"the new cluster's node table is not two alive nodes: {new['nodes']}")
+    return failures

@@ -1,0 +1,37 @@
+"""The judgement of a watch on a Ray cluster's GCS (kvbake/rig/gcs_polls.py): which polls of a gang restart show an old
+Ray node alive beside a new one, or a node joining the old cluster."""
+
+from __future__ import annotations
+
+from kvbake.rig.gcs_polls import stop_order_failures
+
+
+def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = ()) -> dict:
+    listed = {node: {"ip": "127.0.0.2", "port": 1, "alive": state} for node, state in nodes.items()}
+    return {**({"cluster": cluster, "nodes": listed} if cluster else {}), "raylets_up": list(up)}
+
+
+OLD = poll("c1", {"h1": True, "w1": True}, ("h1", "w1"))
+NEW = poll("c2", {"h2": True, "w2": True}, ("h2", "w2"))
+
+
+def test_a_gang_that_stopped_before_the_new_one_started_passes():
+    polls = [OLD, poll(None, {}, ("w1",)), poll(None, {}), poll("c2", {"h2": True}, ("h2",)), NEW]
+    assert stop_order_failures(OLD, NEW, polls) == []
+
+
+def test_an_old_worker_that_answers_while_the_new_head_is_listed_fails():
+    polls = [OLD, poll(None, {}, ("w1",)), poll("c2", {"h2": True}, ("w1", "h2")), NEW]
+    assert stop_order_failures(OLD, NEW, polls) == ["old Ray node(s) ['w1'] answered while the new cluster c2 listed ['h2']"]
+
+
+def test_a_new_worker_that_joined_the_old_head_fails():
+    polls = [OLD, poll("c1", {"h1": True, "w1": False, "w2": True}, ("h1", "w2")), poll(None, {}), NEW]
+    assert stop_order_failures(OLD, NEW, polls) == ["node(s) ['w2'] joined the old cluster c1"]
+
+
+def test_a_new_cluster_that_lists_an_old_node_or_lacks_a_node_fails():
+    mixed = poll("c2", {"h2": True, "w1": False})
+    failures = stop_order_failures(OLD, mixed, [OLD, poll(None, {}), mixed])
+    assert failures == ["old node(s) ['w1'] registered with the new cluster c2",
+                        "the new cluster's node table is not two alive nodes: " + str(mixed["nodes"])]
