@@ -135,6 +135,18 @@ def real_ray_cluster(client, key: str, ports: ShapePorts) -> str:
     return container
 
 
+def eugr_current_cluster(client, key: str, ports: ShapePorts) -> str:
+    """(b) current launch-cluster.sh on real Ray: `vllm_node` run with --rm and `sleep infinity`; `ray start` (no
+    --block: it returns once Ray's daemons run) by docker exec on every node, the head first; the vLLM stand-in by
+    docker exec on the head only."""
+    container = run(client, "vllm_node", ["sleep", "infinity"], ports, image=RAY_BASE, remove=True, init=True, shm_size="1g",
+                    envs=RAY_NO_EGRESS)
+    client.container.execute("vllm_node", ray_start(key, ports, block=False))
+    if key == "a":
+        exec_ray_serve(client, "vllm_node", ports)
+    return container
+
+
 # What a serve's secrets look like on the rig: a value shaped like a Hugging Face token and an API key; never real ones.
 RIG_TOKEN = "hf_" + "kvbakeRigOnlyToken" * 2
 RIG_API_KEY = "sk-kvbake-rig-only-0123456789"
@@ -186,4 +198,5 @@ SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] 
 # The shapes on real Ray (RAY_BASE on both nodes): a Ray cluster whose worker runs no vLLM process.
 REAL_RAY_SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str, str]]] = {
     "ray cluster, real ray": (real_ray_cluster, {"a": "node", "b": "node"}),
+    "eugr current, real ray": (eugr_current_cluster, {"a": "vllm_node", "b": "vllm_node"}),
 }

@@ -22,6 +22,7 @@ from test_serve_shapes import Walk
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
 RUN_CLUSTER = "ray cluster, real ray"
+EUGR_CURRENT = "eugr current, real ray"
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,12 @@ def ray_rig(rig, ray_shipped, monkeypatch) -> Iterator[None]:
     reset_nodes(rig, ray_shipped["repository"])
 
 
-def test_a_run_cluster_on_real_ray_restarts_as_a_gang_as_its_gcs_shows(capsys, engine, rig, tmp_path, ray_shipped, ray_rig, ray_reviewer):
-    walk = Walk(capsys, ray_shipped, rig, tmp_path, RUN_CLUSTER)
+# run_cluster.sh's cluster (`ray start --block` as each container's main process) and current eugr's (`ray start` by
+# docker exec beside `sleep infinity`, --rm: only its raylet shows the node, and bringing it back recreates the container
+# and runs `ray start` again, rebuilt from the raylet's own arguments, before the head's vLLM)
+@pytest.mark.parametrize("shape", [RUN_CLUSTER, EUGR_CURRENT])
+def test_a_ray_cluster_on_real_ray_restarts_as_a_gang_as_its_gcs_shows(capsys, engine, rig, tmp_path, ray_shipped, ray_rig, ray_reviewer, shape):
+    walk = Walk(capsys, ray_shipped, rig, tmp_path, shape)
     original = walk.original
     assert walk.serves_the_api(), "the pair serves before kvbake"
     with GcsWatch(engine, f"{RAY_NODE_IPS['a']}:{walk.ports.ray}") as watch:
@@ -70,7 +75,7 @@ def test_a_run_cluster_on_real_ray_restarts_as_a_gang_as_its_gcs_shows(capsys, e
         assert "--node-ip-address={node_address}" in json.loads(launch["RAY_START_ARGS"])
         assert RAY_NO_EGRESS.items() <= json.loads(launch["CONTAINER_ENV"]).items(), "kvbake's Ray nodes get the egress block too"
         assert {n["name"]: n["address"] for n in described["deploy"]["nodes"]} == {NODES[k]: ip for k, ip in RAY_NODE_IPS.items()}
-        walk.run("adopt", "--reason", RUN_CLUSTER)
+        walk.run("adopt", "--reason", shape)
         walk.run("verify-running")
         steps = {"deploy control over the adopted cluster": lambda: walk.deploy("control"),
                  "deploy packing over kvbake's cluster": lambda: walk.deploy("packing-327680"),

@@ -204,7 +204,8 @@ class FakeEngine:
                                  "HostConfig": dict(spec.get("host") or {}), "State": {"Running": False}, "Mounts": []}
         return container_id
 
-    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None) -> None:
+    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None,
+                      wait: bool = False) -> None:
         """A new process whose parent is outside the container, in the container's environment plus `env`."""
         self._up()
         found = self._get(container)

@@ -7,7 +7,7 @@ import pytest
 from kvbake.engines.core.procfs import ImportOrigin, Process, parse_origins, parse_processes
 from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, changes_since_adopt, edits_since_adopt, process_failures, process_signature,
                                              ray_worker_failures)
-from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, read_serve
+from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, ray_exec_command, ray_start_of_raylet, read_serve
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"
 BAKED = ROOT + "/vllm/__init__.py"
@@ -169,7 +169,39 @@ def test_a_ray_worker_rank_is_its_ray_node_holding_the_releases_switch_set():
         "b: the Ray node runs VLLM_B=(unset), the release sets 2"]
     assert ray_worker_failures("b", ray_node, {}, NAMES) == ["b: the Ray node runs VLLM_A=1, the release sets (unset)"]
     waiting = read_serve([proc(1, 0, ("sleep", "infinity"))])
-    assert ray_worker_failures("b", waiting, {}, NAMES) == ["b: the Ray worker rank runs no Ray node (its main process is sleep infinity)"]
+    assert ray_worker_failures("b", waiting, {}, NAMES) == [
+        "b: the Ray worker rank runs no Ray node (its main process is sleep infinity, and no raylet runs beside it)"]
+
+
+RAYLET_ARGV = ("/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/raylet/raylet", "--object_manager_port=0",
+               "--node_ip_address=127.0.0.3", "--static_resource_list=node:127.0.0.3,1.0,CPU,1,GPU,1.0,memory,2503225344",
+               "--object_store_memory=78643200", "--gcs-address=127.0.0.2:6390", "--node-name=127.0.0.3")
+
+
+def test_a_ray_node_docker_exec_started_beside_sleep_infinity_is_read_from_its_raylet():
+    """Current eugr: `ray start` (no --block) run by docker exec exits once Ray's daemons run; the raylet shows the node,
+    and the `ray start` it was started with is rebuilt from its own arguments."""
+    raylet_env = {"VLLM_A": "1", "RAY_OVERRIDE_NODE_IP_ADDRESS": "127.0.0.3"}
+    reading = read_serve([proc(1, 0, ("sleep", "infinity")), proc(40, 0, RAYLET_ARGV, raylet_env)])
+    assert reading.ray is not None and reading.ray.execd and reading.ray.env == raylet_env
+    assert reading.ray.argv == ("ray", "start", "--address=127.0.0.2:6390", "--node-ip-address=127.0.0.3", "--num-cpus=1",
+                                "--num-gpus=1", "--object-store-memory=78643200")
+    assert ray_worker_failures("b", reading, {"VLLM_A": "1"}, NAMES) == []
+    head = ray_start_of_raylet((*RAYLET_ARGV[:-2], "--gcs-address=127.0.0.2:6390", "--head"))
+    assert head[:4] == ("ray", "start", "--head", "--port=6390")
+    block = read_serve([proc(1, 0, ("ray", "start", "--block", "--head")), proc(9, 1, RAYLET_ARGV)])
+    assert block.ray.argv == ("ray", "start", "--block", "--head") and not block.ray.execd, "the main process wins"
+    assert read_serve([proc(1, 0, ("sleep", "infinity"))]).ray is None
+
+
+def test_the_ray_exec_of_an_adopted_node_keeps_what_the_container_does_not_set_and_withholds_secrets():
+    reading = read_serve([proc(1, 0, ("sleep", "infinity")), proc(40, 0, RAYLET_ARGV, {"PATH": "/bin", "HF_TOKEN": "hf_x" * 9,
+                                                                                       "RAY_OVERRIDE_NODE_IP_ADDRESS": "127.0.0.3"})])
+    command = ray_exec_command(reading.ray, ("PATH=/bin",))
+    assert command["argv"][:3] == ["ray", "start", "--address=127.0.0.2:6390"]
+    assert command["env"] == {"RAY_OVERRIDE_NODE_IP_ADDRESS": "127.0.0.3"} and command["secret_env"] == ["HF_TOKEN"]
+    assert ray_exec_command(read_serve([proc(1, 0, ("ray", "start", "--block"))]).ray, ()) is None, "the container starts it"
+    assert ray_exec_command(None, ()) is None
 
 
 def test_the_adopted_serve_may_keep_the_changes_adopt_recorded_and_no_other():

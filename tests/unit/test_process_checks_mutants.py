@@ -12,7 +12,7 @@ def test_a_long_main_process_is_named_by_its_first_80_characters():
     argv = ("sleep", "x" * 100)
     [failure] = ray_worker_failures("b", read_serve([proc(1, 0, argv)]), {}, NAMES)
     shown = " ".join(argv)[:80]
-    assert says(failure, f"its main process is {shown})")
+    assert says(failure, f"its main process is {shown}, and no raylet runs beside it)")
 
 
 def test_a_rank_without_a_main_process_says_it_runs_nothing():

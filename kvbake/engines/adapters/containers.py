@@ -163,10 +163,12 @@ class ContainerOps:
                                   f"{timeout_s}s", "check the node's engine (docker events), then retry")
             time.sleep(0.1)
 
-    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None) -> None:
-        """`docker exec -d` of a command line with its environment additions, working directory and user."""
+    def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None,
+                      wait: bool = False) -> None:
+        """`docker exec -d` of a command line with its environment additions, working directory and user; with `wait`,
+        `docker exec` that returns once the command has (an error when it exits non-zero)."""
         try:
-            self.client.container.execute(container, argv, detach=True, envs=env, workdir=workdir or None, user=user or None)
+            self.client.container.execute(container, argv, detach=not wait, envs=env, workdir=workdir or None, user=user or None)
         except DockerException as err:
             raise self._fail(f"exec in {container}", err) from None
 

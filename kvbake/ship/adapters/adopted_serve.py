@@ -94,6 +94,8 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
                                f"remove that container {name}, then roll back again")
         restore_restart_policy(engine, found, info)
     engine.start(name)
+    if info.get("ray_exec"):  # the Ray node docker exec started beside the main process: up before vLLM is exec'd
+        exec_again(engine, node, name, info["ray_exec"], wait=True)
     if info.get("exec"):
         exec_again(engine, node, name, info["exec"])
 
@@ -124,9 +126,10 @@ def restore_restart_policy(engine: Engine, container: Mapping[str, Any], info: M
         engine.set_restart_policy(str(container["Id"]), str(info.get("restart") or recorded or "no"))
 
 
-def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any]) -> None:
-    """Start the adopted serve's vLLM again the way it was started: `docker exec -d` of its command line, with the
-    environment it was given on top of the container's, its working directory and its user."""
+def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any], wait: bool = False) -> None:
+    """Start the adopted serve's vLLM (or its Ray node) again the way it was started: `docker exec -d` of its command
+    line, with the environment it was given on top of the container's, its working directory and its user; with
+    `wait`, until the command returns (`ray start` returns once its node runs)."""
     deadline = time.monotonic() + START_WAIT_S
     while not ((engine.container_inspect(name) or {}).get("State") or {}).get("Running"):
         if time.monotonic() > deadline:
@@ -135,15 +138,15 @@ def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any])
         time.sleep(0.2)
     secrets = {secret: os.environ[secret] for secret in command.get("secret_env") or ()}
     argv = restore_args(command["argv"], {secret: os.environ[secret] for secret in command.get("secret_args") or ()})
-    engine.exec_detached(name, argv, {**(command.get("env") or {}), **secrets}, command.get("cwd"), command.get("user"))
+    engine.exec_detached(name, argv, {**(command.get("env") or {}), **secrets}, command.get("cwd"), command.get("user"), wait=wait)
 
 
 def secrets_needed(adopted: Release) -> tuple[str, ...]:
     """The secret variables bringing this adopted serve back may need: its container's and its exec'd vLLM's."""
     info = adopted.adopted or {}
-    command = info.get("exec") or {}
+    command, ray = info.get("exec") or {}, info.get("ray_exec") or {}
     return tuple(sorted({*((info.get("spec") or {}).get("secret_env") or ()), *(command.get("secret_env") or ()),
-                         *(command.get("secret_args") or ())}))
+                         *(command.get("secret_args") or ()), *(ray.get("secret_env") or ())}))
 
 
 def refuse_missing_secrets(releases: Mapping[str, Release | None]) -> None:

@@ -26,7 +26,7 @@ from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.ship.core.process_checks import changed_files, switch_set
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
-from kvbake.ship.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, runs_ray_node
+from kvbake.ship.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
 from kvbake.ship.core.serve_description import refuse_second_serves
 
 ADOPTED_PRESET = "adopted"
@@ -65,7 +65,7 @@ def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundSer
                            "nothing was changed")
     serving = any(s.serve.reading.serving for s in found.values())
     idle = [f"{s.node} ({str(s.container.get('Name', '')).lstrip('/')}: its main process is {' '.join(s.serve.reading.main.argv)[:60] if s.serve.reading.main else 'gone'})"
-            for s in found.values() if not s.serve.reading.serving and not (serving and runs_ray_node(s.serve.reading.main))]
+            for s in found.values() if not s.serve.reading.serving and not (serving and s.serve.reading.ray)]
     if idle:
         raise RolloutError(f"adopt: no vLLM serve runs in {'; '.join(idle)}",
                            "start vLLM in it as you do (docker exec … vllm serve …), then adopt; nothing was changed")
@@ -99,6 +99,7 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
                  "shape": found.serve.reading.shape if own else RAY_WORKER, "spec": create_spec(container),
                  "restart": ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no",
                  "exec": exec_command(own, (container.get("Config") or {}).get("Env") or ()) if own and own.execd else None,
+                 "ray_exec": ray_exec_command(found.serve.reading.ray, (container.get("Config") or {}).get("Env") or ()),
                  "serve_argv": withhold_args(own.process.argv)[0] if own else [],
                  "changes": [path for path, _ in changes],
                  "change_sha256": layer_digests(engine, container["Id"], [path for path, kind in changes if kind != "D"])})

@@ -25,7 +25,7 @@ from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_doc
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
                                                is_privileged, refuse_second_serves, require_serving)
-from kvbake.ship.core.serve_reading import read_serve, runs_ray_node
+from kvbake.ship.core.serve_reading import read_serve
 from kvbake.yaml_documents import parse_yaml
 
 TEMPLATE = "data/production.manifest.yaml"
@@ -54,7 +54,7 @@ def read_template(path: Path | None) -> dict[str, Any]:
 
 def is_cluster_node(engine: Engine, name: str) -> bool:
     """Whether a running container's main process is a Ray node (`ray start --block`): a worker that runs no vLLM."""
-    return runs_ray_node(read_serve(engine.processes(name)).main)
+    return read_serve(engine.processes(name)).ray is not None
 
 
 def serving_container(engine: Engine, node: str, named: str | None) -> str:
@@ -91,12 +91,12 @@ def read_node(node: str, host: str, named: str | None) -> NodeReading:
 def node_serve(reading: NodeReading, source_root: str) -> NodeServe:
     """The node as the description takes it, its writable layer's changes read under the serve's own source root."""
     rank = reading.rank
-    serving = require_serving(reading.node, rank.reading.serving, runs_ray_node(rank.reading.main))
+    ray = rank.reading.ray
+    serving = require_serving(reading.node, rank.reading.serving, ray is not None)
     changes = tuple(path for path, _ in changed_files(rank.changes, source_root))
-    ray = runs_ray_node(rank.reading.main)
     devices = reading.engine.existing_paths(str(reading.container["Id"]), list(PRIVILEGED_DEVICES)) if is_privileged(reading.container) else ()
     return NodeServe(reading.node, reading.host, reading.container, serving, reading.engine.require_image(reading.container["Image"]),
-                     changes, tuple(rank.reading.main.argv) if ray else (), dict(rank.reading.main.env) if ray else {}, devices)
+                     changes, ray.argv if ray else (), dict(ray.env) if ray else {}, devices)
 
 
 def serve_source_root(readings: Sequence[NodeReading]) -> str:

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import ImportOrigin
 from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServeReading, runs_ray_node, second_serves
+from kvbake.ship.core.serve_reading import ServeReading, second_serves
 from kvbake.ship.core.vllm_argv import PER_NODE_OPTIONS, ServeArgs, parse_serve_args
 
 MODEL_OPTION = "--model"
@@ -151,12 +151,12 @@ def process_signature(reading: ServeReading, names: Sequence[str]) -> tuple:
 def ray_worker_failures(node: str, reading: ServeReading, switches: Mapping[str, str] | None = None, names: Sequence[str] = ()) -> list[str]:
     """A Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors). Given
     the release's switch set, the Ray node's environment (which its actors inherit) must hold exactly that set."""
-    if not runs_ray_node(reading.main):
+    if reading.ray is None:
         main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
-        return [f"{node}: the Ray worker rank runs no Ray node (its main process is {main})"]
-    if switches is None or reading.main is None:
+        return [f"{node}: the Ray worker rank runs no Ray node (its main process is {main}, and no raylet runs beside it)"]
+    if switches is None:
         return []
-    found = switch_set(reading.main.env, names)
+    found = switch_set(reading.ray.env, names)
     differing = sorted(name for name in {*found, *switches} if found.get(name) != switches.get(name))
     return [f"{node}: the Ray node runs {name}={found.get(name, '(unset)')}, the release sets {switches.get(name, '(unset)')}"
             for name in differing]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import Process
@@ -32,11 +32,25 @@ class ServingProcess:
 
 
 @dataclass(frozen=True)
+class RayNode:
+    """How a container is a Ray node: the `ray start` command line (its main process's, or rebuilt from the raylet that a
+    `ray start` run by docker exec left running beside `sleep infinity`), the environment of that process, and whether
+    it was started by docker exec."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(hash=False)
+    process: Process
+    execd: bool
+
+
+@dataclass(frozen=True)
 class ServeReading:
-    """Every vLLM serve of a container (children a serve forked are not counted again) and its main process."""
+    """Every vLLM serve of a container (children a serve forked are not counted again), its main process, and the Ray
+    node it runs, if any."""
 
     serving: tuple[ServingProcess, ...]
     main: Process | None
+    ray: RayNode | None = None
 
     @property
     def shape(self) -> str:
@@ -49,7 +63,7 @@ def read_serve(processes: Sequence[Process]) -> ServeReading:
     parsed = {p.pid: serve for p in processes if (serve := parse_serve_process(p.argv)) is not None}
     serving = tuple(ServingProcess(p, parsed[p.pid], root_of(p, by_pid)) for p in processes
                     if p.pid in parsed and p.ppid not in parsed)
-    return ServeReading(serving, by_pid.get(1))
+    return ServeReading(serving, by_pid.get(1), ray_node(by_pid.get(1), processes))
 
 
 def second_serves(reading: ServeReading) -> str | None:
@@ -68,6 +82,39 @@ def root_of(process: Process, by_pid: Mapping[int, Process]) -> Process:
         seen.add(process.pid)
         process = by_pid[process.ppid]
     return process
+
+
+def ray_node(main: Process | None, processes: Sequence[Process]) -> RayNode | None:
+    """The container's Ray node: `ray start --block` as its main process, else a raylet (`ray start` without --block
+    exits once Ray's daemons run, so only they show the node)."""
+    if main is not None and runs_ray_node(main):
+        return RayNode(tuple(main.argv), main.env, main, execd=False)
+    raylet = next((p for p in processes if p.argv and posixpath.basename(p.argv[0]) == RAYLET), None)
+    if raylet is None:
+        return None
+    return RayNode(ray_start_of_raylet(raylet.argv), raylet.env, raylet, execd=True)
+
+
+RAYLET = "raylet"
+
+
+def ray_start_of_raylet(argv: Sequence[str]) -> tuple[str, ...]:
+    """The `ray start` command line a raylet's own arguments say it was started with: the head's GCS port or the address
+    it joined, its node address, its CPUs and GPUs and its object store (other options are not rebuilt)."""
+    options = dict(token.partition("=")[::2] for token in argv[1:] if token.startswith("--"))
+    listed = options.get("--static_resource_list", "").split(",")
+    resources = dict(zip(listed[::2], listed[1::2]))
+    gcs = options.get("--gcs-address", "")
+    role = ["--head", f"--port={gcs.rpartition(':')[2]}"] if "--head" in options else [f"--address={gcs}"]
+    rebuilt = ["ray", "start", *role]
+    if options.get("--node_ip_address"):
+        rebuilt.append(f"--node-ip-address={options['--node_ip_address']}")
+    for resource, option in (("CPU", "--num-cpus"), ("GPU", "--num-gpus")):
+        if resources.get(resource):
+            rebuilt.append(f"{option}={float(resources[resource]):g}")
+    if options.get("--object_store_memory"):
+        rebuilt.append(f"--object-store-memory={options['--object_store_memory']}")
+    return tuple(rebuilt)
 
 
 def runs_ray_node(process: Process | None) -> bool:
@@ -106,6 +153,18 @@ def safe_path(options: Sequence[str]) -> bool:
                 if letter in WITH_ARGUMENT:
                     break
     return False
+
+
+def ray_exec_command(ray: RayNode | None, container_env: Sequence[str]) -> dict | None:
+    """How to start a Ray node that docker exec started again: the rebuilt `ray start` command line with the environment
+    it was given beyond the container's own; None for a Ray node that is the main process (the container starts it) or
+    no Ray node."""
+    if ray is None or not ray.execd:
+        return None
+    own = dict(item.partition("=")[::2] for item in container_env)
+    added, secret_vars = split_secrets({name: value for name, value in ray.env.items() if own.get(name) != value})
+    command = {"argv": list(ray.argv), "env": added, "cwd": ray.process.cwd, "user": str(ray.process.uid)}
+    return {**command, **({"secret_env": list(secret_vars)} if secret_vars else {})}
 
 
 def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
