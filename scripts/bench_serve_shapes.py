@@ -1,6 +1,8 @@
 """Benchmark the way from a running serve to a kvbake serve and back, in every serve shape operators run, on two node
-engines: the seconds of `init`, `config --check`, `adopt`, `deploy --preset control` and `rollback` (back to the adopted
-serve). Prints figures; asserts no timing.
+engines, each serve started with the stand-in chain's files bind-mounted over its source root as the seed's overlay is:
+the seconds of `init`, `lock --donor` (which proves the chain's result is the mounted bytes), `config --check`, `adopt`,
+`deploy --preset control` and `rollback` (back to the adopted serve), then each shape's proof line. Prints figures;
+asserts no timing.
 
     python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process,compose"]
 
@@ -31,24 +33,31 @@ from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
 from kvbake.rig.ports import free_port  # noqa: E402
-from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts  # noqa: E402
+from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts, chain_overlay, donor_clone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("init", "config --check", "adopt", "deploy control", "rollback")
+STEPS = ("init", "lock --donor", "config --check", "adopt", "deploy control", "rollback")
+PROOF = "proof: "
 
 
 def quiet(*argv: str) -> None:
     """Run a kvbake command, its report left out (only the figures are printed)."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = kvbake(list(argv))
-    if code != 0:
-        raise SystemExit(f"build.py {' '.join(argv[:2])} failed with {code}")
+    timed_report(*argv)
 
 
 def timed(*argv: str) -> float:
+    return timed_report(*argv)[0]
+
+
+def timed_report(*argv: str) -> tuple[float, str]:
+    """A kvbake command's seconds and its report."""
+    report = io.StringIO()
     start = time.perf_counter()
-    quiet(*argv)
-    return time.perf_counter() - start
+    with contextlib.redirect_stdout(report):
+        code = kvbake(list(argv))
+    if code != 0:
+        raise SystemExit(f"build.py {' '.join(argv[:2])} failed with {code}")
+    return time.perf_counter() - start, report.getvalue()
 
 
 def clear(nodes: dict[str, NodeEngine], repository: str) -> None:
@@ -62,28 +71,32 @@ def clear(nodes: dict[str, NodeEngine], repository: str) -> None:
             engine.untag(f"{repository}:{kind}")
 
 
-def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path) -> dict[str, float]:
-    """One shape: start it on the host network, then time each step an operator runs, with the files init wrote."""
+def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path) -> tuple[dict[str, float], str]:
+    """One shape, the overlay bind-mounted: start it on the host network, then time each step an operator runs, with
+    the files init wrote and the donor checkout (the only file not written by kvbake); the lock's proof line."""
     start, _ = SHAPES[shape]
-    project = folder / shape.replace(" ", "-").strip("-")
+    project = folder / shape.replace(" ", "-").replace(",", "").strip("-")
     (project / "model").mkdir(parents=True)
-    ports = ShapePorts(free_port(), free_port(), free_port(), project / "model")
+    donor, revision = donor_clone(folder / f"{project.name}-donor")
+    ports = ShapePorts(free_port(), free_port(), free_port(), project / "model", chain_overlay())
     for key, node in nodes.items():
         start(node.client(), key, ports)
     time.sleep(2)  # an exec'd serve takes a moment to appear
     launcher = f"{sys.executable} {ROOT / 'scripts' / 'standin_reference_launcher.py'}"
     registry = str(yaml.safe_load(manifest.read_text())["output"]["repository"]).split("/", 1)[0]
     figures = {"init": timed("init", *(f"--node=spark-{key}={node.host}" for key, node in nodes.items()), "--template", str(manifest),
-                             "--out", str(project), "--launcher", launcher, "--registry", registry)}
-    # lock, build and push of this very chain already ran beside the template: their lock and records stand for them
-    shutil.copyfile(manifest.with_name("manifest.lock.json"), project / "manifest.lock.json")
-    shutil.copytree(manifest.parent / ".kvbake", project / ".kvbake")
+                             "--out", str(project), "--launcher", launcher, "--registry", registry, "--donor-revision", revision)}
+    figures["lock --donor"], report = timed_report("lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
+    proof = next((line for line in report.splitlines() if line.startswith(PROOF)), "no proof line")
+    # build and push of this very chain already ran beside the template: their records stand for them
+    shutil.copytree(manifest.parent / ".kvbake" / "builds", project / ".kvbake" / "builds")
+    shutil.copytree(manifest.parent / ".kvbake" / "pushes", project / ".kvbake" / "pushes")
     ship = ("--manifest", str(project / "manifest.yaml"), "--deploy", str(project / "deploy.yaml"))
     figures["config --check"] = timed("config", "--check", *ship)
     figures["adopt"] = timed("adopt", *ship)
     figures["deploy control"] = timed("deploy", "--preset", "control", "--reason", "bench", *ship)
     figures["rollback"] = timed("rollback", *ship)
-    return figures
+    return figures, proof
 
 
 def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> int:
@@ -106,11 +119,14 @@ def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> i
             for node in nodes.values():
                 node.client().image.pull(f"{repository}:base", quiet=True)
                 node.client().image.tag(f"{repository}:base", BASE)
-            print(f"{'shape':<14} " + " ".join(f"{step:>15}" for step in STEPS))
+            print(f"{'shape':<22} " + " ".join(f"{step:>15}" for step in STEPS))
+            proofs = {}
             for shape in shapes:
-                figures = walk(shape, nodes, manifest, folder)
-                print(f"{shape:<14} " + " ".join(f"{figures[step]:>14.2f}s" for step in STEPS))
+                figures, proofs[shape] = walk(shape, nodes, manifest, folder)
+                print(f"{shape:<22} " + " ".join(f"{figures[step]:>14.2f}s" for step in STEPS), flush=True)
                 clear(nodes, repository)
+            for shape, proof in proofs.items():
+                print(f"{shape}: {proof}")
     return 0
 
 

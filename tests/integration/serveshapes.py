@@ -4,9 +4,6 @@ snapshot that sees every container by name and what its vLLM serve runs, process
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,33 +14,12 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.rig.ports import free_port
-from kvbake.rig.serve_shapes import REAL_RAY_SHAPES, SHAPES, ShapePorts
+# SOURCE_ROOT, STANDIN, chain_overlay and donor_clone are the tests' through this module
+from kvbake.rig.serve_shapes import (REAL_RAY_SHAPES, SHAPES, SOURCE_ROOT, STANDIN, ShapePorts, chain_overlay,  # noqa: F401
+                                     donor_clone)
 from kvbake.ship.core.serve_reading import read_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
-STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
-SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"  # where the stand-in base's python3 imports vllm from
-
-
-def chain_overlay(folder: Path | None = None) -> tuple[tuple[str, str], ...]:
-    """The seed's overlay: each file of the stand-in chain's result (or of `folder`) bind-mounted over the source root."""
-    root = folder or STANDIN / "overlay"
-    return tuple((str(path), f"{SOURCE_ROOT}/{path.relative_to(root).as_posix()}") for path in sorted(root.rglob("*")) if path.is_file())
-
-
-def donor_clone(folder: Path) -> tuple[Path, str]:
-    """A clean git clone holding the stand-in chain's patches, committed; its revision is the reviewed donor commit."""
-    (folder / "patches").mkdir(parents=True)
-    for patch in (STANDIN / "patches").glob("*.patch"):
-        shutil.copyfile(patch, folder / "patches" / patch.name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-                "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"})
-    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the chain"]):
-        subprocess.run(["git", "-C", str(folder), *argv], env=env, check=True, capture_output=True)
-    revision = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    return folder, revision
 
 
 def shape_ports(folder: Path, overlay: tuple[tuple[str, str], ...] = ()) -> ShapePorts:
