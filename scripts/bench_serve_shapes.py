@@ -1,10 +1,10 @@
 """Benchmark the way from a running serve to a kvbake serve and back, in every serve shape operators run, on two node
 engines, each serve started with the stand-in chain's files bind-mounted over its source root as the seed's overlay is:
-the seconds of `init`, `lock --donor` (which proves the chain's result is the mounted bytes), `config --check`, `adopt`,
-`deploy --preset control` and `rollback` (back to the adopted serve), then each shape's proof line. Prints figures;
-asserts no timing.
+the seconds of `init`, `lock --donor` (which proves the chain's result is the mounted bytes), `build`, `push`,
+`config --check`, `adopt`, `deploy --preset control` and `rollback` (back to the adopted serve), then each shape's
+proof line. Prints figures; asserts no timing.
 
-    python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process,compose"]
+    python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process;compose"]
 
 The serves are the rig's stand-in (kvbake/rig/serve_shapes.py) started by hand on the host network as operators start
 them; every step uses the manifest and deployment file init wrote, as written (readiness probe included), with the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from kvbake.rig.ports import free_port  # noqa: E402
 from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts, chain_overlay, donor_clone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("init", "lock --donor", "config --check", "adopt", "deploy control", "rollback")
+STEPS = ("init", "lock --donor", "build", "push", "config --check", "adopt", "deploy control", "rollback")
 PROOF = "proof: "
 
 
@@ -71,6 +72,17 @@ def clear(nodes: dict[str, NodeEngine], repository: str) -> None:
             engine.untag(f"{repository}:{kind}")
 
 
+def reviewer_keys(folder: Path) -> tuple[Path, Path]:
+    """A reviewer's key pair (cosign reaches the loopback registry only): init lists the public key, push signs with the
+    private one, and every deploy checks the signature."""
+    os.environ.setdefault("COSIGN_PASSWORD", "the reviewer's own")
+    for name in ("HTTPS_PROXY", "HTTP_PROXY"):
+        os.environ.setdefault(name, "http://127.0.0.1:9")
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    quiet("keys", "--out", str(folder), "--name", "reviewer")
+    return folder / "reviewer.key", folder / "reviewer.pub"
+
+
 def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path) -> tuple[dict[str, float], str]:
     """One shape, the overlay bind-mounted: start it on the host network, then time each step an operator runs, with
     the files init wrote and the donor checkout (the only file not written by kvbake); the lock's proof line."""
@@ -78,6 +90,7 @@ def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path)
     project = folder / shape.replace(" ", "-").replace(",", "").strip("-")
     (project / "model").mkdir(parents=True)
     donor, revision = donor_clone(folder / f"{project.name}-donor")
+    signing_key, public = reviewer_keys(folder / f"{project.name}-reviewer")
     ports = ShapePorts(free_port(), free_port(), free_port(), project / "model", chain_overlay())
     for key, node in nodes.items():
         start(node.client(), key, ports)
@@ -85,12 +98,12 @@ def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path)
     launcher = f"{sys.executable} {ROOT / 'scripts' / 'standin_reference_launcher.py'}"
     registry = str(yaml.safe_load(manifest.read_text())["output"]["repository"]).split("/", 1)[0]
     figures = {"init": timed("init", *(f"--node=spark-{key}={node.host}" for key, node in nodes.items()), "--template", str(manifest),
-                             "--out", str(project), "--launcher", launcher, "--registry", registry, "--donor-revision", revision)}
+                             "--out", str(project), "--launcher", launcher, "--registry", registry, "--donor-revision", revision,
+                             "--signing-key", str(public))}
     figures["lock --donor"], report = timed_report("lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
     proof = next((line for line in report.splitlines() if line.startswith(PROOF)), "no proof line")
-    # build and push of this very chain already ran beside the template: their records stand for them
-    shutil.copytree(manifest.parent / ".kvbake" / "builds", project / ".kvbake" / "builds")
-    shutil.copytree(manifest.parent / ".kvbake" / "pushes", project / ".kvbake" / "pushes")
+    figures["build"] = timed("build", "--manifest", str(project / "manifest.yaml"))
+    figures["push"] = timed("push", "--manifest", str(project / "manifest.yaml"), "--sign", str(signing_key))
     ship = ("--manifest", str(project / "manifest.yaml"), "--deploy", str(project / "deploy.yaml"))
     figures["config --check"] = timed("config", "--check", *ship)
     figures["adopt"] = timed("adopt", *ship)
@@ -133,9 +146,9 @@ def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", help="engine profile of the build engine and the nodes (default: the default engine's)")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated shapes (default: all: {', '.join(SHAPES)})")
+    parser.add_argument("--shapes", default=";".join(SHAPES), help=f"shapes separated by ';' (default: all: {'; '.join(SHAPES)})")
     args = parser.parse_args()
-    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    shapes = [s.strip() for s in args.shapes.split(";") if s.strip()]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         raise SystemExit(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")

@@ -24,6 +24,7 @@ import yaml
 
 from kvbake.bake.core.chain import read_patch
 from kvbake.cli import main
+from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 from kvbake.bake.core.switch_coverage import check_coverage
 from kvbake.engines.adapters.client import Engine
 from kvbake.lock import read_lock
@@ -59,6 +60,7 @@ class RealServe:
     port: int
     folder: Path
     node: Engine
+    registry: str
 
     def ship(self, *argv: str, deploy: Path | None = None) -> list[str]:
         return [*argv, "--manifest", str(self.manifest), "--deploy", str(deploy or self.deploy)]
@@ -87,7 +89,7 @@ def realserve(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Itera
             for argv in (["build"], ["push", "--registry", registry.address, "--sign", str(folder / "reviewer" / "reviewer.key")],
                          ["base", "sync", "--registry", registry.address, "--deploy", str(deploy)]):
                 assert main([*argv, "--manifest", str(manifest)]) == 0, argv[0]
-            yield RealServe(manifest, model, deploy, port, folder, Engine(node.host))
+            yield RealServe(manifest, model, deploy, port, folder, Engine(node.host), registry.address)
         finally:
             rs.untag_release(engine, repository)
 
@@ -449,7 +451,8 @@ def test_the_seeds_overlay_on_real_vllm_is_read_refused_captured_and_adopted(cap
         restart_serve(node, "vllm_node", serve, env)
 
         project = tmp_path / "project"
-        code, out, err = run(capsys, *init, "--out", str(project), "--capture", "--json")
+        code, out, err = run(capsys, *init, "--out", str(project), "--capture", "--json", "--registry", realserve.registry,
+                             "--signing-key", str(realserve.folder / "reviewer" / "reviewer.pub"), "--launcher", rs.launch_vllm_command())
         assert code == 0, err
         found = json.loads(out)
         assert [(f["path"], f["how"]) for f in found["served"]] == [(path, f"mounted from {overlay / path}") for path in sorted(chain_result)]
@@ -467,14 +470,30 @@ def test_the_seeds_overlay_on_real_vllm_is_read_refused_captured_and_adopted(cap
             time.sleep(1)
         code, out, err = run(capsys, "adopt", "--reason", "the seed's serve", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
         assert code == 0, err
-        code, _, err = run(capsys, "verify-running", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        ship = ("--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        assert run(capsys, "verify-running", *ship)[0] == 0
+        # the walk an operator makes from here, on real vLLM: bake what runs, serve it, and come back to the adopted serve
+        for argv in (("build",), ("push", "--sign", str(realserve.folder / "reviewer" / "reviewer.key"))):
+            code, _, err = run(capsys, *argv, "--manifest", str(project / "manifest.yaml"))
+            assert code == 0, f"{argv}: {err}"
+        code, _, err = run(capsys, "deploy", "--preset", "control", "--reason", "the baked overlay", *ship)
         assert code == 0, err
+        assert answers(f"http://127.0.0.1:{port}/health") and run(capsys, "verify-running", *ship)[0] == 0
+        kept = node.container_inspect("vllm_node-kvbake-adopted")
+        assert kept is not None and not kept["State"]["Running"], "the adopted serve waits, stopped, under its kept name"
+        code, _, err = run(capsys, "rollback", "--to", "adopted", *ship)
+        assert code == 0, err
+        (serving,) = serving_processes(node, "vllm_node")
+        assert serving.execd and serving.process.env.get(REAL_TOKEN_NAME) == REAL_TOKEN, "its vLLM exec'd again, its token given back"
+        assert answers(f"http://127.0.0.1:{port}/health") and run(capsys, "verify-running", *ship)[0] == 0
         changed, target = tmp_path / "logger.py", f"{rs.SOURCE_ROOT}/vllm/logger.py"
         assert node.copy_out("vllm_node", target, changed)
         changed.write_text(changed.read_text() + "\n# another mod copied in after adopt\n")
         node.copy_in(changed, "vllm_node", target)
-        code, _, err = run(capsys, "verify-running", "--manifest", str(project / "manifest.yaml"), "--deploy", str(deploy))
+        code, _, err = run(capsys, "verify-running", *ship)
         assert code == 7 and f"node-a: {target} was changed in the adopted serve's container after adopt" in err, err
     finally:
         node.remove_container("vllm_node")
+        node.remove_container("vllm_node-kvbake-adopted")
+        node.remove_container(LAUNCHER_CONTAINER)  # the serving container of the deployment init wrote
         node_new_to_kvbake(node)
