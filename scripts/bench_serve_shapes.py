@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import io
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
 from kvbake.rig.ports import free_port  # noqa: E402
-from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts, chain_overlay, donor_clone  # noqa: E402
+from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts, chain_overlay, donor_clone, within_this_machines_memlock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("init", "lock --donor", "build", "push", "config --check", "adopt", "deploy control", "rollback")
@@ -100,6 +101,7 @@ def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path)
     figures = {"init": timed("init", *(f"--node=spark-{key}={node.host}" for key, node in nodes.items()), "--template", str(manifest),
                              "--out", str(project), "--launcher", launcher, "--registry", registry, "--donor-revision", revision,
                              "--signing-key", str(public))}
+    within_this_machines_memlock(project / "deploy.yaml")  # a privileged serve's memlock, as far as this machine allows
     figures["lock --donor"], report = timed_report("lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor))
     proof = next((line for line in report.splitlines() if line.startswith(PROOF)), "no proof line")
     figures["build"] = timed("build", "--manifest", str(project / "manifest.yaml"))
@@ -114,6 +116,9 @@ def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path)
 
 def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> int:
     print(f"engine: {engine.profile().describe()}")
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard != resource.RLIM_INFINITY:
+        print(f"memlock: no container here may lock more than {hard} bytes, so a --privileged serve's memlock -1 is lowered to that")
     with tempfile.TemporaryDirectory(prefix="kvbake-bench-shapes-") as tmp:
         folder = Path(tmp)
         with LocalRegistry(folder / "registry") as registry, NodeEngine(folder / "a", name="a", recipe=recipe) as node_a, \

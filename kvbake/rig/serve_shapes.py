@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 BASE = "kvbake-standin/vllm-base:0.33.0"
 RAY_BASE = f"{BASE}-ray"  # scripts/standin_ray_base.py: the stand-in base with ray 2.60.0, for the real-Ray shapes
@@ -224,3 +227,19 @@ REAL_RAY_SHAPES: dict[str, tuple[Callable[[Any, str, ShapePorts], str], dict[str
     "ray cluster, real ray": (real_ray_cluster, {"a": "node", "b": "node"}),
     "eugr current, real ray": (eugr_current_cluster, {"a": "vllm_node", "b": "vllm_node"}),
 }
+
+
+def within_this_machines_memlock(deploy_file: Path) -> int:
+    """The locked-memory limit the deployment gives its nodes, lowered to the test machine's hard limit when the kernel
+    lets no container raise it (a sandbox without CAP_SYS_RESOURCE, often `ulimit -Hl` 8192 KiB); on a Spark
+    `memlock: -1` runs as init wrote it. The value the nodes get."""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        return -1
+    document = yaml.safe_load(deploy_file.read_text())
+    for node in document["nodes"]:
+        ulimits = (node.get("launch") or {}).get("ulimits") or {}
+        if "memlock" in ulimits:
+            ulimits["memlock"] = hard
+    deploy_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    return hard

@@ -6,7 +6,6 @@ on the whole node state: each container by name, what its vLLM serve runs proces
 from __future__ import annotations
 
 import json
-import resource
 import shutil
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
 from kvbake.rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
-                                     multi_node_args, standin_serve)
+                                     multi_node_args, standin_serve, within_this_machines_memlock)
 from serveshapes import (NODES, clear_nodes, serves, serving_keys, shape_ports, signed_by_a_reviewer, start_shape, wait_for_serves, whole_node,
                          with_node_containers)
 from shiprig import BAKED, BASE, CONTAINER, CONTROL_LENGTH, PACKING_ENV, reset_nodes, run, ship_with
@@ -189,20 +188,6 @@ def test_every_serve_shape_is_adopted_replaced_and_brought_back_exactly(capsys, 
     if shape == "eugr cluster, secrets":
         assert json.loads(launch["SECRET_ENV"]) == ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"]
         assert no_secret_written(walk, tmp_path), "no file, record, journal or audit line holds a secret"
-
-
-def within_this_machines_memlock(deploy_file: Path) -> int:
-    """The locked-memory limit the deployment gives its nodes, lowered to the test machine's hard limit when the kernel
-    lets no container raise it (a sandbox without CAP_SYS_RESOURCE, often `ulimit -Hl` 8192 KiB); on a Spark
-    `memlock: -1` runs as init wrote it. The value the nodes get."""
-    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
-    if hard == resource.RLIM_INFINITY:
-        return -1
-    document = yaml.safe_load(deploy_file.read_text())
-    for node in document["nodes"]:
-        node["launch"]["ulimits"]["memlock"] = hard
-    deploy_file.write_text(yaml.safe_dump(document, sort_keys=False))
-    return hard
 
 
 def no_secret_written(walk: Walk, folder: Path) -> bool:
