@@ -35,7 +35,8 @@ from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
 from kvbake.rig.profile_engine import profile_engine  # noqa: E402
 from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
 from kvbake.rig.ports import free_port  # noqa: E402
-from kvbake.rig.serve_shapes import BASE, SHAPES, ShapePorts, chain_overlay, donor_clone, within_this_machines_memlock  # noqa: E402
+from kvbake.rig.serve_shapes import (BASE, RIG_SECRETS, SHAPES, ShapePorts, chain_overlay, donor_clone,  # noqa: E402
+                                     within_this_machines_memlock)
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("init", "lock --donor", "build", "push", "config --check", "adopt", "deploy control", "rollback")
@@ -116,6 +117,7 @@ def walk(shape: str, nodes: dict[str, NodeEngine], manifest: Path, folder: Path)
 
 def measure(engine: Engine, recipe: EngineRecipe | None, shapes: list[str]) -> int:
     print(f"engine: {engine.profile().describe()}")
+    os.environ.update(RIG_SECRETS)  # where kvbake runs: the secrets the serve with a token was adopted with come from here
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
     if hard != resource.RLIM_INFINITY:
         print(f"memlock: no container here may lock more than {hard} bytes, so a --privileged serve's memlock -1 is lowered to that")
