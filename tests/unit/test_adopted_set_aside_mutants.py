@@ -15,7 +15,7 @@ import pytest
 from kvbake.errors import RolloutError
 from kvbake.ship.adapters import adopted_serve, transitions
 from kvbake.ship.adapters.adoption import adopt
-from kvbake.ship.adapters.node_locks import holder_gone, machine_id
+from kvbake.ship.adapters.node_locks import holder_gone, process_start, this_host
 from kvbake.ship.core.lock_claims import LockClaim
 
 from fake_fleet import CONTAINER, World, make_world, nameless_adopted_record, start_serves
@@ -84,7 +84,8 @@ def test_setting_aside_a_serve_already_set_aside_changes_nothing(world, shown_as
 def test_a_lock_holder_alive_on_this_machine_is_not_gone_and_is_sent_no_signal():
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        claim = LockClaim("t", f"ops@h1:{sleeper.pid}", machine_id(), "deploy-1", 0.0)
+        here = this_host()
+        claim = LockClaim("t", f"ops@h1:{sleeper.pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, process_start(sleeper.pid) or "")
         assert claim.pid == sleeper.pid != os.getpid()
         assert holder_gone(claim) is False
         with pytest.raises(subprocess.TimeoutExpired):  # the holder still runs a second later

@@ -3,6 +3,8 @@ lock whose release could not remove it, which this process holds no longer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import socket
 import subprocess
@@ -117,7 +119,9 @@ def test_a_lost_lock_stays_lost_even_when_its_container_comes_back(world, monkey
 # ---- whose holder is gone ----
 
 def claim_here(pid: int, token: str = "t") -> LockClaim:
-    return LockClaim(token, f"ops@host:{pid}", node_locks.machine_id(), "deploy-1", 0.0)
+    """A claim by a process of this machine, in this boot, with that process's own start time."""
+    here = node_locks.this_host()
+    return LockClaim(token, f"ops@host:{pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, node_locks.process_start(pid) or "")
 
 
 def test_the_machine_id_is_the_first_non_empty_id_file_stripped(tmp_path, monkeypatch):
@@ -162,16 +166,31 @@ def test_a_holder_whose_process_no_longer_exists_on_this_machine_is_gone():
     assert node_locks.holder_gone(claim_here(NO_SUCH_PID))
 
 
-def test_a_holder_that_is_unknown_or_may_not_be_signalled_is_not_gone(monkeypatch):
-    assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{os.getpid()}", "", "d", 0.0)), "no machine recorded"
-    assert not node_locks.holder_gone(LockClaim("t", "ops@host", node_locks.machine_id(), "d", 0.0)), "no pid recorded"
-    assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{NO_SUCH_PID}", "another-machine", "d", 0.0)), "not a process here"
+def test_a_holder_that_cannot_be_judged_from_here_is_not_gone():
+    here = node_locks.this_host()
+    assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{NO_SUCH_PID}", "", "d", 0.0)), "no machine recorded"
+    assert not node_locks.holder_gone(LockClaim("t", "ops@host", here.machine, "d", 0.0, here.boot, here.host)), "no pid recorded"
+    assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{NO_SUCH_PID}", here.machine, "d", 0.0)), "an earlier kvbake's claim"
+    for other in ({"machine": "another-machine"}, {"boot": "another-boot"}, {"host": "another-host"}):
+        theirs = replace(claim_here(NO_SUCH_PID), **other)
+        assert not node_locks.holder_gone(theirs), f"{other}: a process of another machine (or boot) is never judged here"
 
-    def not_allowed(pid, signal):
-        raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(node_locks.os, "kill", not_allowed)
-    assert not node_locks.holder_gone(claim_here(os.getpid() + 1)), "a process we may not signal still exists"
+def test_two_hosts_sharing_a_machine_id_never_judge_each_others_live_lock_gone():
+    """Cloned VMs: the same /etc/machine-id, another host name and boot; the holder's PID does not exist here."""
+    theirs = replace(claim_here(NO_SUCH_PID), host="the-clone", boot="its-own-boot")
+    assert theirs.machine == node_locks.machine_id() and not node_locks.holder_gone(theirs)
+
+
+def test_a_holder_whose_pid_another_process_has_now_is_gone():
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not node_locks.holder_gone(claim_here(holder.pid))
+        reused = replace(claim_here(holder.pid), started="1")  # the PID's start time is not the holder's
+        assert node_locks.holder_gone(reused)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # ---- the heartbeat's pace and its end ----

@@ -18,12 +18,13 @@ from typing import Callable
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, KvbakeError, LockLost, RolloutError
-from kvbake.ship.core.lock_claims import (RENEWAL_DIR, RENEWAL_FILE, LockClaim, broken_name, claim_from_labels, is_stale, node_epoch,
-                                          renewal_bytes, renewed_at)
+from kvbake.ship.core.lock_claims import (RENEWAL_DIR, RENEWAL_FILE, HostIdentity, LockClaim, broken_name, claim_from_labels, holder_is_gone,
+                                          is_stale, node_epoch, renewal_bytes, renewed_at, start_time)
 
 log = logging.getLogger(__name__)
 LOCK_NAME = "kvbake-lock"
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 HELD_HERE: set[str] = set()  # the tokens of the locks this process holds now
 
 
@@ -41,20 +42,30 @@ def machine_id() -> str:
     return socket.gethostname()
 
 
-def holder_gone(claim: LockClaim) -> bool:
-    """True only when the holder was a process of this machine that no longer exists, or an earlier command of this
-    very process (one that embeds kvbake and runs commands one after another) that no longer holds it."""
-    if not claim.machine or claim.machine != machine_id() or claim.pid is None:
-        return False
-    if claim.pid == os.getpid():
-        return claim.token not in HELD_HERE
+def boot_id() -> str:
+    """This boot's id (the kernel's), or "" where there is none."""
+    with contextlib.suppress(OSError):
+        return Path(BOOT_ID_FILE).read_text().strip()
+    return ""
+
+
+def this_host() -> HostIdentity:
+    return HostIdentity(machine_id(), boot_id(), socket.gethostname())
+
+
+def process_start(pid: int) -> str | None:
+    """When a process of this machine started (clock ticks since boot), or None when there is no such process."""
     try:
-        os.kill(claim.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+        return start_time(Path(f"/proc/{pid}/stat").read_text())
+    except OSError:
+        return None
+
+
+def holder_gone(claim: LockClaim) -> bool:
+    """True only when the holder is known gone: a process of this machine in this boot that no longer exists (or whose
+    PID another process has now), or an earlier command of this very process (one that embeds kvbake and runs commands
+    one after another) that no longer holds it."""
+    return holder_is_gone(claim, this_host(), os.getpid(), claim.token in HELD_HERE, process_start)
 
 
 class NodeLock:
@@ -107,7 +118,8 @@ class NodeLock:
         self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
 
     def _create(self, image: str, deploy_id: str) -> bool:
-        claim = LockClaim(self.token, who(), machine_id(), deploy_id, self.now())
+        here = this_host()
+        claim = LockClaim(self.token, who(), here.machine, deploy_id, self.now(), here.boot, here.host, process_start(os.getpid()) or "")
         created = self.engine.create_marker(image, LOCK_NAME, claim.labels())
         if created is None:
             return False
@@ -153,6 +165,12 @@ class NodeLock:
             self.container_id = None
 
 
+def awake_clock() -> float:
+    """Seconds by a clock that keeps counting while this host is suspended (CLOCK_BOOTTIME; time.monotonic stops): a
+    laptop that slept past the stale threshold renews, and so learns that its lock was broken, before its next step."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
+
+
 class HeldLocks:
     """Every node's lock while a transition runs: a heartbeat renews them; `check` proves they are still held."""
 
@@ -160,7 +178,7 @@ class HeldLocks:
         self.locks = locks
         self.interval = max(0.2, stale_after_s / 3)
         self._lost: LockLost | None = None
-        self._last_ok = time.monotonic()
+        self._last_ok = awake_clock()
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="kvbake-lock-heartbeat", daemon=True)
@@ -176,7 +194,7 @@ class HeldLocks:
             except LockLost as err:
                 self._lost = err
                 raise
-            self._last_ok = time.monotonic()
+            self._last_ok = awake_clock()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
@@ -191,7 +209,7 @@ class HeldLocks:
         """Raise LockLost when any lock was broken; renew now when the heartbeat is overdue (say, after a pause)."""
         if self._lost is not None:
             raise self._lost
-        if time.monotonic() - self._last_ok > self.interval:
+        if awake_clock() - self._last_ok > self.interval:
             self._renew_all()
 
     def release(self) -> None:

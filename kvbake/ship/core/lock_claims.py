@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
+from typing import Callable, Mapping
 
 LABEL = "kvbake.lock."
 RENEWAL_DIR = "kvbake-lock"
@@ -23,10 +23,14 @@ class LockClaim:
     machine: str
     deploy: str
     since: float
+    boot: str = ""  # the holder machine's boot id
+    host: str = ""  # its host name
+    started: str = ""  # the holder process's start time (clock ticks since boot, from /proc/PID/stat)
 
     def labels(self) -> dict[str, str]:
         return {LABEL + "token": self.token, LABEL + "owner": self.owner, LABEL + "machine": self.machine,
-                LABEL + "deploy": self.deploy, LABEL + "since": f"{self.since:.3f}"}
+                LABEL + "deploy": self.deploy, LABEL + "since": f"{self.since:.3f}", LABEL + "boot": self.boot,
+                LABEL + "host": self.host, LABEL + "started": self.started}
 
     @property
     def pid(self) -> int | None:
@@ -42,7 +46,40 @@ def claim_from_labels(labels: Mapping[str, str] | None) -> LockClaim:
     except ValueError:
         since = 0.0
     return LockClaim(labels.get(LABEL + "token", ""), labels.get(LABEL + "owner", "unknown"), labels.get(LABEL + "machine", ""),
-                     labels.get(LABEL + "deploy", ""), since)
+                     labels.get(LABEL + "deploy", ""), since, labels.get(LABEL + "boot", ""), labels.get(LABEL + "host", ""),
+                     labels.get(LABEL + "started", ""))
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    """What tells one running machine from another: its machine id, its boot id and its host name. Cloned VMs and
+    containers that bind-mount /etc/machine-id share the first; a reboot changes the second."""
+
+    machine: str
+    boot: str
+    host: str
+
+
+def holder_is_gone(claim: LockClaim, here: HostIdentity, my_pid: int, held_here: bool, start_of: Callable[[int], str | None]) -> bool:
+    """Whether the lock's holder is known to be gone: it ran on this very machine, in this boot (machine id, boot id and
+    host name all match), and its process no longer exists, or another process now has its PID (another start time),
+    or it was this process and no longer holds the lock. Anything else cannot be judged from here: False, and the lock
+    goes stale by the node's clock alone."""
+    if claim.pid is None or not (claim.machine and claim.boot and claim.host):
+        return False
+    if (claim.machine, claim.boot, claim.host) != (here.machine, here.boot, here.host):
+        return False
+    if claim.pid == my_pid:
+        return not held_here
+    started = start_of(claim.pid)
+    return started is None or (bool(claim.started) and started != claim.started)
+
+
+def start_time(stat: str) -> str | None:
+    """A process's start time (field 22 of /proc/PID/stat, clock ticks since boot); the fields after the command's
+    closing parenthesis are counted, since the command itself may hold spaces and parentheses."""
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
 
 
 def renewal_bytes(token: str, at: float) -> bytes:
