@@ -1,6 +1,6 @@
 """rollback on fake nodes: the locks it holds, its journal, its audit line, a deployment of one node, and its refusals
 (nothing to roll back to, a record without its tag, nodes whose previous releases differ, a signature the deployment
-file requires without a key to check it)."""
+file requires without a key to check it); a resume or revert admits the release it moves to by the same check."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.lock_claims import claim_from_labels
 
-from fake_fleet import CONTROL, OTHER, PACKING, REPO, World, deploy, make_world
+from fake_fleet import CONTROL, OTHER, PACKING, REPO, World, deploy, interrupted_deploy, make_world
 from message_words import says
 
 
@@ -112,3 +112,22 @@ def test_a_preset_deployed_on_the_image_already_current_is_rolled_back_to_the_pr
     assert (records.current, records.previous) == (same_image, CONTROL)
     assert rollout.rollback(world.fleet, False).release_id == CONTROL.id
     assert all(NodeState(n, e).read().current == CONTROL for n, e in world.engines.items())
+
+
+@pytest.mark.parametrize("mode", ["resume", "revert"])
+def test_a_recovery_admits_the_release_it_moves_to_as_a_deploy_does(world, mode):
+    """Another host's deploy of PACKING died after its journal; under a deployment file that requires a signature, a
+    resume (to PACKING) or a revert (to CONTROL) from this host is refused by the deploy's own check before any tag moves."""
+    deploy(world, CONTROL)
+    interrupted_deploy(world, PACKING)
+    world.fleet.deployment.__dict__["signing"] = Signing(require_signature=True)
+    before = world.snapshot()
+    with pytest.raises(SignatureError) as refused:
+        rollout.recover(world.fleet, mode, True)
+    assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
+    assert (PACKING if mode == "resume" else CONTROL).image in refused.value.message
+    assert world.snapshot() == before
+    world.fleet.deployment.__dict__["signing"] = Signing()
+    world.advance(world.fleet.deployment.lock_stale_after_s)  # the dead host's lock goes stale and is broken
+    rollout.recover(world.fleet, mode, True)
+    assert {NodeState(n, e).read().current.id for n, e in world.engines.items()} == {(PACKING if mode == "resume" else CONTROL).id}

@@ -22,7 +22,7 @@ from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
-from kvbake.ship.adapters.transitions import marker_image, records_of, revert, run_transition
+from kvbake.ship.adapters.transitions import marker_image, records_of, release_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import (Journal, NodePlan, clear_diverged, clear_journal, from_node_copy, journal_from_dict, read_diverged,
                                       read_journal)
@@ -341,6 +341,7 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
                            f"--resume or {owner} --revert")
     if mode == "resume" and release_id is not None and journal.release_id != release_id:
         raise RolloutError(f"the journal is for release {journal.release_id}, not {release_id}", "run deploy --revert, then deploy again")
+    admit_recovered(fleet, journal, mode)
     plans = {plan.node: plan for plan in journal.nodes}
     marker = {name: marker_image(fleet, plans[name]) if name in plans else fleet.tag("current") for name in fleet.engines}
     held = locked(fleet, new_journal_id(mode), break_lock, marker)
@@ -355,6 +356,15 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
     finally:
         held.release()
     return journal
+
+
+def admit_recovered(fleet: Fleet, journal: Journal, mode: str) -> None:
+    """A recovery moves tags too: the release a resume finishes, or the one a revert returns to, is admitted by the same
+    check as a deploy's (the signature the deployment file requires), whoever started the transition."""
+    side = "after_records" if mode == "resume" else "before_records"
+    releases = {r.id: r for plan in journal.nodes if (r := release_of(getattr(plan, side), "current")) is not None}
+    for release in releases.values():
+        admitted(fleet.deployment.signing, release, None, fleet.deployment.path.name)
 
 
 def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
