@@ -161,19 +161,21 @@ def ray_exec_command(ray: RayNode | None, container_env: Sequence[str]) -> dict 
     no Ray node."""
     if ray is None or not ray.execd:
         return None
-    own = dict(item.partition("=")[::2] for item in container_env)
-    added, secret_vars = split_secrets({name: value for name, value in ray.env.items() if own.get(name) != value})
-    command = {"argv": list(ray.argv), "env": added, "cwd": ray.process.cwd, "user": str(ray.process.uid)}
-    return {**command, **({"secret_env": list(secret_vars)} if secret_vars else {})}
+    return exec_of(list(ray.argv), (), ray.process, ray.env, container_env)
 
 
 def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
     """How to start this serve again in its container: the `docker exec` command line of its root, with the environment
     the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user."""
+    argv, secret_args = withhold_args(serving.root.argv)
+    return exec_of(argv, secret_args, serving.root, serving.process.env, container_env)
+
+
+def exec_of(argv: list[str], secret_args: Sequence[str], root: Process, env: Mapping[str, str], container_env: Sequence[str]) -> dict:
+    """A `docker exec` to run again: its command line, the environment beyond the container's own (secrets by name),
+    the working directory and user of the process docker exec started."""
     own = dict(item.partition("=")[::2] for item in container_env)
-    added, secret_vars = split_secrets({name: value for name, value in serving.process.env.items() if own.get(name) != value})
-    root = serving.root
-    argv, secret_args = withhold_args(root.argv)
+    added, secret_vars = split_secrets({name: value for name, value in env.items() if own.get(name) != value})
     command = {"argv": argv, "env": added, "cwd": root.cwd, "user": str(root.uid)}
     secrets = {key: list(names) for key, names in (("secret_env", secret_vars), ("secret_args", secret_args)) if names}
     return {**command, **secrets}
