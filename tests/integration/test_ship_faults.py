@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -177,3 +178,64 @@ def test_recovery_from_another_host_never_takes_the_lock_of_a_live_deploy(capsys
         assert after[node]["transition"] is None and after[node]["diverged"] is None
     assert not (host2.parent / ".kvbake" / "deploy" / "journal.json").exists()
     assert_invariant(capsys, shipped, rig, PACKING_ENV)
+
+
+STOPPER = """
+import os, signal, sys
+from kvbake.engines.adapters.client import Engine
+from kvbake.cli import main
+original, stopped = Engine.tag, []
+def tag_then_stop(self, image_id, reference):
+    original(self, image_id, reference)
+    if reference.endswith(":current") and not stopped:  # inside node a's retag: current moved, previous not yet
+        stopped.append(reference)
+        os.kill(os.getpid(), signal.SIGSTOP)
+Engine.tag = tag_then_stop
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def stopped_state(pid: int) -> bool:
+    """Whether a process of this machine is stopped by a signal (state T in /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat_file:
+        return stat_file.read().rpartition(")")[2].split()[0] == "T"
+
+
+def test_a_host_stopped_inside_a_retag_whose_lock_was_broken_writes_nothing_once_woken(capsys, shipped, rig, tmp_path):
+    """Host 1's deploy is stopped by SIGSTOP inside node a's retag (current moved, previous not yet) for longer than its
+    locks' staleness; host 2 breaks the locks and reverts. Woken by SIGCONT, host 1 stops at its next write, naming the
+    breaker: every node stays exactly as host 2's revert left it, one release on every rank."""
+    deploy_control(capsys, shipped, "baseline")
+    before = fleet_snapshot(rig, shipped)
+    host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
+    for path in (host1, host2):
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 2}))
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", host1.parent / ".kvbake")
+    runner = tmp_path / "stopper.py"
+    runner.write_text(STOPPER)
+    argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
+            "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
+    deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not stopped_state(deploying.pid):
+            assert deploying.poll() is None and time.monotonic() < deadline, deploying.communicate()
+            time.sleep(0.1)
+        time.sleep(3)  # past the stale threshold, by every node's clock
+        code, _, err = ship_with(capsys, shipped, host2, "deploy", "--revert", "--break-lock")
+        assert code == 0, err
+        reverted = fleet_snapshot(rig, shipped, host2)
+        audits = {key: NodeState(name, Engine(rig[key].host)).read().audit for key, name in (("a", "spark-a"), ("b", "spark-b"))}
+        deploying.send_signal(signal.SIGCONT)
+        _, err = deploying.communicate(timeout=300)
+    finally:
+        if deploying.poll() is None:
+            deploying.kill()
+    assert deploying.returncode == 12 and "this host no longer holds its lock" in err and "broke it as stale" in err, err
+    assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert {key: NodeState(name, Engine(rig[key].host)).read().audit for key, name in (("a", "spark-a"), ("b", "spark-b"))} == audits
+    for node in ("a", "b"):
+        assert reverted[node]["records"] == before[node]["records"] and reverted[node]["current"] == before[node]["current"]
+        assert not reverted[node]["lock"] and reverted[node]["transition"] is None
+    assert_invariant(capsys, shipped, rig, set())

@@ -142,6 +142,10 @@ class FakeEngine:
         self._up()
         return sorted(name for name, c in self.containers.items() if (c.get("State") or {}).get("Running"))
 
+    def containers_labelled(self, label: str) -> list[str]:
+        self._up()
+        return sorted(name for name, c in self.containers.items() if label in ((c.get("Config") or {}).get("Labels") or {}))
+
     def container_inspect(self, name: str) -> dict[str, Any] | None:
         self._up()
         found = self._name_of(name)

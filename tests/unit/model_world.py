@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,9 +20,10 @@ import pytest
 import kvbake.ship.adapters.transitions as transitions
 from kvbake.deployfile import Deployment, Launcher, Node, Readiness
 from kvbake.errors import EngineError, KvbakeError, RolloutError
-from kvbake.ship.adapters import basesync, node_locks
+from kvbake.ship.adapters import adoption, basesync, node_locks, nodestate, rollout
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import HELD_HERE, HeldLocks, NodeLock
+from kvbake.ship.core.fencing import FENCE_PREFIX, WRITES
 
 from fake_engine import FakeEngine
 from fake_fleet import BASE, CONTAINER, CONTROL, OTHER, PACKING, REPO
@@ -37,6 +39,8 @@ READINESS = Readiness("http://10.0.0.1:8000/health", 200, 600, 5)
 FAULT_METHODS = ("tag", "untag", "pull", "image_id_of", "inspect_image", "create_marker", "rename_container", "container_inspect",
                  "remove_container", "copy_in", "copy_out", "start", "stop", "recreate", "set_restart_policy", "exec_detached",
                  "system_time", "processes", "run_serving")
+# The modules that read the operator host's wall clock (journal names, audit stamps, release records): a jump moves it.
+HOST_CLOCK_READERS = (adoption, nodestate, rollout)
 ACTIVE: list["World"] = []  # the world the patched launcher, readiness probe and lock spies act on (a copy while a repair is tried)
 
 
@@ -67,10 +71,15 @@ class NodeProxy:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            self._world.at(f"{self._node}.{name}")
+            self._world.at(f"{self._node}.{name}", between_writes=name not in WRITES or fence_rename(name, args))
             return attr(*args, **kwargs)
 
         return call
+
+
+def fence_rename(method: str, args: tuple) -> bool:
+    """Whether a call advances a node's fence: a pause before it is a pause between two writes."""
+    return method == "rename_container" and len(args) > 1 and str(args[1]).startswith(FENCE_PREFIX)
 
 
 def fresh_node(name: str) -> FakeEngine:
@@ -104,6 +113,7 @@ class World:
         self.release_interrupted: set[str] = set()  # nodes where an `adopt --release` may have stopped half-way
         self.settled: set[str] = set()  # the journals whose transition was finished or undone on every node
         self.rewalked: list[str] = []  # journals walked again once settled
+        self.host_clock = 0.0  # how far the acting host's own clock (the heartbeat's) jumped, in seconds
 
     def state_dir(self, host: str) -> Path:
         return self.fleets[host].deployment.state_dir
@@ -142,13 +152,14 @@ class World:
         finally:
             self.fault, self.failing_launch, self.locks[host], self.acting, self.dying = None, set(), [], None, False
 
-    def at(self, where: str, held: HeldLocks | None = None) -> None:
-        """A fault point: fire the armed fault at its chosen call."""
+    def at(self, where: str, held: HeldLocks | None = None, between_writes: bool = True) -> None:
+        """A fault point: fire the armed fault at its chosen call. A pause fires only between two writes (before a read,
+        or before the fence's advance that opens a write), never inside one."""
         if self.locks[HOSTS[0]] and self.locks[HOSTS[1]]:
             self.violations += lock_violations(self)
         fault = self.fault
         node, _, method = where.partition(".")
-        if fault is None or fault.where not in (where, f"{node}.*"):
+        if fault is None or fault.where not in (where, f"{node}.*") or (fault.kind.startswith("pause-") and not between_writes):
             return
         self.calls[fault.where] += 1
         if self.calls[fault.where] != fault.nth:
@@ -164,17 +175,18 @@ class World:
         elif fault.kind == "timeout":
             raise RolloutError(f"the serve never became ready: GET {READINESS.url} answered 503, not 200, within 600 s",
                                "check the launcher and the readiness URL in the deployment file; every node was reverted")
-        elif fault.kind.startswith("pause-") and held is not None:
-            self.pause(fault.kind.removeprefix("pause-"), held)
+        elif fault.kind.startswith("pause-"):
+            self.pause(fault.kind.removeprefix("pause-"), fault.nth)
         elif fault.kind.startswith("meanwhile-"):
             self.meanwhile(fault.kind.removeprefix("meanwhile-"))
 
-    def pause(self, what: str, held: HeldLocks) -> None:
-        """The acting host stops here (say, suspended) for longer than the locks' staleness; meanwhile the other host
-        runs `what` with --break-lock. Then the acting host goes on."""
+    def pause(self, what: str, nth: int) -> None:
+        """The acting host stops here (suspended, or stopped by a signal) for longer than the locks' staleness by the
+        nodes' clocks; meanwhile the other host runs `what` with --break-lock. Then the acting host goes on, its own clock
+        having jumped ahead, not moved, or jumped back (by the fault's call count): only the nodes' fences stop it."""
         for fake in self.fakes.values():
             fake.clock += STALE + 1
-        held._last_ok -= 2 * STALE  # its own monotonic clock moved on too: the next check renews and sees the break
+        self.host_clock += (2 * STALE, 0.0, -2 * STALE)[nth % 3]
         self.meanwhile(what)
 
     def meanwhile(self, what: str) -> None:
@@ -264,6 +276,20 @@ def ready(readiness: Readiness, dead_rank: Callable[[], str | None], **_: Any) -
     return 0.0
 
 
+class JumpedClock:
+    """The `time` module as the acting host sees it: its wall clock moved by how far it jumped (a monotonic clock never
+    jumps, and stands still while the host is stopped)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return time.time() + active().host_clock
+
+    def gmtime(self, seconds: float | None = None) -> time.struct_time:
+        return time.gmtime(self.time() if seconds is None else seconds)
+
+
 @contextmanager
 def patched() -> Iterator[None]:
     """The launcher, the readiness probe, the registry side of base sync and each host's identity (machine id, user@host) are faked; the
@@ -301,6 +327,8 @@ def patched() -> Iterator[None]:
         patch.setattr(transitions, "write_journal", journal_then_fault)
         patch.setattr(transitions, "settle", settled_then_noted)
         patch.setattr(node_locks, "machine_id", lambda: f"machine-{active().acting}")
+        for module in HOST_CLOCK_READERS:
+            patch.setattr(module, "time", JumpedClock())
         patch.setattr(node_locks, "who", lambda: f"ops@{active().acting}:{os.getpid()}")
         patch.setattr(transitions, "who", lambda: f"ops@{active().acting}:{os.getpid()}")
         patch.setattr(NodeLock, "__init__", watched_lock)

@@ -85,7 +85,8 @@ def test_a_breaker_whose_free_name_another_deploy_took_is_told_to_retry_later(wo
 
     def rename_then_newcomer(container, name):
         done = original(container, name)
-        newcomer.acquire(IMAGE, "deploy-9", False, no_note)
+        if "-broken-" in name:  # the break's rename, not a fence's
+            newcomer.acquire(IMAGE, "deploy-9", False, no_note)
         return done
 
     engine.rename_container = rename_then_newcomer

@@ -76,6 +76,13 @@ class ContainerOps:
         except DockerException as err:
             raise self._fail("list containers", err) from None
 
+    def containers_labelled(self, label: str) -> list[str]:
+        """The names of every container (running or not) that carries this label."""
+        try:
+            return sorted(str(container.name) for container in self.client.container.list(all=True, filters=[("label", label)]))
+        except DockerException as err:
+            raise self._fail("list containers", err) from None
+
     def container_log_tail(self, name: str, lines: int = 3) -> str:
         """The last lines a container wrote (stdout and stderr), or "" when there are none."""
         try:

@@ -18,7 +18,7 @@ from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
-from kvbake.ship.adapters.rollout import NodeView, check_views, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
+from kvbake.ship.adapters.rollout import NodeView, check_views, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hooks
 from kvbake.ship.adapters.transitions import records_of, run_transition
@@ -131,7 +131,7 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = N
         releases = {node: adopted_release(fleet, serve, reason, lead) for node, serve in found.items()}
         refuse_disagreement(releases)
         journal = Journal(journal_id, "adopt", next(iter(releases.values())).id, tuple(adopt_plan(v, releases[v.name]) for v in views))
-        run_transition(fleet, journal, fleet.deployment.state_dir, held.check)
+        run_transition(fenced(fleet, held), journal, fleet.deployment.state_dir, held.check)
     finally:
         held.release()
     return releases
@@ -173,7 +173,7 @@ def rollback_to_adopted(fleet: Fleet, break_lock: bool) -> Journal:
         if serving:
             raise RolloutError(f"rollback --to adopted: {', '.join(serving)} already serves the adopted serve", "nothing to do; nothing was changed")
         journal = Journal(journal_id, "rollback", views[0].records.adopted.id, tuple(back_to_adopted_plan(v) for v in views))
-        run_transition(fleet, journal, fleet.deployment.state_dir, held.check)
+        run_transition(fenced(fleet, held), journal, fleet.deployment.state_dir, held.check)
     finally:
         held.release()
     return journal
@@ -196,7 +196,7 @@ def release_adoption(fleet: Fleet, break_lock: bool) -> list[str]:
         if not kept:
             raise RolloutError("adopt --release: no node keeps an adopted serve", "nothing to do")
         for v in kept:
-            forget_adopted(fleet, v)
+            forget_adopted(fenced(fleet, held), v)
     finally:
         held.release()
     return [v.name for v in kept]

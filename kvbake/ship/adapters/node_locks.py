@@ -12,12 +12,12 @@ import secrets
 import socket
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, KvbakeError, LockLost, RolloutError
+from kvbake.ship.adapters.node_fence import FencedEngine, NodeFence
 from kvbake.ship.core.lock_claims import (RENEWAL_DIR, RENEWAL_FILE, HostIdentity, LockClaim, broken_name, claim_from_labels, holder_is_gone,
                                           is_stale, node_epoch, renewal_bytes, renewed_at, start_time)
 
@@ -78,18 +78,22 @@ class NodeLock:
         self.audit = audit  # (image, line): one line in the node's audit log
         self.token = secrets.token_hex(16)
         self.container_id: str | None = None
+        self.fence = NodeFence(node, engine, self.prove_held)
 
     def now(self) -> float:
         return node_epoch(self.engine.system_time())
 
     def acquire(self, image: str, deploy_id: str, break_stale: bool, describe_holder: Callable[[LockClaim], str]) -> None:
         """Take the lock, or break a stale one when asked (a compare-and-swap on the node) and take it then. A live lock
-        is refused, naming its holder and its last renewal; `describe_holder` adds what the node knows of that deploy."""
+        is refused, naming its holder and its last renewal; `describe_holder` adds what the node knows of that deploy.
+        Once taken, the node's write fence is claimed: a host that held the lock before writes nothing more."""
         if self._create(image, deploy_id):
+            self.fence.claim(image)
             return
         found = self._read()
         if found is None:
             if self._create(image, deploy_id):
+                self.fence.claim(image)
                 return
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
         container_id, claim, renewed = found
@@ -115,6 +119,7 @@ class NodeLock:
         self.engine.remove_container(container_id)
         if not taken:
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
+        self.fence.claim(image)
         self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
 
     def _create(self, image: str, deploy_id: str) -> bool:
@@ -142,20 +147,40 @@ class NodeLock:
                 return None
             return target.read_bytes() if target.is_file() else None
 
-    def renew(self) -> None:
-        """Prove the lock is still this host's (its container still carries the name and this token), then stamp the
-        renewal with the node's clock. A lock another host broke is LockLost."""
-        inspect = self.engine.container_inspect(self.container_id) if self.container_id else None
+    def prove_held(self) -> None:
+        """LockLost, naming the host that holds the lock now, unless the lock is still this host's (its container still
+        carries the lock's name and this token)."""
+        if self.container_id is None:
+            raise LockLost(f"node {self.node}: this host no longer holds its lock (it released it, or never took it)", "take it first; nothing was written")
+        inspect = self.engine.container_inspect(self.container_id)
         labels = ((inspect or {}).get("Config") or {}).get("Labels")
         if inspect is None or str(inspect.get("Name", "")).lstrip("/") != LOCK_NAME or claim_from_labels(labels).token != self.token:
             HELD_HERE.discard(self.token)
-            raise LockLost(f"node {self.node}: this host no longer holds its lock (another host broke it as stale)",
-                           "changed nothing more; the host that holds the lock now finishes or undoes the transition (status shows it)")
+            raise LockLost(f"node {self.node}: this host no longer holds its lock: {self.holder_now()}",
+                           "this host wrote nothing more; the host that holds the lock now finishes or undoes the transition "
+                           "(python build.py status shows it)")
+
+    def holder_now(self) -> str:
+        """Who holds the node's lock now, as a lost holder is told."""
+        found = self.engine.container_inspect(LOCK_NAME)
+        if found is None:
+            return "another host broke it as stale, and no host holds it now"
+        claim = claim_from_labels((found.get("Config") or {}).get("Labels"))
+        return f"{claim.owner} broke it as stale and holds it for {claim.deploy or 'a deploy'}"
+
+    def renew(self) -> None:
+        """Prove the lock is still this host's, then stamp the renewal with the node's clock. A lock another host broke
+        is LockLost."""
+        self.prove_held()
         with tempfile.TemporaryDirectory(prefix="kvbake-lock-") as tmp:
             folder = Path(tmp) / RENEWAL_DIR
             folder.mkdir()
             (folder / RENEWAL_FILE).write_bytes(renewal_bytes(self.token, self.now()))
-            self.engine.copy_in(folder, self.container_id, "/")
+            try:
+                self.engine.copy_in(folder, self.container_id, "/")
+            except EngineError:
+                self.prove_held()  # a lock broken meanwhile is LockLost; else the node did fail
+                raise
 
     def release(self) -> None:
         """Remove this host's lock container by its ID: a lock another host holds now has another ID and stays."""
@@ -165,12 +190,6 @@ class NodeLock:
             self.container_id = None
 
 
-def awake_clock() -> float:
-    """Seconds by a clock that keeps counting while this host is suspended (CLOCK_BOOTTIME; time.monotonic stops): a
-    laptop that slept past the stale threshold renews, and so learns that its lock was broken, before its next step."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
-
-
 class HeldLocks:
     """Every node's lock while a transition runs: a heartbeat renews them; `check` proves they are still held."""
 
@@ -178,7 +197,6 @@ class HeldLocks:
         self.locks = locks
         self.interval = max(0.2, stale_after_s / 3)
         self._lost: LockLost | None = None
-        self._last_ok = awake_clock()
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="kvbake-lock-heartbeat", daemon=True)
@@ -194,7 +212,6 @@ class HeldLocks:
             except LockLost as err:
                 self._lost = err
                 raise
-            self._last_ok = awake_clock()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
@@ -206,11 +223,16 @@ class HeldLocks:
                 log.warning("lock heartbeat: %s", err.one_line())
 
     def check(self) -> None:
-        """Raise LockLost when any lock was broken; renew now when the heartbeat is overdue (say, after a pause)."""
+        """Raise LockLost when any lock was broken: every lock is renewed now, so what decides is the node's own record
+        of its lock, never this host's clock (which a pause, a suspend or a clock jump may have left behind)."""
         if self._lost is not None:
             raise self._lost
-        if awake_clock() - self._last_ok > self.interval:
-            self._renew_all()
+        self._renew_all()
+
+    def fenced(self, engines: dict[str, Engine]) -> dict[str, Engine]:
+        """The nodes' engines with every write fenced by this host's claim on each node."""
+        fences = {lock.node: lock.fence for lock in self.locks}
+        return {name: FencedEngine(engine, fences[name]) if name in fences else engine for name, engine in engines.items()}  # type: ignore[misc]
 
     def release(self) -> None:
         """Stop the heartbeat, then release every lock this host still holds; best effort: a lock left on an

@@ -7,7 +7,7 @@ import json
 import secrets
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -170,6 +170,11 @@ def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | 
     return HeldLocks(taken, fleet.deployment.lock_stale_after_s)
 
 
+def fenced(fleet: Fleet, held: HeldLocks) -> Fleet:
+    """The fleet as the lock holder writes to it: every write to a node first advances that node's fence."""
+    return replace(fleet, engines=held.fenced(fleet.engines))
+
+
 def journal_note(state: NodeState, claim: LockClaim) -> str:
     """What the node knows of the deploy that holds its lock: whether it keeps that deploy's journal, which any
     operator host can finish or undo once the lock is stale."""
@@ -249,7 +254,7 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
         refuse_other_serves(fleet, {v.name: v.records for v in views})
         adopted_serve.refuse_missing_secrets({v.name: v.records.current for v in views})  # a failed deploy brings it back
         journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
-        run_transition(fleet, journal, folder, held.check, audit_note(release))
+        run_transition(fenced(fleet, held), journal, folder, held.check, audit_note(release))
     finally:
         held.release()
     remember_stores(folder, profiles)
@@ -275,7 +280,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
         refuse_different_previous(views)
         target = admitted(fleet.deployment.signing, views[0].records.previous, None, fleet.deployment.path.name)
         journal = Journal(journal_id, "rollback", target.id, tuple(rollback_plan(v) for v in views))
-        run_transition(fleet, journal, folder, held.check, audit_note(target))
+        run_transition(fenced(fleet, held), journal, folder, held.check, audit_note(target))
     finally:
         held.release()
     remember_stores(folder, profiles)
@@ -350,9 +355,9 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
             return settled_elsewhere(folder, journal, local is not None, mode)
         if mode == "resume":
             refuse_node_marks(fleet)
-            run_transition(fleet, journal, folder, held.check)
+            run_transition(fenced(fleet, held), journal, folder, held.check)
         else:
-            revert(fleet, journal, folder, guard=held.check)
+            revert(fenced(fleet, held), journal, folder, guard=held.check)
     finally:
         held.release()
     return journal

@@ -16,6 +16,7 @@ from kvbake.errors import DivergedError, KvbakeError, LockLost, RolloutError
 from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
+from kvbake.ship.adapters.node_fence import before_write
 from kvbake.ship.adapters.node_locks import who
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.readiness import wait_until_ready
@@ -74,6 +75,7 @@ def launch(fleet: Fleet, name: str, release: Release) -> None:
     files = write_rank_files(fleet.deployment.state_dir / "runtime" / name, settings)
     env = {**os.environ, **launcher_env(fleet, name, release, settings, files)}
     replaced = (fleet.engines[name].container_inspect(launcher.container) or {}).get("Id")
+    before_write(fleet.engines[name])  # the launcher writes to the node too
     try:
         done = subprocess.run(list(launcher.command), env=env, capture_output=True, text=True, timeout=launcher.timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:

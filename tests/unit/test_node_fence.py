@@ -1,0 +1,119 @@
+"""Each node's write fence on fake engines: every engine call is a write or a read, every write advances the fence, and a
+host whose lock was broken writes nothing more, naming the host that broke it."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import LockLost
+from kvbake.ship.adapters.node_fence import FencedEngine, before_write
+from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.fencing import FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
+
+from fake_fleet import World, make_world
+
+STALE = 60.0
+IMAGE = "base:1"
+
+
+@pytest.fixture()
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def lock_of(world: World, node: str = "a") -> NodeLock:
+    return NodeLock(node, world.engines[node], STALE, NodeState(node, world.engines[node]).append_audit)
+
+
+def no_note(claim) -> str:
+    return ""
+
+
+def fences(world: World, node: str = "a") -> list[str]:
+    return sorted(name for name, c in world.engines[node].containers.items() if FENCE_LABEL in c["Config"]["Labels"])
+
+
+# ---- the pure part ----
+
+def test_every_engine_call_is_either_a_write_or_a_read():
+    calls = {name for name, value in inspect.getmembers(Engine) if callable(value) and not name.startswith("_")}
+    assert not WRITES & READS
+    assert calls == WRITES | READS, f"unclassified: {sorted(calls - WRITES - READS)}; not engine calls: {sorted((WRITES | READS) - calls)}"
+
+
+@pytest.mark.parametrize(("name", "generation"), [("kvbake-fence-7", 7), ("/kvbake-fence-12", 12), ("kvbake-fence-", None),
+                                                  ("kvbake-fence-3x", None), ("kvbake-lock", None), ("x-kvbake-fence-3", None)])
+def test_a_fence_name_carries_its_generation(name, generation):
+    assert generation_of(name) == generation
+
+
+def test_the_newest_generation_is_the_highest_by_number_not_by_text():
+    assert newest_generation(["kvbake-fence-9", "kvbake-fence-10", "kvbake-lock"]) == 10
+    assert newest_generation(["kvbake-lock"]) is None and fence_name(3) == "kvbake-fence-3"
+
+
+# ---- the adapter ----
+
+def test_taking_a_lock_claims_the_fence_and_each_write_advances_it_by_one(world):
+    lock = lock_of(world)
+    lock.acquire(IMAGE, "deploy-1", False, no_note)
+    assert fences(world) == [fence_name(1)] and lock.fence.generation == 1
+    engine = FencedEngine(world.engines["a"], lock.fence)
+    engine.tag("sha256:base", "repo:current")
+    engine.container_inspect(LOCK_NAME)  # a read leaves the fence alone
+    engine.untag("repo:current")
+    assert fences(world) == [fence_name(3)] and lock.fence.generation == 3
+    before_write(engine)
+    assert fences(world) == [fence_name(4)]
+
+
+def test_a_host_whose_lock_was_broken_writes_nothing_more_and_is_told_who_broke_it(world):
+    slow = lock_of(world)
+    slow.acquire(IMAGE, "deploy-1", False, no_note)
+    fenced = FencedEngine(world.engines["a"], slow.fence)
+    fenced.tag("sha256:base", "repo:current")
+    world.advance(STALE + 1)
+    breaker = lock_of(world)
+    breaker.acquire(IMAGE, "deploy-2", True, no_note)
+    assert breaker.fence.generation == slow.fence.generation + 1
+    with pytest.raises(LockLost, match=r"node a: this host no longer holds its lock: .* broke it as stale and holds it for deploy-2") as lost:
+        fenced.tag("sha256:base", "repo:previous")
+    assert "wrote nothing more" in lost.value.fix
+    assert "repo:previous" not in world.engines["a"].tags
+    FencedEngine(world.engines["a"], breaker.fence).tag("sha256:base", "repo:previous")  # the holder goes on
+    assert world.engines["a"].tags["repo:previous"] == "sha256:base"
+
+
+def test_a_host_that_claims_after_its_lock_was_broken_stops_and_the_holder_claims_past_it(world):
+    """A host paused between taking its lock and claiming the fence: its late claim moves the fence, then proves the lock
+    and stops; the holder's next write finds the fence moved, claims anew, proves its lock and writes."""
+    slow = lock_of(world)
+    assert slow._create(IMAGE, "deploy-1")
+    world.advance(STALE + 1)
+    breaker = lock_of(world)
+    breaker.acquire(IMAGE, "deploy-2", True, no_note)
+    with pytest.raises(LockLost, match="deploy-2"):
+        slow.fence.claim(IMAGE)
+    FencedEngine(world.engines["a"], breaker.fence).tag("sha256:base", "repo:current")
+    assert world.engines["a"].tags["repo:current"] == "sha256:base" and fences(world) == [fence_name(breaker.fence.generation)]
+
+
+def test_a_lost_lock_whose_breaker_already_released_says_no_host_holds_it(world):
+    slow = lock_of(world)
+    slow.acquire(IMAGE, "deploy-1", False, no_note)
+    world.advance(STALE + 1)
+    breaker = lock_of(world)
+    breaker.acquire(IMAGE, "deploy-2", True, no_note)
+    breaker.release()
+    with pytest.raises(LockLost, match="no host holds it now"):
+        FencedEngine(world.engines["a"], slow.fence).copy_in(Path("."), "kvbake-state", "/")
+
+
+def test_an_engine_that_is_not_fenced_writes_without_a_fence(world):
+    before_write(world.engines["a"])
+    assert fences(world) == []
