@@ -1,5 +1,4 @@
-"""The bad-input catalogue is executable: its table (tests/data/bad_inputs.yaml, from which docs/bad_inputs.md is generated)
-is checked, every test it names exists, and every row it runs here fails as written."""
+"""The bad-input catalogue (tests/data/bad_inputs.yaml, shown as docs/bad_inputs.md) is checked and its rows run as written."""
 
 from __future__ import annotations
 
