@@ -109,7 +109,7 @@ def load_deployment(path: Path) -> Deployment:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ManifestError(f"deployment file {path.name} not found", "pass --deploy PATH (see README: Deploy, rollback and recovery)") from None
+        raise ManifestError(f"deployment file {path.name} not found", "pass --deploy PATH (see docs/deploy.md: Deploy, rollback and recovery)") from None
     except OSError as err:
         raise ManifestError(f"deployment file {path.name} unreadable: {err.strerror}", "pass --deploy PATH of a readable file") from None
     document = parse_yaml(raw, path.name)

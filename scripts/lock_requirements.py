@@ -1,6 +1,6 @@
-"""Write requirements.lock: every runtime dependency of kvbake, then every further one of its test extra, at the exact
-version a fresh resolution picks, with the sha256 of each of its files on the package index (all platforms, so arm64
-and x86 hosts install from one file)."""
+"""Write requirements.lock: every runtime dependency of kvbake, then every further one of its test and docs extras, at
+the exact version a fresh resolution picks, with the sha256 of each of its files on the package index (all platforms,
+so arm64 and x86 hosts install from one file)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ INDEX_ENV = "PIP_INDEX_URL"
 HEADER = ("# kvbake's dependencies, pinned with hashes; written by scripts/lock_requirements.py, do not edit.\n"
           "# Operators install the part above the test marker: scripts/install_operator.sh.\n"
           "# The test set-up installs all of it: pip install --require-hashes -r requirements.lock && pip install --no-deps -e .\n")
-TEST_MARKER = "# --- test extra: pytest, hypothesis and what they need beyond the runtime dependencies ---\n"
+TEST_MARKER = ("# --- test extra: pytest, hypothesis, the docs tools (mkdocs, mkdocs-material) and what they need beyond the "
+               "runtime dependencies ---\n")
 
 
 def resolved(target: str) -> dict[str, str]:
@@ -32,10 +33,11 @@ def resolved(target: str) -> dict[str, str]:
 
 
 def sections(runtime: dict[str, str], everything: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(runtime pins, test-only pins); the test extra may add packages but must not move a runtime one."""
+    """(runtime pins, test-only pins); the test and docs extras may add packages but must not move a runtime one."""
     moved = sorted(name for name, version in runtime.items() if everything.get(name) != version)
     if moved:
-        raise SystemExit(f"lock_requirements: the test extra resolves {', '.join(moved)} to another version than the runtime does")
+        raise SystemExit(f"lock_requirements: the test and docs extras resolve {', '.join(moved)} to another version than "
+                         "the runtime does")
     return runtime, {name: version for name, version in everything.items() if name not in runtime}
 
 
@@ -88,7 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when requirements.lock differs from a fresh resolution")
     args = parser.parse_args()
-    text = render(*sections(resolved(str(ROOT)), resolved(f"{ROOT}[test]")))
+    text = render(*sections(resolved(str(ROOT)), resolved(f"{ROOT}[test,docs]")))
     target = ROOT / "requirements.lock"
     if args.check:
         same = target.exists() and target.read_text() == text

@@ -2,7 +2,7 @@
 `vllm` console script (scripts/standin_vllm/vllm, mounted read-only at /opt/kvbake-standin) with the release's settings.
 
 An operator's launcher does the same with vLLM itself (the reference launcher, docs/launcher.md); kvbake runs it once per
-node with the variables the README lists. The serve's command line is vLLM's: `vllm serve MODEL --max-model-len N`
+node with the variables docs/deploy.md lists. The serve's command line is vLLM's: `vllm serve MODEL --max-model-len N`
 followed by the preset's arguments, exactly as kvbake passed them (also recorded in a label, as the JSON array).
 
 STANDIN_SHAPE picks the serve shape: `main` (default: the stand-in vLLM is the container's main process, its switches in

@@ -36,7 +36,7 @@ RELEASES: dict[str, Release] = {
     "0.33.0": Release("0.33.0", {"x86_64": "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
                                  "aarch64": "e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606"},
                       "34b6e1b8a87fdd63057a8f1170592972da8dac692146078821d05709c2f312d2", 3231),
-    # the next release, the stand-in's rebase target (docs: README, "When the base moves")
+    # the next release, the stand-in's rebase target (docs/rebase.md, "When the base moves")
     "0.34.0": Release("0.34.0", {"x86_64": "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2",
                                  "aarch64": "7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405"},
                       "27fc9b76673c91b58ca7085b7f4d8aa30a28b93eb10976e7f47083b76ee6f29e", 3604),

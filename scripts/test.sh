@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/docs.sh --check  # the docs site: generated pages current, mkdocs build --strict passes (seconds)
 .venv/bin/python scripts/standin_base.py
 .venv/bin/python scripts/standin_ray_base.py  # ray on top of the stand-in base: the real-Ray serve shapes
 .venv/bin/python scripts/standin_base.py --vllm-version 0.34.0  # the next release: rebase's target in the tests

@@ -1,4 +1,4 @@
-"""docs/bad_inputs.md is executable: its table is checked, every test it names exists, and every row it runs here fails as written."""
+"""The bad-input catalogue (tests/data/bad_inputs.yaml, shown as docs/bad_inputs.md) is checked and its rows run as written."""
 
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ from tests.unit.helpers_manifest import MINIMAL, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
-README = REPO / "README.md"
+EXIT_CODES_PAGE = REPO / "docs" / "exit_codes.md"
 STANDIN = REPO / "examples" / "standin"
 KV_CONFIG = REPO / "tests" / "data" / "kvarith_configs" / "deepseek_v41_flash.json"
 THIS = "tests/unit/test_bad_inputs_catalogue.py"
 RUNNER = "test_bad_input"
 AREAS = ("manifest", "lock", "patches", "donor", "base", "registry", "deployment file", "presets", "CLI", "kv_arith", "serve", "rebase", "signature")
-COLUMNS = ("#", "area", "input", "exit", "message (start)", "test")
 USAGE_EXIT = 2
 BY_TITLE = {cls.title: cls for cls in EXIT_CODES}
 BY_CODE = {cls.exit_code: cls for cls in EXIT_CODES}
@@ -43,7 +42,7 @@ KV_ARITH_LINE = re.compile(r"^error: (?P<message>.*?); fix: .+$")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The catalogue and the README's exit-code table, parsed.
+# The catalogue and the exit-code page's table, parsed.
 
 
 @dataclass(frozen=True)
@@ -75,36 +74,27 @@ class Row:
         return self.path == THIS and self.function == RUNNER
 
 
-def cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+def docs_pages():
+    """scripts/docs_pages.py, which reads the catalogue's table and generates its page (scripts/ is not a package)."""
+    import importlib.util
 
-
-def unquote(cell: str) -> str:
-    return cell[1:-1] if len(cell) >= 2 and cell[0] == cell[-1] == "`" else cell
+    spec = importlib.util.spec_from_file_location("docs_pages", REPO / "scripts" / "docs_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def catalogue_rows() -> list[Row]:
-    lines = CATALOGUE.read_text(encoding="utf-8").splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("|") and tuple(cells(line)) == COLUMNS)
-    rows = []
-    for line in lines[header + 2:]:
-        if not line.startswith("|"):
-            break
-        found = cells(line)
-        assert len(found) == len(COLUMNS), f"a catalogue row has {len(found)} cells, not {len(COLUMNS)}: {line}"
-        number, area, text, code, message, test = found
-        rows.append(Row(int(number), area, text, int(code), unquote(message), unquote(test)))
-    return rows
+    """The rows of tests/data/bad_inputs.yaml, numbered from 1 in their order."""
+    return [Row(number, row["area"], row["input"], row["exit"], row["message"], row["test"])
+            for number, row in enumerate(docs_pages().bad_input_rows(), start=1)]
 
 
-def readme_exit_codes() -> set[int]:
-    """Every code the README's "Exit codes" table lists (a row such as 15–17 lists a range)."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Exit codes", 1)[1]
+def documented_exit_codes() -> set[int]:
+    """Every code the table of docs/exit_codes.md lists (a row such as 15–17 would list a range)."""
+    text = EXIT_CODES_PAGE.read_text(encoding="utf-8")
     codes: set[int] = set()
-    for line in section.splitlines()[1:]:
-        if line.startswith("#"):
-            break
+    for line in text.splitlines():
         match = re.match(r"^\|\s*(\d+)(?:\s*[–-]\s*(\d+))?\s*\|", line)
         if match:
             low = int(match.group(1))
@@ -1144,22 +1134,27 @@ def test_every_message_is_a_cause_without_the_prefix_or_the_fix(rows: list[Row])
         assert "; fix:" not in row.message, row
 
 
-def test_every_exit_code_is_in_the_readme_and_owned_by_an_error_class(rows: list[Row]) -> None:
-    documented = readme_exit_codes()
+def test_every_exit_code_is_documented_and_owned_by_an_error_class(rows: list[Row]) -> None:
+    documented = documented_exit_codes()
     assert {0, 1, 2, 17} <= documented
     for row in rows:
         assert row.exit in documented and row.exit not in (0, 1), row
         assert row.exit in BY_CODE, row
 
 
-def test_the_readme_table_and_the_error_classes_agree() -> None:
-    documented = readme_exit_codes()
+def test_the_exit_code_page_and_the_error_classes_agree() -> None:
+    documented = documented_exit_codes()
     assert {cls.exit_code for cls in EXIT_CODES} | {0} == documented
 
 
 def test_every_scenario_here_is_in_the_catalogue_exactly_once(rows: list[Row]) -> None:
     named = sorted(row.param for row in rows if row.executed_here)
     assert sorted(SCENARIOS) == named
+
+
+def test_the_catalogue_page_is_generated_from_the_table() -> None:
+    assert CATALOGUE.read_text(encoding="utf-8") == docs_pages().bad_inputs_page(), \
+        "docs/bad_inputs.md is stale; regenerate it with python scripts/docs_pages.py"
 
 
 def test_kv_arith_rows_use_its_own_exit_codes(rows: list[Row]) -> None:

@@ -1,5 +1,5 @@
-"""The CLI agrees with its documentation: the README's exit-code table, the options each command offers, usage errors
-raised before any file or engine is read, and every README section an error message points to."""
+"""The CLI agrees with its documentation: the exit-code page's table, the options each command offers, usage errors
+raised before any file or engine is read, and the code-selecting variables the verify-running row lists."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from kvbake.cli import exit_code_table, main
 from kvbake.errors import EXIT_CODES
 from usage_errors import usage_parts
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-PACKAGE = Path(__file__).resolve().parents[2] / "kvbake"
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_CODES_PAGE = ROOT / "docs" / "exit_codes.md"
+COMMANDS_PAGE = ROOT / "docs" / "commands.md"
 
 
-def readme_exit_rows() -> dict[int, str]:
-    """Code -> the README's meaning, from the table under "Exit codes"."""
-    section = README.read_text().split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+def documented_exit_rows() -> dict[int, str]:
+    """Code -> "<kind>: <meaning>" from the table of docs/exit_codes.md (generated from kvbake/errors.py)."""
     rows = {}
-    for line in section.splitlines()[2:]:
-        code, meaning = (cell.strip() for cell in line.strip("|").split("|", 1))
-        rows[int(code)] = meaning
+    for line in EXIT_CODES_PAGE.read_text().splitlines():
+        if re.match(r"^\| \d+ \|", line):
+            code, kind, _cls, meaning = (cell.strip() for cell in line.strip("|").split(" | ")[:4])
+            rows[int(code)] = f"{kind}: {meaning}" if code != "0" else kind
     return rows
 
 
@@ -36,17 +37,17 @@ def help_exit_rows() -> dict[int, str]:
     return {code: text.split(":", 1)[0] for code, text in help_exit_lines().items()}
 
 
-def test_the_readme_exit_code_table_equals_the_help_table() -> None:
-    readme, shown = readme_exit_rows(), help_exit_rows()
-    assert sorted(readme) == sorted(shown) == sorted([0, *(cls.exit_code for cls in EXIT_CODES)])
+def test_the_exit_code_page_equals_the_help_table() -> None:
+    documented, shown = documented_exit_rows(), help_exit_rows()
+    assert sorted(documented) == sorted(shown) == sorted([0, *(cls.exit_code for cls in EXIT_CODES)])
     for code, title in shown.items():
-        assert readme[code] == title or readme[code].startswith(title + ": "), (code, title, readme[code])
+        assert documented[code] == title or documented[code].startswith(title + ": "), (code, title, documented[code])
 
 
-def test_help_says_what_the_readme_says_of_exit_1() -> None:
-    readme = readme_exit_rows()[1].replace("`", "")
-    assert readme == "error: an unexpected failure (a bug: please report it with --debug output)"
-    assert help_exit_lines()[1] == readme
+def test_help_says_what_the_exit_code_page_says_of_exit_1() -> None:
+    documented = documented_exit_rows()[1].replace("`", "")
+    assert documented == "error: an unexpected failure (a bug: please report it with --debug output)"
+    assert help_exit_lines()[1] == documented
 
 
 @pytest.mark.parametrize("command", ["verify-running", "status"])
@@ -84,17 +85,6 @@ def test_resume_and_revert_together_are_a_usage_error_before_any_file_is_read(fi
     assert list(tmp_path.iterdir()) == []
 
 
-def readme_headings() -> list[str]:
-    return [line.lstrip("#").strip() for line in README.read_text().splitlines() if line.startswith("#")]
-
-
-def test_every_readme_section_an_error_points_to_exists() -> None:
-    pointers = {match for path in PACKAGE.rglob("*.py") for match in re.findall(r"see README: ([^)\"]+)\)", path.read_text())}
-    assert pointers, "no message points to the README"
-    for pointer in sorted(pointers):
-        assert any(heading.startswith(pointer) for heading in readme_headings()), f"README has no section {pointer!r}"
-
-
 def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Path, capsys) -> None:
     from kvbake.deployfile import load_deployment
     from kvbake.errors import ManifestError
@@ -106,9 +96,9 @@ def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Pa
     assert "--deploy PATH" in caught.value.fix and "Deploy, rollback and recovery" in caught.value.fix
 
 
-def test_the_readme_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:
+def test_the_commands_page_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:
     from kvbake.ship.core.running import CODE_OVERRIDES
 
-    row = next(line for line in README.read_text().splitlines() if line.startswith("| `python build.py verify-running"))
+    row = next(line for line in COMMANDS_PAGE.read_text().splitlines() if line.startswith("| `python build.py verify-running"))
     listed = re.search(r"no code-selecting override \(([^)]*)\)", row).group(1)
     assert tuple(re.findall(r"`([A-Z_]+)`", listed)) == CODE_OVERRIDES

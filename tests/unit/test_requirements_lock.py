@@ -1,4 +1,4 @@
-"""requirements.lock pins the runtime dependencies, then the test extra's, with hashes; each install takes its part."""
+"""requirements.lock pins the runtime dependencies, then the test and docs extras', with hashes; each install takes its part."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def test_every_declared_dependency_is_pinned_at_its_version_in_its_part():
     runtime, test = parts()
     assert {name: runtime[name][0] for name in declared(None)} == declared(None)
     assert {name: test[name][0] for name in declared("test")} == declared("test")
+    assert {name: test[name][0] for name in declared("docs")} == declared("docs"), "the docs tools are test-side pins"
     assert not set(runtime) & set(test), "a package the runtime needs stays in the runtime part"
     assert {"pluggy", "iniconfig", "sortedcontainers"} <= set(test), "the test extra's own dependencies are pinned too"
 
