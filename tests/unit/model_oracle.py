@@ -8,6 +8,7 @@ import shutil
 
 from kvbake.engines.core.procfs import Process
 from kvbake.ship.adapters.nodestate import STATE_NAME
+from kvbake.ship.core.fencing import FENCE_PREFIX
 from kvbake.ship.core.journal import DIVERGED, JOURNAL, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords, decode
 from kvbake.ship.core.release import Release
@@ -190,11 +191,11 @@ def repair_failures(world: World, parity: int) -> list[str]:
 
 
 def fingerprint(world: World) -> str:
-    """What a repair depends on: the nodes' tags (but `staged`), containers, state records and reachability, the hosts'
-    journals and marks."""
+    """What a repair depends on: the nodes' tags (but `staged`), containers (but the fence, whose generation no command
+    reads), state records and reachability, the hosts' journals and marks."""
     parts = [repr((n, sorted(t for t in f.tags.items() if not t[0].endswith(":staged")),
                    sorted((k, c.get("Id"), c.get("Image"), repr(c.get("State")), repr(c.get("HostConfig")), repr(c.get("Processes")))
-                          for k, c in f.containers.items()),
+                          for k, c in f.containers.items() if not k.startswith(FENCE_PREFIX)),
                    sorted((k, d) for files in f.files.values() for k, d in files.items() if not k.endswith("audit.log")), f.down))
              for n, f in world.fakes.items()]
     parts += [repr([(p.name, p.read_bytes()) for p in sorted(world.state_dir(h).glob("*.json"))]) for h in HOSTS]

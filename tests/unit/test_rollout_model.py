@@ -26,6 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import model_commands as commands
 from fake_engine import FakeEngine
+from kvbake.errors import KvbakeError
+from model_fixes import fix_failures
 from model_oracle import adopted_failures, fingerprint, missing_images, repair_failures, tag_failures, unsettled
 from model_world import ACTIVE, FAULT_METHODS, HOSTS, NODES, STALE, Fault, World, lock_violations, patched
 
@@ -50,6 +52,7 @@ faults = st.one_of(st.none(), st.none(), st.one_of(
     st.builds(lambda node, preset: Fault(f"{node}:{preset}", 0, "launcher"), st.sampled_from(NODES), st.sampled_from(PRESETS)),
     st.builds(Fault, st.just("guard"), st.integers(1, 6), st.sampled_from(("pause-revert", "pause-resume", "pause-deploy")))))
 ran = [0]  # steps run in this process
+fixes = [0]  # refusals whose printed fix was run
 
 
 class RolloutModel(RuleBasedStateMachine):
@@ -59,6 +62,7 @@ class RolloutModel(RuleBasedStateMachine):
         super().__init__()
         self.world: World | None = None
         self.repaired: set[str] = set()  # fingerprints of unsettled worlds whose repair was already tried
+        self.fixes_run: set[tuple[str, str]] = set()  # (fingerprint, fix) pairs whose printed fix was already run
 
     @initialize(start=st.sampled_from(("fresh",) * 4 + ("main", "main --rm", "exec", "exec --rm")), order=st.sampled_from(("in-order", "workers-first")),
                 adopted=st.booleans())
@@ -78,8 +82,15 @@ class RolloutModel(RuleBasedStateMachine):
             shutil.rmtree(self.world.folder, ignore_errors=True)
 
     def step(self, host: str, command: commands.Command, fault: Fault | None) -> object:
+        """Run one command; when it is refused, run the fix it printed (on a copy of the world: see model_fixes.py)."""
         ran[0] += 1
-        return self.world.run(host, command, fault)
+        outcome = self.world.run(host, command, fault)
+        if isinstance(outcome, KvbakeError) and (key := (fingerprint(self.world), outcome.fix)) not in self.fixes_run:
+            self.fixes_run.add(key)
+            fixes[0] += 1
+            failures = fix_failures(self.world, host, outcome)
+            assert not failures, failures
+        return outcome
 
     @rule(host=hosts, break_lock=st.booleans(), fault=faults)
     def deploy_control(self, host: str, break_lock: bool, fault: Fault | None) -> None:
@@ -214,12 +225,12 @@ def test_the_rollout_model_keeps_its_invariants_through_any_commands_and_faults(
     model = seed(chosen)(lambda: RolloutModel())
     options = settings(max_examples=max(1, -(-STEPS * 5 // (STEPS_PER_RUN * 4))), stateful_step_count=STEPS_PER_RUN, deadline=None, print_blob=True,
                        database=None, suppress_health_check=list(HealthCheck))
-    ran[0] = 0
+    ran[0] = fixes[0] = 0
     try:
         with temporary_files_in_memory(), patched():
             run_state_machine_as_test(model, settings=options)
     except BaseException as err:
         err.add_note(f"replay with KVBAKE_MODEL_SEED={chosen} (steps run: {ran[0]})")
         raise
-    print(f"rollout model: {ran[0]} steps, seed {chosen}")
+    print(f"rollout model: {ran[0]} steps, seed {chosen}, the printed fix of {fixes[0]} refusals run")
     assert ran[0] >= STEPS
