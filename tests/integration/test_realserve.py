@@ -273,7 +273,7 @@ SHADOW = "/root/.cache/kvbake-shadow"
 
 
 def serving_processes(engine: Engine, container: str) -> tuple:
-    from kvbake.ship.core.serve_reading import read_serve
+    from kvbake.serve.core.serve_reading import read_serve
 
     return read_serve(engine.processes(container)).serving
 

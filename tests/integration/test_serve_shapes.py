@@ -283,7 +283,7 @@ def wrapped_exec(client, key: str, ports: ShapePorts) -> str:
 
 def serve_processes(rig: dict, key: str, name: str) -> list[tuple]:
     """Each vLLM serve of the container: command line, working directory, user."""
-    from kvbake.ship.core.serve_reading import read_serve
+    from kvbake.serve.core.serve_reading import read_serve
 
     return [(s.process.argv, s.process.cwd, s.process.uid) for s in read_serve(Engine(rig[key].host).processes(name)).serving]
 

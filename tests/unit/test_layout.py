@@ -119,7 +119,7 @@ GRAPH, EXTERNAL = import_graph()
 
 
 def test_the_graph_sees_the_whole_package() -> None:
-    assert {"kvbake.cli", "kvbake.bake.core.thin_layer", "kvbake.ship.adapters.rollout", "kvbake.operate.core.presets",
+    assert {"kvbake.cli", "kvbake.bake.core.thin_layer", "kvbake.ship.adapters.rollout", "kvbake.serve.core.presets",
             "kvbake.engines.core.containerd", "kvbake.kvarith.planner", "kvbake.rig.stack"} <= set(GRAPH)
     assert "kvbake.engines.adapters.client" in GRAPH["kvbake.bake.adapters.builder"]
     assert "kvbake.bake.core.plan" in GRAPH["kvbake.bake.commands"], "imports inside functions count"

@@ -13,7 +13,7 @@ from kvbake.errors import UsageError
 from kvbake.lock import read_lock
 from kvbake.bake.core.provenance import switch_names
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.provenance.core.slsa import provenance_predicate
 from kvbake.provenance import commands as provenance_commands
 from kvbake.ship import commands
