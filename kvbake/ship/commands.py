@@ -26,7 +26,7 @@ def cmd_push(args: argparse.Namespace) -> Result:
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     secret = None
     if args.sign is not None:
-        from kvbake.provenance.commands import opened_key
+        from kvbake.attest.adapters.signing import opened_key
         secret = opened_key(args.sign)  # before anything is pushed
     result = push_image(Engine(args.host), plan, args.registry)
     record = push_record(result)
@@ -40,8 +40,9 @@ def cmd_push(args: argparse.Namespace) -> Result:
         f"record:    {path.relative_to(manifest.root)}",
     ])
     if secret is not None:
-        from kvbake.provenance.commands import sign_pushed
-        signed, said = sign_pushed(manifest, lock, args.sign, secret)
+        from kvbake.attest.adapters.signing import sign_pushed
+        from kvbake.ship.core.push_record import pushed_image
+        signed, said = sign_pushed(pushed_image(manifest, lock).pinned, lock, manifest.path.name, args.sign, secret)
         return record | {"signed": signed}, f"{text}\nsigned:    {said}"
     return record, text
 
@@ -89,7 +90,7 @@ def cmd_base(args: argparse.Namespace) -> Result:
 
 def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.serve.core.presets import choose_preset
-    from kvbake.provenance.core.slsa import provenance_predicate
+    from kvbake.attest.core.slsa import provenance_predicate
     from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
     from kvbake.ship.core.push_record import check_digest_reference, pushed_image
     from kvbake.ship.core.release import make_release
