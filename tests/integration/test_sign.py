@@ -21,7 +21,7 @@ from kvbake.manifest import load_manifest
 from kvbake.attest.adapters import cosign
 from kvbake.attest.core.admission import key_fingerprint
 from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
-from kvbake.rig import LocalRegistry
+from kvbake_rig import LocalRegistry
 from kvbake.ship.adapters.nodestate import NodeState
 
 from conftest import run

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kvbake.engines.core.procfs import Process
-from kvbake.rig.ports import free_port
+from kvbake_rig.ports import free_port
 from kvbake.errors import IntegrityError, RolloutError
 from kvbake.cli import main
 from kvbake.manifest import Preset
