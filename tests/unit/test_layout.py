@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import pytest
 
@@ -18,6 +18,11 @@ IMPURE = ("python_on_whales", "subprocess", "httpx")  # what a core module never
 # adapter (a program of its own, which kvbake runs as the operator's launcher).
 ENGINE_CLIENT = ("kvbake.engines.adapters.", "kvbake_rig.", "kvbake.launcher.cli")
 ENTRY_POINTS = ("kvbake.cli",)
+# The house, top to bottom (ARCHITECTURE.md, "The house"): a module imports only its own room or rooms below it. The rig
+# stands above the product and looks down into it; `cli` is the door to every stage; `shared` is kvbake's top-level
+# modules (errors, manifest, lock, deployfile, ...); the reference launcher, a program of its own, stands on nothing.
+ROOM_ORDER = ("kvbake_rig", "cli", "operate", "provenance", "ship", "attest", "serve", "rebase", "bake", "registry",
+              "engines", "kvarith", "shared", "launcher")
 STAGE_GROUPS = ("bake", "ship", "operate", "serve", "attest", "engines", "kvarith", "registry")
 # module groups whose names must not differ only by a suffix: the top-level modules, each stage, the rig
 STAGE_PREFIXES = tuple(f"kvbake.{group}." for group in STAGE_GROUPS)
@@ -116,6 +121,23 @@ def core_violations(graph: Mapping[str, set[str]], external: Mapping[str, set[st
     return problems
 
 
+def room_of(name: str) -> str:
+    """The room a module lives in: the rig, the CLI, a folder of the package, or the shared top-level modules."""
+    parts = name.split(".")
+    if parts[0] != "kvbake":
+        return parts[0]
+    if name in ENTRY_POINTS:
+        return "cli"
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ROOM_ORDER) else "shared"
+
+
+def upward_edges(graph: Mapping[str, set[str]], order: Sequence[str] = ROOM_ORDER) -> list[str]:
+    """Every import of a module in a room above the importer's, as `module -> module`."""
+    rank = {room: place for place, room in enumerate(order)}
+    return [f"{name} -> {target}" for name in sorted(graph) for target in sorted(graph[name])
+            if rank[room_of(target)] < rank[room_of(name)]]
+
+
 def suffix_pairs(names: Iterable[str]) -> list[tuple[str, str]]:
     """Module names of one folder group where one is the other plus a suffix (lock and locking)."""
     short = sorted({n.rpartition(".")[2] for n in names} - {"__init__"})
@@ -149,6 +171,16 @@ def test_the_core_imports_neither_io_libraries_nor_adapters() -> None:
 def test_only_the_engine_client_and_the_rig_talk_to_an_engine() -> None:
     talking = sorted(n for n in GRAPH if "python_on_whales" in EXTERNAL[n])
     assert talking and all(n.startswith(ENGINE_CLIENT) for n in talking), talking
+
+
+def test_every_room_of_the_house_is_ranked() -> None:
+    rooms = {room_of(name) for name in GRAPH}
+    assert rooms == set(ROOM_ORDER), f"rooms not in ROOM_ORDER: {sorted(rooms - set(ROOM_ORDER))}; ranked but empty: {sorted(set(ROOM_ORDER) - rooms)}"
+
+
+def test_no_import_climbs_back_up_the_house() -> None:
+    upward = upward_edges(GRAPH)
+    assert not upward, f"imports that climb back up the house ({' > '.join(ROOM_ORDER)}): " + "; ".join(upward)
 
 
 @pytest.mark.parametrize("prefix", NAME_GROUPS)
@@ -198,6 +230,20 @@ def test_function_level_and_relative_imports_are_read(tmp_path: Path) -> None:
     graph, external = import_graph(root)
     assert graph["kvbake.stage.core.a"] == {"kvbake.stage.core.b"} and external["kvbake.stage.core.a"] == {"subprocess"}
     assert cycles(graph) == [["kvbake.stage.core.a", "kvbake.stage.core.b"]]
+
+
+def test_an_import_of_a_room_above_is_named_and_one_below_is_not() -> None:
+    graph = {"kvbake.serve.core.a": {"kvbake.ship.core.b", "kvbake.errors"}, "kvbake.ship.core.b": {"kvbake.serve.core.a", "kvbake.attest.c"},
+             "kvbake.attest.c": set(), "kvbake.errors": {"kvbake.launcher.core.d", "kvbake.cli"}, "kvbake.launcher.core.d": set(),
+             "kvbake.cli": {"kvbake.ship.core.b"}, "kvbake.bake.e": {"kvbake_rig.stack"}, "kvbake_rig.stack": {"kvbake.bake.e"}}
+    assert upward_edges(graph) == ["kvbake.bake.e -> kvbake_rig.stack", "kvbake.errors -> kvbake.cli", "kvbake.serve.core.a -> kvbake.ship.core.b"]
+    assert upward_edges(graph, ("kvbake_rig", "cli", "bake", "serve", "ship", "attest", "shared", "launcher")) == [
+        "kvbake.bake.e -> kvbake_rig.stack", "kvbake.errors -> kvbake.cli", "kvbake.ship.core.b -> kvbake.serve.core.a"]
+
+
+def test_a_module_s_room_is_its_folder_the_door_or_the_shared_top() -> None:
+    assert [room_of(n) for n in ("kvbake.ship.core.release", "kvbake.serve", "kvbake.cli", "kvbake.deployfile", "kvbake", "kvbake_rig.stack")] == [
+        "ship", "serve", "cli", "shared", "shared", "kvbake_rig"]
 
 
 def test_a_name_that_is_another_plus_a_suffix_is_named() -> None:
