@@ -31,9 +31,9 @@ from kvbake.lock import read_lock  # noqa: E402
 from kvbake.bake.adapters.pinning import create_lock  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
 from kvbake.bake.core.plan import make_plan, read_overlay  # noqa: E402
-from kvbake.rig.node_engine import NodeEngine  # noqa: E402
-from kvbake.rig.profile_engine import DEFAULT_HOST, copy_images, profile_engine  # noqa: E402
-from kvbake.rig.recipes import recipe_named  # noqa: E402
+from kvbake_rig.node_engine import NodeEngine  # noqa: E402
+from kvbake_rig.profile_engine import DEFAULT_HOST, copy_images, profile_engine  # noqa: E402
+from kvbake_rig.recipes import recipe_named  # noqa: E402
 from kvbake.bake.adapters.verifier import verify_image  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parents[1] / "examples" / "standin"

@@ -66,7 +66,7 @@ def grown_base(engine, gigabytes: float, scratch: Path) -> str:
 def lock_by_size(sizes: list[float], runs: int, scratch: Path) -> dict[float, tuple[float, float]]:
     """Per size: (seconds of lock from one docker save, median seconds of lock from a registry copy)."""
     from kvbake.engines.adapters.client import Engine
-    from kvbake.rig import LocalRegistry
+    from kvbake_rig import LocalRegistry
 
     engine = Engine()
     figures = {}

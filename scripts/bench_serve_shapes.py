@@ -6,7 +6,7 @@ proof line. Prints figures; asserts no timing.
 
     python scripts/bench_serve_shapes.py [--profile docker-26.1-containerd] [--shapes "main process;compose"]
 
-The serves are the rig's stand-in (kvbake/rig/serve_shapes.py) started by hand on the host network as operators start
+The serves are the rig's stand-in (kvbake_rig/serve_shapes.py) started by hand on the host network as operators start
 them; every step uses the manifest and deployment file init wrote, as written (readiness probe included), with the
 reference launcher's stand-in twin (`init --launcher scripts/standin_reference_launcher.py`: the same plan, the stand-in
 programs in place of vLLM and Ray). With --profile, the build engine and both nodes run that engine profile.
@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engines.adapters.client import Engine  # noqa: E402
-from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
-from kvbake.rig.profile_engine import profile_engine  # noqa: E402
-from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
-from kvbake.rig.ports import free_port  # noqa: E402
-from kvbake.rig.serve_shapes import (BASE, RIG_SECRETS, SHAPES, ShapePorts, chain_overlay, donor_clone,  # noqa: E402
+from kvbake_rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake_rig.profile_engine import profile_engine  # noqa: E402
+from kvbake_rig.recipes import EngineRecipe, recipe_named  # noqa: E402
+from kvbake_rig.ports import free_port  # noqa: E402
+from kvbake_rig.serve_shapes import (BASE, RIG_SECRETS, SHAPES, ShapePorts, chain_overlay, donor_clone,  # noqa: E402
                                      within_this_machines_memlock)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engines.adapters.client import Engine  # noqa: E402
-from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
-from kvbake.rig.profile_engine import profile_engine  # noqa: E402
-from kvbake.rig.recipes import EngineRecipe, recipe_named  # noqa: E402
+from kvbake_rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake_rig.profile_engine import profile_engine  # noqa: E402
+from kvbake_rig.recipes import EngineRecipe, recipe_named  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "kvbake-standin/vllm-base:0.33.0"

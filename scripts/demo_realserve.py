@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engines.adapters.client import Engine  # noqa: E402
-from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
-from kvbake.rig import realserve as rs  # noqa: E402
-from kvbake.rig.ports import free_port  # noqa: E402
+from kvbake_rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake_rig import realserve as rs  # noqa: E402
+from kvbake_rig.ports import free_port  # noqa: E402
 
 
 def step(title: str, *argv: str) -> None:

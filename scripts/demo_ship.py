@@ -1,6 +1,6 @@
 """Demo, ship half: push the stand-in image to a local registry, deploy it to a local node, verify, roll back.
 
-Starts the real distribution registry and an independent node engine on loopback (kvbake.rig), loads the stand-in base
+Starts the real distribution registry and an independent node engine on loopback (kvbake_rig), loads the stand-in base
 onto the node once (a node must already hold the base: kvbake ships only the thin layer), then runs the CLI commands an
 operator types and tears everything down. It ships the copy of the stand-in that scripts/demo_standin.sh locked and
 built (under .kvbake/demo/, or KVBAKE_DEMO_DIR), never examples/standin itself.
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbake.cli import main as kvbake  # noqa: E402
 from kvbake.engines.adapters.client import Engine  # noqa: E402
-from kvbake.rig import LocalRegistry, NodeEngine  # noqa: E402
+from kvbake_rig import LocalRegistry, NodeEngine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / os.environ.get("KVBAKE_DEMO_DIR", ".kvbake/demo") / "standin" / "manifest.yaml"

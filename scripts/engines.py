@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvbake.rig.recipes import available_recipes, other_profiles  # noqa: E402
+from kvbake_rig.recipes import available_recipes, other_profiles  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

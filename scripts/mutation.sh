@@ -4,9 +4,9 @@
 # The run is a measurement, not part of CI: mutmut lives in its own virtual environment (never the
 # project's), its configuration is written into the scratch copy only, and only tests/unit runs. A unit
 # test that already fails on the unmutated copy is named and left out (it would "kill" every mutant).
-# Every module outside kvbake/rig/ (the development rig) is mutated unless --modules narrows it.
+# Every module of kvbake/ is mutated unless --modules narrows it (the development rig, kvbake_rig/, is no part of it).
 #
-#   bash scripts/mutation.sh                          # every module outside kvbake/rig/
+#   bash scripts/mutation.sh                          # every module of kvbake/
 #   bash scripts/mutation.sh --modules ship,secretscan  # stage folders or modules (paths below kvbake/)
 #   bash scripts/mutation.sh --workdir DIR            # a run that can stop and go on later in DIR
 #   bash scripts/mutation.sh --keep                   # leave the scratch copy for `mutmut show NAME`
@@ -30,8 +30,8 @@ set -euo pipefail
 MUTMUT_VERSION="3.8.1"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# every module outside the development rig, as paths below kvbake/ without ".py"
-mapfile -t MODULES < <(cd "$repo" && git ls-files 'kvbake/*.py' | grep -v '^kvbake/rig/' | sed -e 's|^kvbake/||' -e 's|\.py$||' | sort)
+# every module of the package, as paths below kvbake/ without ".py"
+mapfile -t MODULES < <(cd "$repo" && git ls-files 'kvbake/*.py' | sed -e 's|^kvbake/||' -e 's|\.py$||' | sort)
 export KVBAKE_MODEL_STEPS="${KVBAKE_MODEL_STEPS:-400}"
 venv="${KVBAKE_MUTATION_VENV:-$HOME/.cache/kvbake/mutation-venv}"
 selected=""
@@ -68,7 +68,7 @@ if [[ -n "$selected" ]]; then
       if [[ "$module" == "$want" || "$module" == "$want"/* ]]; then chosen+=("$module"); found=1; fi
     done
     if [[ $found -eq 0 ]]; then
-      echo "mutation.sh: $want names no module or folder below kvbake/ outside rig/" >&2
+      echo "mutation.sh: $want names no module or folder below kvbake/" >&2
       exit 2
     fi
   done

@@ -251,8 +251,8 @@ def sample_launcher_env(preset_args: list[str], role: str = "head", nnodes: int 
 def manifest_presets(manifest_path: Path) -> dict[str, list[str]]:
     """The launcher arguments of every preset of a manifest, held and untested ones allowed for the check."""
     from kvbake.manifest import load_manifest
-    from kvbake.operate.core.presets import choose_preset
-    from kvbake.operate.core.runtime_config import settings_of_preset
+    from kvbake.serve.core.presets import choose_preset
+    from kvbake.serve.core.runtime_config import settings_of_preset
 
     manifest = load_manifest(manifest_path)
     return {name: settings_of_preset(manifest, choose_preset(manifest, name, True, True, "parser check"), None).argv()

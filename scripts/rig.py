@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kvbake.errors import KvbakeError  # noqa: E402
-from kvbake.rig.stack import RigOptions, rig_down, rig_env, rig_up  # noqa: E402
+from kvbake_rig.stack import RigOptions, rig_down, rig_env, rig_up  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:

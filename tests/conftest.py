@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, KvbakeError
-from kvbake.rig.recipes import PROFILE_ENV, selected_profile
+from kvbake_rig.recipes import PROFILE_ENV, selected_profile
 
 # Property tests write nothing into the repository (no .hypothesis/ folder): they keep no example database (every
 # settings(...) a test module makes later inherits this profile), and Hypothesis' other caches go to a private
@@ -77,7 +77,7 @@ def engine() -> Iterator[Engine]:
             _fail_or_skip(f"unreachable: {err.one_line()}")
         yield local
         return
-    from kvbake.rig.profile_engine import profile_engine
+    from kvbake_rig.profile_engine import profile_engine
 
     with profile_engine(recipe.name, STANDIN_BASES) as target:
         profile = target.profile()

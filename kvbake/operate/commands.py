@@ -11,7 +11,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import ResourceError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.operate.core.presets import check_reason
+from kvbake.serve.core.presets import check_reason
 
 if TYPE_CHECKING:
     from kvbake.bake.core.served_overlay import Proof, ServedOverlay
@@ -38,8 +38,8 @@ def cmd_doctor(args: argparse.Namespace) -> Result:
 
 
 def cmd_config(args: argparse.Namespace) -> Result:
-    from kvbake.operate.core import runtime_config as rc
-    from kvbake.operate.core.presets import choose_preset
+    from kvbake.serve.core import runtime_config as rc
+    from kvbake.serve.core.presets import choose_preset
 
     check_reason(args.reason)
     manifest = load_manifest(args.manifest)
@@ -91,7 +91,7 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> tuple[dict[str, s
     such a serve runs over its image (bind-mounted or changed in its writable layer) are proven against the locked
     chain's result (the proof, or None when no serve runs changed files or nothing is locked yet)."""
     from kvbake.deployfile import load_deployment
-    from kvbake.operate.core import runtime_config as rc
+    from kvbake.serve.core import runtime_config as rc
     from kvbake.ship.adapters.fleet import connect
     from kvbake.ship.adapters.nodestate import NodeState
     from kvbake.ship.adapters.serve_reader import read_rank
@@ -191,7 +191,7 @@ def _write_tree(folder: Path, tree: dict[str, str]) -> None:
 def cmd_validate(args: argparse.Namespace) -> Result:
     from kvbake.deployfile import load_deployment
     from kvbake.operate.adapters.validation_run import ValidateRequest, check_written_options, run_validation
-    from kvbake.operate.core.presets import choose_preset
+    from kvbake.serve.core.presets import choose_preset
     from kvbake.operate.core.validate_plan import parse_depths, report_text, report_to_dict
 
     check_reason(args.reason)

@@ -1,1 +1,1 @@
-"""Provenance: signed releases and their in-toto SLSA provenance, made and checked with cosign."""
+"""Provenance: the keys, sign and trace commands, and the chain of evidence trace finds again, from the lock to every rank."""

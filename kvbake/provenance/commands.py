@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kvbake.attest.adapters import cosign
+from kvbake.attest.adapters.signing import opened_key, sign_pushed
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.provenance.adapters import cosign
-from kvbake.provenance.adapters.signature_tags import all_or_nothing
-from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
 from kvbake.ship.core.push_record import pushed_image
 
 Result = tuple[dict[str, Any], str]
@@ -24,32 +23,11 @@ def cmd_keys(args: argparse.Namespace) -> Result:
             f"wrote {key} (keep it secret; its password is the one given) and {pub} (list it under signing.keys in deploy.yaml)")
 
 
-def opened_key(key) -> str:
-    """The password of a signing key, once cosign is there, the file is a cosign key and the password opens it."""
-    cosign.cosign_binary()
-    cosign.check_private_key(key)
-    secret = cosign.password()
-    cosign.check_password(key, secret)
-    return secret
-
-
-def sign_pushed(manifest, lock, key, secret: str) -> Result:
-    """Sign the digest the push record holds and attest its SLSA provenance, as one step."""
-    reference = pushed_image(manifest, lock).pinned
-    predicate = provenance_predicate(lock, manifest.path.name)
-    with all_or_nothing(reference):
-        cosign.sign(reference, key, secret)
-        cosign.attest(reference, key, secret, predicate, PREDICATE_TYPE)
-    data = {"image": reference, "key": str(key), "attestation": PREDICATE_TYPE, "materials": len(predicate["materials"])}
-    return data, (f"signed {reference} with {key.name} and attached its SLSA provenance "
-                  f"({len(predicate['materials'])} materials: the base, {len(lock.patches)} patches, the donor commit)")
-
-
 def cmd_sign(args: argparse.Namespace) -> Result:
     manifest = load_manifest(args.manifest)
     lock = read_lock(manifest)
-    pushed_image(manifest, lock)  # a push record first: never ask for a password only to find nothing to sign
-    return sign_pushed(manifest, lock, args.key, opened_key(args.key))
+    reference = pushed_image(manifest, lock).pinned  # a push record first: never ask for a password only to find nothing to sign
+    return sign_pushed(reference, lock, manifest.path.name, args.key, opened_key(args.key))
 
 
 def cmd_trace(args: argparse.Namespace) -> Result:

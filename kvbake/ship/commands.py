@@ -15,7 +15,7 @@ from kvbake.errors import UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.names import check_container_name, check_node_name
-from kvbake.operate.core.presets import check_reason
+from kvbake.serve.core.presets import check_reason
 
 
 def cmd_push(args: argparse.Namespace) -> Result:
@@ -26,7 +26,7 @@ def cmd_push(args: argparse.Namespace) -> Result:
     plan = make_plan(manifest, lock, read_overlay(manifest, lock))
     secret = None
     if args.sign is not None:
-        from kvbake.provenance.commands import opened_key
+        from kvbake.attest.adapters.signing import opened_key
         secret = opened_key(args.sign)  # before anything is pushed
     result = push_image(Engine(args.host), plan, args.registry)
     record = push_record(result)
@@ -40,8 +40,9 @@ def cmd_push(args: argparse.Namespace) -> Result:
         f"record:    {path.relative_to(manifest.root)}",
     ])
     if secret is not None:
-        from kvbake.provenance.commands import sign_pushed
-        signed, said = sign_pushed(manifest, lock, args.sign, secret)
+        from kvbake.attest.adapters.signing import sign_pushed
+        from kvbake.ship.core.push_record import pushed_image
+        signed, said = sign_pushed(pushed_image(manifest, lock).pinned, lock, manifest.path.name, args.sign, secret)
         return record | {"signed": signed}, f"{text}\nsigned:    {said}"
     return record, text
 
@@ -88,8 +89,8 @@ def cmd_base(args: argparse.Namespace) -> Result:
 
 
 def cmd_deploy(args: argparse.Namespace) -> Result:
-    from kvbake.operate.core.presets import choose_preset
-    from kvbake.provenance.core.slsa import provenance_predicate
+    from kvbake.serve.core.presets import choose_preset
+    from kvbake.attest.core.slsa import provenance_predicate
     from kvbake.ship.adapters.rollout import deploy, recover, who_deploys
     from kvbake.ship.core.push_record import check_digest_reference, pushed_image
     from kvbake.ship.core.release import make_release
@@ -176,7 +177,7 @@ def cmd_init(args: argparse.Namespace) -> Result:
 
 
 def init_report(result) -> Result:
-    from kvbake.ship.core.serve_description import privileged_line
+    from kvbake.serve.core.serve_description import privileged_line
 
     d = result.described
     lines = [f"{n.node}: {n.name} ({'vLLM started by docker exec' if n.serving and n.serving.execd else 'vLLM as its main process' if n.serving else 'a Ray node, no vLLM'}), "
@@ -227,7 +228,7 @@ def served_lines(result) -> list[str]:
 
 def deploy_dry_run(args: argparse.Namespace) -> Result:
     """deploy --dry-run: what every node's launcher would run for the preset; no engine is touched, nothing changes."""
-    from kvbake.operate.core.presets import choose_preset
+    from kvbake.serve.core.presets import choose_preset
     from kvbake.ship.adapters.dry_run import dry_run, report_data, report_text
     from kvbake.ship.adapters.rollout import who_deploys
     from kvbake.ship.core.push_record import pushed_image

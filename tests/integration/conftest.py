@@ -13,7 +13,7 @@ import pytest
 
 from kvbake.cli import main
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
+from kvbake_rig import LocalRegistry, LoopbackSshd, NodeEngine, prepare_ssh_client
 
 from tiny import import_base, write_project
 

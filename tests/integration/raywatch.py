@@ -1,5 +1,5 @@
 """A watch on a real Ray cluster's GCS from outside its nodes (gcs_watch.py in a container of the Ray stand-in base on the
-host network), polled around a gang restart (kvbake.rig.gcs_polls judges the polls)."""
+host network), polled around a gang restart (kvbake_rig.gcs_polls judges the polls)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.gcs_polls import alive
-from kvbake.rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS
+from kvbake_rig.gcs_polls import alive
+from kvbake_rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS
 
 WATCH = Path(__file__).resolve().with_name("gcs_watch.py")
 

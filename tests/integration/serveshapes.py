@@ -13,11 +13,11 @@ import pytest
 from kvbake.engines.adapters.client import Engine
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.rig.ports import free_port
+from kvbake_rig.ports import free_port
 # SOURCE_ROOT, STANDIN, chain_overlay and donor_clone are the tests' through this module
-from kvbake.rig.serve_shapes import (REAL_RAY_SHAPES, SHAPES, SOURCE_ROOT, STANDIN, ShapePorts, chain_overlay,  # noqa: F401
+from kvbake_rig.serve_shapes import (REAL_RAY_SHAPES, SHAPES, SOURCE_ROOT, STANDIN, ShapePorts, chain_overlay,  # noqa: F401
                                      donor_clone)
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve
 
 NODES = {"a": "spark-a", "b": "spark-b"}
 

@@ -12,8 +12,8 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.ship.core.journal import DIVERGED, JOURNAL
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.rig import NodeEngine
-from kvbake.rig.serve_shapes import BASE, CONTROL_LENGTH, STANDIN_VLLM, STANDIN_VLLM_DIR, standin_serve  # noqa: F401 (shared with the tests)
+from kvbake_rig import NodeEngine
+from kvbake_rig.serve_shapes import BASE, CONTROL_LENGTH, STANDIN_VLLM, STANDIN_VLLM_DIR, standin_serve  # noqa: F401 (shared with the tests)
 
 from conftest import run
 

@@ -15,7 +15,7 @@ from kvbake.errors import IntegrityError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import make_plan, read_overlay
-from kvbake.rig import NodeEngine
+from kvbake_rig import NodeEngine
 from kvbake.bake.adapters.verifier import prove_bytecode
 
 from conftest import run

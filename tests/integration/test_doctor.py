@@ -9,7 +9,7 @@ import re
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig import Credentials, LocalRegistry, NodeEngine, login, private_client, write_htpasswd
+from kvbake_rig import Credentials, LocalRegistry, NodeEngine, login, private_client, write_htpasswd
 
 from conftest import run
 from shiprig import BASE, STANDIN_LAUNCHER, write_deploy

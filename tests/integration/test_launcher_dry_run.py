@@ -18,8 +18,8 @@ import time
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.ports import free_port
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake_rig.ports import free_port
+from kvbake.serve.core.serve_reading import read_serve
 
 from shiprig import CONTAINER, fleet_snapshot, reset_nodes, ship_with, write_deploy
 

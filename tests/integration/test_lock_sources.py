@@ -13,7 +13,7 @@ from python_on_whales.exceptions import NoSuchImage
 
 from kvbake.cli import main
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig import LocalRegistry
+from kvbake_rig import LocalRegistry
 
 from tiny import TINY_BASE
 

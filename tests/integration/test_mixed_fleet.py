@@ -13,8 +13,8 @@ from typing import Iterator
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig import LocalRegistry, NodeEngine
-from kvbake.rig.recipes import available_recipes
+from kvbake_rig import LocalRegistry, NodeEngine
+from kvbake_rig.recipes import available_recipes
 
 from conftest import run, ship_standin
 from faultscenarios import (failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, node_down_after_phase_one,

@@ -14,6 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE_WORDS = ("apt-get", "apt ", "dpkg", "dockerd", "systemctl", "service ", "containerd", "install_engines", "setup.sh")
 
 
+# Run by the installed python outside the repository: where kvbake comes from, whether a rig module can be found, and
+# how many of the installed distribution's files belong to a rig.
+RIG_PROBE = ("import importlib.metadata, importlib.util, pathlib, kvbake; "
+             "print(pathlib.Path(kvbake.__file__).parents[3]); "
+             "print(importlib.util.find_spec('kvbake_rig'), importlib.util.find_spec('kvbake.rig')); "
+             "print(sum(str(f).startswith(('kvbake_rig', 'kvbake/rig')) for f in importlib.metadata.files('kvbake')))")
+
+
 def engines_running(rig: dict) -> set[str]:
     """The engine daemons this pass relies on that run: the machine's own engine (no private config file) and the rig's
     node engines with their containerd (not per-container shims, and not the private engines other profiles' passes
@@ -48,6 +56,10 @@ def test_the_operator_install_pins_everything_touches_no_engine_and_its_doctor_r
                             check=True).stdout
     installed = {line.replace("_", "-").lower() for line in frozen.split() if "==" in line}
     assert installed == lock_pins(), installed ^ lock_pins()
+    # the development rig is no part of what operators install: neither kvbake_rig nor a rig inside the package
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", RIG_PROBE], capture_output=True, text=True, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin"}, check=True).stdout.split()
+    assert where == [str(venv / "lib"), "None", "None", "0"], where
     launcher = subprocess.run([str(venv / "bin" / "kvbake-launch-vllm"), "--print"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert launcher.returncode == 2 and launcher.stderr.startswith("kvbake-launch-vllm: KVBAKE_IMAGE is not set"), "the reference launcher is installed"
     doctor = subprocess.run([str(venv / "bin" / "kvbake"), "doctor", "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]),

@@ -15,7 +15,7 @@ import yaml
 
 from kvbake.bake.adapters.extract import Extractor
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.serve_shapes import SHAPES, ShapePorts
+from kvbake_rig.serve_shapes import SHAPES, ShapePorts
 
 from conftest import run
 from serveshapes import (NODES, SOURCE_ROOT, STANDIN, chain_overlay, clear_nodes, donor_clone, serving_keys, shape_ports, start_shape,

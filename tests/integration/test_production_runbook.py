@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.serve_shapes import CONTROL_LENGTH, SERVED, ShapePorts, multi_node_args, run as run_shape, standin_serve
+from kvbake_rig.serve_shapes import CONTROL_LENGTH, SERVED, ShapePorts, multi_node_args, run as run_shape, standin_serve
 from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 from tests.doubles.openai_double import OpenAIDouble
 

@@ -23,10 +23,10 @@ from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import make_plan, read_overlay
 from kvbake.ship.adapters.pusher import push_image
-from kvbake.rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
-from kvbake.rig.ports import free_port
-from kvbake.rig.processes import spawn, wait_until
-from kvbake.rig.registry import REGISTRY_BINARY
+from kvbake_rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
+from kvbake_rig.ports import free_port
+from kvbake_rig.processes import spawn, wait_until
+from kvbake_rig.registry import REGISTRY_BINARY
 
 from conftest import run, tags_of
 from tiny import TINY_BASE, base_tar, write_project

@@ -11,10 +11,10 @@ from typing import Iterator
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS, RAY_NODE_IPS, REAL_RAY_SHAPES, RIG_SECRETS, SHAPES
+from kvbake_rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS, RAY_NODE_IPS, REAL_RAY_SHAPES, RIG_SECRETS, SHAPES
 
 from conftest import ship_standin
-from kvbake.rig.gcs_polls import alive, stop_order_failures
+from kvbake_rig.gcs_polls import alive, stop_order_failures
 from raywatch import GcsWatch
 from serveshapes import NODES, clear_nodes, signed_by_a_reviewer
 from shiprig import reset_nodes

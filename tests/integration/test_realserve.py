@@ -30,9 +30,9 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.bake.core.plan import read_overlay
-from kvbake.rig import LocalRegistry, NodeEngine
-from kvbake.rig import realserve as rs
-from kvbake.rig.ports import free_port
+from kvbake_rig import LocalRegistry, NodeEngine
+from kvbake_rig import realserve as rs
+from kvbake_rig.ports import free_port
 
 from conftest import run
 
@@ -273,7 +273,7 @@ SHADOW = "/root/.cache/kvbake-shadow"
 
 
 def serving_processes(engine: Engine, container: str) -> tuple:
-    from kvbake.ship.core.serve_reading import read_serve
+    from kvbake.serve.core.serve_reading import read_serve
 
     return read_serve(engine.processes(container)).serving
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from kvbake.registry.adapters.registry_api import USER_AGENT
-from kvbake.rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
-from kvbake.rig.redirect_front import RedirectFront
+from kvbake_rig import Credentials, LocalRegistry, login, private_client, write_htpasswd
+from kvbake_rig.redirect_front import RedirectFront
 
 from conftest import run
 

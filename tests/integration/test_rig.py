@@ -19,7 +19,7 @@ import pytest
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from kvbake.rig import (
+from kvbake_rig import (
     Credentials,
     LocalRegistry,
     LoopbackSshd,
@@ -30,8 +30,8 @@ from kvbake.rig import (
     private_client,
     write_htpasswd,
 )
-from kvbake.rig.mounts import mounts_below
-from kvbake.rig.processes import ProcessRef
+from kvbake_rig.mounts import mounts_below
+from kvbake_rig.processes import ProcessRef
 
 pytestmark = pytest.mark.docker
 

@@ -21,7 +21,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.ship.core.init_documents import LAUNCHER_CONTAINER
 
 from faultscenarios import failing_launcher, killed_run, operator_host
-from kvbake.rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
+from kvbake_rig.serve_shapes import (RAY_ARGS, RIG_API_KEY, RIG_SECRETS, RIG_TOKEN, SERVED, SHAPES, STANDIN_VLLM, ShapePorts,
                                      multi_node_args, standin_serve, within_this_machines_memlock)
 from serveshapes import (NODES, clear_nodes, serves, serving_keys, shape_ports, signed_by_a_reviewer, start_shape, wait_for_serves, whole_node,
                          with_node_containers)
@@ -283,7 +283,7 @@ def wrapped_exec(client, key: str, ports: ShapePorts) -> str:
 
 def serve_processes(rig: dict, key: str, name: str) -> list[tuple]:
     """Each vLLM serve of the container: command line, working directory, user."""
-    from kvbake.ship.core.serve_reading import read_serve
+    from kvbake.serve.core.serve_reading import read_serve
 
     return [(s.process.argv, s.process.cwd, s.process.uid) for s in read_serve(Engine(rig[key].host).processes(name)).serving]
 

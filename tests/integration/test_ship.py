@@ -11,7 +11,7 @@ import time
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig import NodeEngine
+from kvbake_rig import NodeEngine
 
 from conftest import run
 from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
@@ -254,7 +254,7 @@ def test_an_image_that_differs_only_in_its_config_is_refused_in_phase_one(capsys
 def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and_rollback(capsys, shipped, rig, tmp_path):
     """An old launcher's serve beside kvbake's on one GPU node: verify-running names it, deploy and rollback refuse it
     before anything moves."""
-    from kvbake.rig.serve_shapes import STANDIN_VLLM, standin_serve
+    from kvbake_rig.serve_shapes import STANDIN_VLLM, standin_serve
     from serveshapes import serves
 
     deploy_control(capsys, shipped, "one serve per node")

@@ -18,10 +18,10 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import SignatureError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.provenance.adapters import cosign
-from kvbake.provenance.core.admission import key_fingerprint
-from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
-from kvbake.rig import LocalRegistry
+from kvbake.attest.adapters import cosign
+from kvbake.attest.core.admission import key_fingerprint
+from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
+from kvbake_rig import LocalRegistry
 from kvbake.ship.adapters.nodestate import NodeState
 
 from conftest import run

@@ -16,7 +16,7 @@ from kvbake.errors import RolloutError, ValidationStop
 from kvbake.manifest import load_manifest
 from kvbake.operate.adapters.memwatch import GIB, NodeMemory
 from kvbake.operate.core.needle import make_needle_codes
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.operate.adapters.validation_run import ValidateRequest, run_validation
 from tests.doubles.openai_double import Misbehaviour, OpenAIDouble
 

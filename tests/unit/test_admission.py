@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from kvbake.provenance.core.admission import SLSA_V02, attestation_problem, key_fingerprint, material_text, signature_problem
+from kvbake.attest.core.admission import SLSA_V02, attestation_problem, key_fingerprint, material_text, signature_problem
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -11,9 +11,10 @@ import pytest
 
 from kvbake.deployfile import Signing
 from kvbake.errors import SignatureError
-from kvbake.provenance.adapters import admission
-from kvbake.provenance.core.admission import SLSA_V02, key_fingerprint
-from kvbake.provenance.core.slsa import PREDICATE_TYPE
+from kvbake.attest.adapters import admission
+from kvbake.attest.core.admission import SLSA_V02, key_fingerprint
+from kvbake.attest.core.slsa import PREDICATE_TYPE
+from kvbake.ship.adapters.rollout import admitted, audit_note
 from kvbake.ship.core.release import Release
 
 from message_words import says
@@ -64,24 +65,31 @@ def keys(tmp_path) -> tuple[Path, Path]:
 
 def refusal(signing: Signing, release: Release = RELEASE, materials=MATERIALS) -> SignatureError:
     with pytest.raises(SignatureError) as caught:
-        admission.admitted(signing, release, materials, "deploy.yaml")
+        admitted(signing, release, materials, "deploy.yaml")
     assert caught.value.exit_code == 19
     return caught.value
 
 
 def test_without_a_required_signature_or_for_the_adopted_serve_cosign_is_never_run(monkeypatch, keys):
     cosign = StandInCosign(monkeypatch, {}, {})
-    assert admission.admitted(Signing(False, keys), RELEASE, MATERIALS, "deploy.yaml") is RELEASE
+    assert admitted(Signing(False, keys), RELEASE, MATERIALS, "deploy.yaml") is RELEASE
     adopted = replace(RELEASE, adopted={"container": "c", "kept_as": "k"})
-    assert admission.admitted(Signing(True, keys), adopted, MATERIALS, "deploy.yaml") is adopted
+    assert admitted(Signing(True, keys), adopted, MATERIALS, "deploy.yaml") is adopted
     assert cosign.calls == []
+
+
+def test_the_gate_below_ship_takes_the_image_and_answers_with_the_signer_or_none(monkeypatch, keys):
+    cosign = StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope()]})
+    assert admission.signer(Signing(False, keys), IMAGE, CONFIG, MATERIALS, "deploy.yaml") is None and cosign.calls == []
+    assert admission.signer(Signing(True, keys), IMAGE, CONFIG, MATERIALS, "deploy.yaml") == {"key": "alice.pub", "fingerprint": key_fingerprint(PEM)}
+    assert admission.signature_note(IMAGE, None) == f"{IMAGE} (signature not required by the deployment file)"
 
 
 def test_the_first_key_that_signs_and_attests_is_recorded_and_the_others_are_not_asked(monkeypatch, keys):
     cosign = StandInCosign(monkeypatch, {"bob.pub": [DIGEST]}, {"bob.pub": [envelope()]})
-    admitted = admission.admitted(Signing(True, keys), RELEASE, MATERIALS, "deploy.yaml")
-    assert admitted.signed_by == {"key": "bob.pub", "fingerprint": key_fingerprint(PEM)}
-    assert admitted.id == RELEASE.id, "the signer is no part of what runs"
+    passed = admitted(Signing(True, keys), RELEASE, MATERIALS, "deploy.yaml")
+    assert passed.signed_by == {"key": "bob.pub", "fingerprint": key_fingerprint(PEM)}
+    assert passed.id == RELEASE.id, "the signer is no part of what runs"
     assert [call[0] + " " + call[2] for call in cosign.calls] == ["verify alice.pub", "verify bob.pub", "verify-attestation bob.pub"]
 
 
@@ -107,7 +115,7 @@ def test_cosigns_own_refusals_and_unreadable_envelopes_are_named(monkeypatch, ke
 def test_the_lock_materials_are_compared_on_deploy_only(monkeypatch, keys):
     StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope(materials=[])]})
     assert "materials are not the lock's" in refusal(Signing(True, keys[:1])).message
-    assert admission.admitted(Signing(True, keys[:1]), RELEASE, None, "deploy.yaml").signed_by["key"] == "alice.pub"
+    assert admitted(Signing(True, keys[:1]), RELEASE, None, "deploy.yaml").signed_by["key"] == "alice.pub"
 
 
 def test_a_required_signature_without_keys_is_refused_before_cosign_runs(monkeypatch):
@@ -120,10 +128,10 @@ def test_a_required_signature_without_keys_is_refused_before_cosign_runs(monkeyp
 
 
 def test_the_audit_note_names_the_signer_or_why_there_is_none():
-    assert admission.audit_note(replace(RELEASE, signed_by={"key": "alice.pub", "fingerprint": "sha256:" + "12" * 32})) == \
+    assert audit_note(replace(RELEASE, signed_by={"key": "alice.pub", "fingerprint": "sha256:" + "12" * 32})) == \
         f"{IMAGE} signed by alice.pub (sha256:{'12' * 6})"
-    assert admission.audit_note(RELEASE).endswith("(signature not required by the deployment file)")
-    assert admission.audit_note(replace(RELEASE, adopted={"kept_as": "k"})).startswith("the adopted serve")
+    assert audit_note(RELEASE).endswith("(signature not required by the deployment file)")
+    assert audit_note(replace(RELEASE, adopted={"kept_as": "k"})).startswith("the adopted serve")
 
 
 def test_cosigns_reason_is_the_text_in_its_last_parentheses():
@@ -133,7 +141,7 @@ def test_cosigns_reason_is_the_text_in_its_last_parentheses():
 
 def test_cosign_checks_the_release_s_own_reference_and_the_slsa_predicate_type(monkeypatch, keys):
     cosign = StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope()]})
-    admission.admitted(Signing(True, keys[:1]), RELEASE, MATERIALS, "deploy.yaml")
+    admitted(Signing(True, keys[:1]), RELEASE, MATERIALS, "deploy.yaml")
     assert cosign.calls == [("verify", IMAGE, "alice.pub"), ("verify-attestation", IMAGE, "alice.pub", PREDICATE_TYPE)]
 
 

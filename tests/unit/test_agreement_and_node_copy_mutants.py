@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvbake.ship.core.journal import Journal, NodePlan, journal_from_dict, node_copy
 from kvbake.ship.core.running import agreement_failures
-from kvbake.ship.core.serve_reading import RAY_WORKER
+from kvbake.serve.core.serve_reading import RAY_WORKER
 
 LAYERS = ("sha256:base", "sha256:thin")
 SERVE = ((("VLLM_A", "1"),), "/models/m", (("--max-model-len", ("4096",)),))

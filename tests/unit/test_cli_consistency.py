@@ -97,7 +97,7 @@ def test_a_missing_deployment_file_names_it_and_an_existing_section(tmp_path: Pa
 
 
 def test_the_commands_page_lists_exactly_the_code_selecting_variables_verify_running_flags() -> None:
-    from kvbake.ship.core.running import CODE_OVERRIDES
+    from kvbake.serve.core.serve_description import CODE_OVERRIDES
 
     row = next(line for line in COMMANDS_PAGE.read_text().splitlines() if line.startswith("| `python build.py verify-running"))
     listed = re.search(r"no code-selecting override \(([^)]*)\)", row).group(1)

@@ -15,7 +15,7 @@ from kvbake import cli
 from kvbake.errors import DivergedError, RolloutError, UsageError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.push_record import pushed_image

@@ -12,7 +12,7 @@ from fake_fleet import CONTAINER, REPO, SOURCE_ROOT, World, deploy, make_world, 
 from kvbake.cli import main
 from kvbake.errors import RolloutError
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import preset_sha256
+from kvbake.serve.core.presets import preset_sha256
 from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters.fleet import Fleet
 from tests.unit.helpers_manifest import write_manifest
@@ -115,7 +115,7 @@ def test_a_deployed_serve_that_another_preset_equals_is_not_its_preset(world, mo
 
 
 def test_a_release_hashed_otherwise_names_both_hashes_to_twelve_characters(tmp_path) -> None:
-    from kvbake.operate.core.runtime_config import runtime_drift
+    from kvbake.serve.core.runtime_config import runtime_drift
 
     manifest = load_manifest(write_manifest(tmp_path / "project", MANIFEST))
     stale = dataclasses.replace(release("packing", {SWITCH: "3"}, ()), runtime_sha256="f" * 64)

@@ -153,7 +153,7 @@ def test_shown_is_relative_inside_the_project_and_whole_outside(tmp_path: Path) 
 
 
 def test_the_preset_folders_of_a_tree_are_its_first_path_parts() -> None:
-    from kvbake.operate.core.runtime_config import preset_names_in
+    from kvbake.serve.core.runtime_config import preset_names_in
 
     tree = {"b/ranks.env": "", "a/sub/deep/file": "", "a/config.json": "", "README.md": ""}
     assert preset_names_in(tree) == ("a", "b")

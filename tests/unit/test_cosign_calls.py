@@ -19,8 +19,8 @@ from kvbake.errors import SignatureError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.provenance import commands
-from kvbake.provenance.adapters import cosign
-from kvbake.provenance.core.slsa import provenance_predicate
+from kvbake.attest.adapters import cosign, signing
+from kvbake.attest.core.slsa import provenance_predicate
 from kvbake.ship.core.push_record import PUSHES_DIR
 
 from message_words import says
@@ -75,7 +75,7 @@ class FakeCosign:
 def fake(tmp_path, monkeypatch) -> FakeCosign:
     # the registry's signature tags are read and put back by signature_tags (tests/unit/test_signature_tags.py and the
     # real registry in tests/integration/test_sign.py); here no registry runs
-    monkeypatch.setattr(commands, "all_or_nothing", lambda reference: contextlib.nullcontext())
+    monkeypatch.setattr(signing, "all_or_nothing", lambda reference: contextlib.nullcontext())
     return FakeCosign(tmp_path / "bin", monkeypatch)
 
 
@@ -347,7 +347,7 @@ def test_the_developers_copy_must_be_a_file(tmp_path, monkeypatch):
 def test_sign_uses_the_typed_password_and_the_given_key_throughout_and_undoes_by_the_pushed_reference(fake, tmp_path, monkeypatch):
     root = pushed_standin(tmp_path)
     guarded = []
-    monkeypatch.setattr(commands, "all_or_nothing", lambda reference: guarded.append(reference) or contextlib.nullcontext())
+    monkeypatch.setattr(signing, "all_or_nothing", lambda reference: guarded.append(reference) or contextlib.nullcontext())
     monkeypatch.setattr(cosign.sys, "stdin", SimpleNamespace(isatty=lambda: True))
     monkeypatch.setattr(cosign.getpass, "getpass", lambda prompt: "typed")
     key = tmp_path / "release.key"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbake.provenance.adapters import cosign
+from kvbake.attest.adapters import cosign
 
 
 def fake_cosign(folder: Path, help_text: str) -> str:

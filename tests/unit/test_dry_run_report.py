@@ -4,7 +4,7 @@ command, variables, switches file lines and printed engine calls (or that there 
 from __future__ import annotations
 
 from fake_fleet import PACKING
-from kvbake.operate.core.runtime_config import ENV_FILE
+from kvbake.serve.core.runtime_config import ENV_FILE
 from kvbake.ship.adapters.dry_run import NodeDryRun, report_data, report_text
 
 WORKER = NodeDryRun("spark-b", "worker", ("launch", "--shape", "main"), {"KVBAKE_NODE_RANK": "1", "B_VAR": "b", "A_VAR": "a"},

@@ -11,7 +11,7 @@ import pytest
 
 from kvbake.engines.core.procfs import Process, environment
 from kvbake.ship.adapters.serve_reader import read_rank
-from kvbake.ship.core.serve_reading import RAY_WORKER
+from kvbake.serve.core.serve_reading import RAY_WORKER
 
 from fake_fleet import CONTAINER, CONTROL, PACKING, SOURCE_ROOT, World, deploy, make_world
 from test_fleet_ray_worker_mutants import with_shape

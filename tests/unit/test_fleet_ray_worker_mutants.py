@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.ship.core.serve_reading import RAY_WORKER
+from kvbake.serve.core.serve_reading import RAY_WORKER
 
 from fake_fleet import CONTROL, World, make_world
 

@@ -1,9 +1,9 @@
-"""The judgement of a watch on a Ray cluster's GCS (kvbake/rig/gcs_polls.py): which polls of a gang restart show an old
+"""The judgement of a watch on a Ray cluster's GCS (kvbake_rig/gcs_polls.py): which polls of a gang restart show an old
 Ray node alive beside a new one, or a node joining the old cluster."""
 
 from __future__ import annotations
 
-from kvbake.rig.gcs_polls import stop_order_failures
+from kvbake_rig.gcs_polls import stop_order_failures
 
 
 def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = ()) -> dict:

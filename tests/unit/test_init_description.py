@@ -11,16 +11,16 @@ import pytest
 import yaml
 
 from kvbake.engines.core.procfs import Process
-from kvbake.rig.ports import free_port
+from kvbake_rig.ports import free_port
 from kvbake.errors import IntegrityError, RolloutError
 from kvbake.cli import main
 from kvbake.manifest import Preset
 from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
 from kvbake.ship.core.init_documents import InitOptions, deploy_document, launcher_env, manifest_document, placeholders
-from kvbake.ship.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
+from kvbake.serve.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
                                                 implied_preset, privileged_line, require_serving, serve_env)
-from kvbake.ship.core.serve_reading import read_serve
-from kvbake.ship.core.vllm_argv import parse_serve_args
+from kvbake.serve.core.serve_reading import read_serve
+from kvbake.serve.core.vllm_argv import parse_serve_args
 
 ROOT = "/usr/local/lib/python3.12/dist-packages"
 SWITCHES = ("VLLM_A", "VLLM_B")

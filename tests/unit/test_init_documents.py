@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from kvbake.ship.core.init_documents import InitOptions, deploy_document, launcher_env, manifest_document
-from kvbake.ship.core.serve_description import BasePin, Drafter, Mounts, NodeServe, ServeDescription
+from kvbake.serve.core.serve_description import BasePin, Drafter, Mounts, NodeServe, ServeDescription
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"
 BASE = BasePin("reg/spark@sha256:" + "d" * 64, "sha256:" + "a" * 64, True)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kvbake.ship.core.init_documents import InitOptions, deploy_document, manifest_document, placeholders, serve_port
-from kvbake.ship.core.serve_description import BasePin, Drafter, Mounts, NodeServe, ServeDescription
+from kvbake.serve.core.serve_description import BasePin, Drafter, Mounts, NodeServe, ServeDescription
 
 ROOT = "/usr/local/lib/python3.12/dist-packages"
 TEMPLATE = {"base": {"image": "old", "source_root": ROOT}, "donor": {"url": "u", "revision": "0" * 40},

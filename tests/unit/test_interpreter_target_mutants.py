@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.ship.core.python_argv import interpreter_target
+from kvbake.serve.core.python_argv import interpreter_target
 
 
 @pytest.mark.parametrize(("argv", "target"), [

@@ -18,8 +18,8 @@ import record_vllm_cli as recorder  # noqa: E402
 from kvbake.launcher import cli as launcher  # noqa: E402
 from kvbake.launcher.core import launch_plan as core  # noqa: E402
 from kvbake.manifest import load_manifest  # noqa: E402
-from kvbake.operate.core.presets import choose_preset  # noqa: E402
-from kvbake.operate.core.runtime_config import settings_of_preset  # noqa: E402
+from kvbake.serve.core.presets import choose_preset  # noqa: E402
+from kvbake.serve.core.runtime_config import settings_of_preset  # noqa: E402
 
 FIXTURES = {version: json.loads((ROOT / "tests" / "data" / f"vllm_cli_options_{version}.json").read_text())
             for version in ("0.32.0", "0.33.0")}

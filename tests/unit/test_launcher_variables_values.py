@@ -10,7 +10,7 @@ from pathlib import Path
 from fake_fleet import PACKING
 from kvbake.deployfile import Deployment, Drafter, Launcher, Node
 from kvbake.launcher.core.node_launch import NodeLaunch
-from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings
+from kvbake.serve.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings
 from kvbake.ship.core.launcher_variables import launcher_variables, node_rank
 
 NODES = (Node("w1", "ssh://w1", "worker", "10.0.0.2"), Node("h", "ssh://h", "head", "10.0.0.1"),

@@ -9,7 +9,7 @@ import pytest
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.errors import PresetError
 from kvbake.manifest import Preset, Switch
-from kvbake.operate.core.presets import ChosenPreset, choose_preset, field_problems, preset_sha256, switch_problems
+from kvbake.serve.core.presets import ChosenPreset, choose_preset, field_problems, preset_sha256, switch_problems
 
 SWITCHES = {
     "VLLM_A": Switch("VLLM_A", ("1",), (), "a"),

@@ -15,7 +15,7 @@ from kvbake.errors import IntegrityError, PresetError, RolloutError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.operate.commands import _serve_against_presets
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve
 from kvbake.ship.adapters import fleet as fleet_module
 from message_words import says
 from test_config_check_running import MANIFEST, SWITCH, check, serve_by_hand

@@ -18,7 +18,7 @@ from kvbake.operate.core.oracle import (
     NOT_CHOSEN, NOT_RECALLED, ORACLES, PROBE_DEPTH, PROBE_TOKENS, RECALLED, OracleChoice, build_probe, check_oracle,
     choose_oracle, initial_choice, oracle_to_dict, probe_data,
 )
-from kvbake.operate.core.presets import ChosenPreset
+from kvbake.serve.core.presets import ChosenPreset
 from kvbake.operate.core.validate_plan import Report, make_options, report_text, report_to_dict, score_inertness, synthetic_corpus
 
 PACKED = Preset("packing-327680", "validated", 327680, {"VLLM_DSV41_KV_PAIR": "3"}, "packing", 384, ())

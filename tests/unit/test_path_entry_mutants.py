@@ -8,7 +8,7 @@ import pytest
 
 from kvbake.engines.core.procfs import Process
 from kvbake.ship.core.process_checks import changed_files
-from kvbake.ship.core.serve_reading import first_path_entry
+from kvbake.serve.core.serve_reading import first_path_entry
 
 MODULE = ("-m", "vllm.entrypoints.openai.api_server")
 

@@ -10,7 +10,7 @@ import yaml
 
 from kvbake.errors import PresetError
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
 

@@ -7,7 +7,7 @@ import pytest
 from kvbake.engines.core.procfs import ImportOrigin, Process, parse_origins, parse_processes
 from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changed_files, changes_since_adopt, edits_since_adopt, process_failures, process_signature,
                                              ray_worker_failures)
-from kvbake.ship.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, ray_exec_command, ray_start_of_raylet, read_serve
+from kvbake.serve.core.serve_reading import EXEC, MAIN, exec_command, first_path_entry, ray_exec_command, ray_start_of_raylet, read_serve
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"
 BAKED = ROOT + "/vllm/__init__.py"

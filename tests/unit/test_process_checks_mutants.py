@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvbake.ship.core.process_checks import change_failures, expected_origin, ray_worker_failures
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve
 from message_words import says
 from test_process_checks import NAMES, ROOT, proc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvbake.engines.core.procfs import ImportOrigin, Process
 from kvbake.ship.core.process_checks import ProcessExpectation, process_failures
-from kvbake.ship.core.serve_reading import ServeReading, read_serve
+from kvbake.serve.core.serve_reading import ServeReading, read_serve
 
 ROOT = "/usr/local/lib/python3.11/dist-packages"
 BAKED = ImportOrigin(ROOT + "/vllm/__init__.py", (ROOT,))

@@ -8,7 +8,7 @@ import pytest
 
 from kvbake.cli import main
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.errors import PresetError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from kvbake.rig.redirect_front import RedirectFront
-from kvbake.rig.registry import RegistryEndpoint
+from kvbake_rig.redirect_front import RedirectFront
+from kvbake_rig.registry import RegistryEndpoint
 
 UPSTREAM = RegistryEndpoint("127.0.0.1:9", "http")  # never reached: the handshake is answered before any proxying
 

@@ -12,7 +12,7 @@ import pytest
 from fake_fleet import release as fake_release
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.operate.core.presets import ChosenPreset, preset_sha256
+from kvbake.serve.core.presets import ChosenPreset, preset_sha256
 from kvbake.ship.core.push_record import pushed_image
 from kvbake.ship.core.release import PushedImage, Release, make_release, release_from_json, release_to_json, runtime_config
 

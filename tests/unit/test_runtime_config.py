@@ -10,9 +10,9 @@ import pytest
 from kvbake.errors import IntegrityError, PresetError
 from kvbake.lock import read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.operate.core.presets import choose_preset, preset_sha256
+from kvbake.serve.core.presets import choose_preset, preset_sha256
 from kvbake.ship.core.release import Release
-from kvbake.operate.core.runtime_config import (
+from kvbake.serve.core.runtime_config import (
     ARGS_FILE, ENV_FILE, JSON_FILE, REVIEW_REASON, Drift, Provenance, as_tree, checked_presets, compare_tree, drift_error,
     preset_names_in, render_config, render_many, settings_of_preset, settings_of_release,
 )
@@ -188,7 +188,7 @@ def deployed(manifest: Manifest, name: str, **changes) -> Release:
 
 
 def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path) -> None:
-    from kvbake.operate.core.runtime_config import running_drift_error, runtime_drift
+    from kvbake.serve.core.runtime_config import running_drift_error, runtime_drift
 
     manifest = manifest_with(tmp_path, packed=PACKED)
     release = deployed(manifest, "packed")
@@ -215,7 +215,7 @@ def test_what_runs_matches_its_preset_or_each_difference_is_named(tmp_path: Path
     (False, False, "configs does not exist", "the manifest is unlocked: run python build.py lock, then python build.py config --all"),
 ])
 def test_a_configuration_never_written_is_one_line_naming_what_to_run_first(exists: bool, locked: bool, cause: str, fix: str) -> None:
-    from kvbake.operate.core.runtime_config import unwritten_error
+    from kvbake.serve.core.runtime_config import unwritten_error
 
     error = unwritten_error("configs", exists, locked)
     assert isinstance(error, IntegrityError) and error.exit_code == 7
@@ -223,7 +223,7 @@ def test_a_configuration_never_written_is_one_line_naming_what_to_run_first(exis
 
 
 def test_check_calls_a_tree_unwritten_only_when_it_holds_none_of_the_files() -> None:
-    from kvbake.operate.core.runtime_config import unwritten
+    from kvbake.serve.core.runtime_config import unwritten
 
     expected = {"control/ranks.env": "a", "control/launcher.args": "b"}
     assert unwritten(expected, {})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.errors import PresetError
-from kvbake.operate.core.runtime_config import render_many
+from kvbake.serve.core.runtime_config import render_many
 from tests.unit.test_runtime_config import LOCKED, PACKED, manifest_with
 
 

@@ -169,7 +169,7 @@ def test_withhold_replaces_each_credential_like_string_whole_and_keeps_the_rest(
 def test_a_reason_that_looks_like_a_credential_is_refused_by_every_preset_choice() -> None:
     from kvbake.errors import PresetError
     from kvbake.manifest import load_manifest
-    from kvbake.operate.core.presets import choose_preset
+    from kvbake.serve.core.presets import choose_preset
 
     manifest = load_manifest(STANDIN)
     with pytest.raises(IntegrityError) as caught:
@@ -231,7 +231,7 @@ def test_a_validation_report_is_written_with_credential_like_strings_withheld(tm
     from kvbake.manifest import load_manifest
     from kvbake.operate.adapters.memwatch import GIB
     from kvbake.operate.core.prefix_identity import Check
-    from kvbake.operate.core.presets import choose_preset
+    from kvbake.serve.core.presets import choose_preset
     from kvbake.secretscan import withheld
     from kvbake.operate.core.validate_plan import Report, StepResult, stopped
     from kvbake.operate.adapters.validation_run import write_report

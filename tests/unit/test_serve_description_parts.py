@@ -8,12 +8,12 @@ import pytest
 
 from kvbake.engines.core.procfs import Process
 from kvbake.errors import IntegrityError, RolloutError
-from kvbake.ship.core.serve_description import (NodeServe, addresses_of, base_pin, choose_container, classify_mounts, control_args, describe,
+from kvbake.serve.core.serve_description import (NodeServe, addresses_of, base_pin, choose_container, classify_mounts, control_args, describe,
                                                 device_text, find_drafter, head_of, node_launch, ray_port_of, reference_of, refuse_second_serves,
                                                 require_serving,
                                                 serve_env, shm_text, split_env)
-from kvbake.ship.core.serve_reading import read_serve, second_serves
-from kvbake.ship.core.vllm_argv import parse_serve_args
+from kvbake.serve.core.serve_reading import read_serve, second_serves
+from kvbake.serve.core.vllm_argv import parse_serve_args
 
 ROOT = "/usr/local/lib/python3.12/dist-packages"
 IMAGE_A, IMAGE_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64

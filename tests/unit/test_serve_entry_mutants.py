@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.ship.core.vllm_argv import parse_serve_process, serve_entry
+from kvbake.serve.core.vllm_argv import parse_serve_process, serve_entry
 from message_words import says
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvbake.manifest import Preset
 from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
-from kvbake.ship.core.vllm_argv import parse_serve_args
+from kvbake.serve.core.vllm_argv import parse_serve_args
 
 ARGS = ("--port", "8000", "--kv-cache-dtype", "fp8")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.ship.core.serve_reading import MAIN, exec_command, read_serve, runs_ray_node
+from kvbake.serve.core.serve_reading import MAIN, exec_command, read_serve, runs_ray_node
 from test_process_checks import SERVE, proc
 
 

@@ -13,9 +13,9 @@ from kvbake.errors import UsageError
 from kvbake.lock import read_lock
 from kvbake.bake.core.provenance import switch_names
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
-from kvbake.provenance.core.slsa import provenance_predicate
-from kvbake.provenance import commands as provenance_commands
+from kvbake.serve.core.presets import choose_preset
+from kvbake.attest.core.slsa import provenance_predicate
+from kvbake.attest.adapters import signing
 from kvbake.ship import commands
 from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters.fleet import Fleet, make_fleet
@@ -55,15 +55,15 @@ class StandInSigning:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, engine) -> None:
         self.engine, self.opened, self.signed = engine, [], []
-        monkeypatch.setattr(provenance_commands, "opened_key", self.opened_key)
-        monkeypatch.setattr(provenance_commands, "sign_pushed", self.sign_pushed)
+        monkeypatch.setattr(signing, "opened_key", self.opened_key)
+        monkeypatch.setattr(signing, "sign_pushed", self.sign_pushed)
 
     def opened_key(self, key: Path) -> str:
         self.opened.append((key, dict(self.engine.registry.manifests)))
         return "pass phrase"
 
-    def sign_pushed(self, manifest, lock, key: Path, secret: str):
-        self.signed.append((manifest.path, lock, key, secret))
+    def sign_pushed(self, reference: str, lock, manifest_name: str, key: Path, secret: str):
+        self.signed.append((reference, lock, manifest_name, key, secret))
         return {"image": "signed image", "key": str(key)}, f"signed with {key.name}"
 
 
@@ -76,7 +76,8 @@ def test_push_sign_opens_the_key_before_anything_is_pushed_then_signs_with_it(bu
     answer = json.loads(out)
     assert answer["status"] == "pushed" and answer["signed"] == {"image": "signed image", "key": str(key)}
     assert cosign.opened == [(key, {})]
-    assert cosign.signed == [(manifest.path, read_lock(manifest), key, "pass phrase")]
+    lock = read_lock(manifest)
+    assert cosign.signed == [(pushed_image(manifest, lock).pinned, lock, manifest.path.name, key, "pass phrase")]
 
 
 def test_push_sign_says_what_signing_said(built, capsys, monkeypatch, tmp_path):

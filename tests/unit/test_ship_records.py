@@ -16,7 +16,7 @@ from kvbake.bake.core import plan as plan_module
 from kvbake.bake.core.plan import make_plan, read_overlay, tag_for
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.errors import IntegrityError
 from kvbake.ship import commands as ship_commands
 from kvbake.ship.adapters.nodestate import NodeState

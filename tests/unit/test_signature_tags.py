@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import RegistryError, SignatureError
-from kvbake.provenance.adapters import signature_tags
+from kvbake.attest.adapters import signature_tags
 from kvbake.registry.core.remote_manifest import RemoteManifest
 
 REFERENCE = "127.0.0.1:5000/team/release@sha256:" + "ab" * 32

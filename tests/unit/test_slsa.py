@@ -9,8 +9,8 @@ import pytest
 from kvbake import __version__
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
-from kvbake.provenance.adapters.cosign import registry_options
-from kvbake.provenance.core.slsa import hex_of, provenance_predicate
+from kvbake.attest.adapters.cosign import registry_options
+from kvbake.attest.core.slsa import hex_of, provenance_predicate
 
 STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin" / "manifest.yaml"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.provenance.core.slsa import hex_of
+from kvbake.attest.core.slsa import hex_of
 
 
 @pytest.mark.parametrize("digest", ["sha512:" + "a" * 64, "sha256:" + "a" * 63, "a" * 64, "sha256:" + "g" * 64,

@@ -17,8 +17,8 @@ from kvbake.errors import IntegrityError, KvbakeError, SignatureError
 from kvbake.lock import load_lock_file
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.provenance import commands
-from kvbake.provenance.adapters import cosign
-from kvbake.provenance.core.slsa import provenance_predicate
+from kvbake.attest.adapters import cosign
+from kvbake.attest.core.slsa import provenance_predicate
 from kvbake.registry.adapters import credentials, registry_api
 from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters.nodestate import NodeState

@@ -15,8 +15,9 @@ from kvbake.bake.core.plan import tag_for
 from kvbake.errors import RegistryError, RolloutError, SignatureError
 from kvbake.lock import Derived, read_lock
 from kvbake.manifest import Manifest, load_manifest
-from kvbake.provenance.adapters import cosign, evidence
-from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
+from kvbake.attest.adapters import cosign
+from kvbake.provenance.adapters import evidence
+from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
 from kvbake.registry.adapters import credentials, registry_api
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.push_record import PUSHES_DIR

@@ -12,7 +12,7 @@ from kvbake.operate.adapters.memwatch import GIB, MemoryWatcher, NodeMemory, par
 from kvbake.operate.core.needle import NEEDLE_PATTERN, build_corruption_set, build_needle_prompt, make_needle_codes
 from kvbake.operate.core.completions import Completion
 from kvbake.operate.core.prefix_identity import Observation, PrefixObservations
-from kvbake.operate.core.presets import ChosenPreset
+from kvbake.serve.core.presets import ChosenPreset
 from kvbake.operate.core.validate_plan import (
     NEEDLE_TAIL, Report, make_options, not_run, parse_depths, report_text, report_to_dict, score_inertness,
     score_needle_set, score_needles, score_prefix, stopped, synthetic_corpus,

@@ -8,7 +8,7 @@ import pytest
 
 from kvbake.errors import PresetError, UsageError
 from kvbake.operate.adapters.memwatch import GIB
-from kvbake.operate.core.presets import ChosenPreset
+from kvbake.serve.core.presets import ChosenPreset
 from kvbake.operate.core.validate_plan import (
     ANSWER_TOKENS, FAILED_FIX, make_options, not_run, parse_depths, parse_pressure, report_text, report_to_dict,
     score_inertness, stopped, synthetic_corpus,

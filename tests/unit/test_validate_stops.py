@@ -25,7 +25,7 @@ from kvbake.operate.core.needle import make_needle_codes
 from kvbake.operate.core.prefix_identity import (
     build_prefix_prompts, expected_cached_tokens, partial_prefix_cached_tokens, shared_prefix_length,
 )
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.operate.core.validate_plan import synthetic_corpus
 from kvbake.operate.adapters.validation_run import ValidateRequest, run_validation
 from tests.doubles.double_text import token_ids

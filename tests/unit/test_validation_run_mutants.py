@@ -19,7 +19,7 @@ from kvbake.operate.adapters.memwatch import GIB, NodeMemory
 from kvbake.operate.adapters.openai_client import Completion, OpenAIClient
 from kvbake.operate.adapters.validation_run import PlanRun, ValidateRequest, memory_reader, release_of, run_validation
 from kvbake.operate.core.needle import make_needle_codes
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from kvbake.operate.core.validate_plan import ANSWER_TOKENS, PlanOptions, make_options, synthetic_corpus
 from message_words import says
 from tests.doubles.openai_double import Fault, Misbehaviour, OpenAIDouble

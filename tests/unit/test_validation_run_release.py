@@ -15,7 +15,7 @@ from kvbake.errors import RolloutError, ValidationStop
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.operate.adapters import validation_run
 from kvbake.operate.adapters.validation_run import ValidateRequest, release_of, run_validation, write_report
-from kvbake.operate.core.presets import choose_preset
+from kvbake.serve.core.presets import choose_preset
 from tests.doubles import write_tiny_corpus
 from tests.doubles.openai_double import Fault, Misbehaviour, OpenAIDouble
 

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvbake.errors import IntegrityError
-from kvbake.ship.core.python_argv import interpreter_target, is_interpreter
-from kvbake.ship.core.vllm_argv import (API_SERVER, API_SERVER_MODULE, CLI_MAIN, CLI_MAIN_MODULE, MODEL_OPTION,
+from kvbake.serve.core.python_argv import interpreter_target, is_interpreter
+from kvbake.serve.core.vllm_argv import (API_SERVER, API_SERVER_MODULE, CLI_MAIN, CLI_MAIN_MODULE, MODEL_OPTION,
                                         PER_NODE_OPTIONS, REFUSED_OPTIONS, SERVE_SCRIPT, ServeArgs, ServeEntry,
                                         ServeProcess, parse_serve_args, parse_serve_process, serve_entry)
-from kvbake.ship.core.vllm_options import render_entries, serve_options
+from kvbake.serve.core.vllm_options import render_entries, serve_options
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "scripts"))

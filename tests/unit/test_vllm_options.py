@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.ship.core.vllm_options import (ARITIES, OptionSpec, canonical_name, read_option, serve_options,
+from kvbake.serve.core.vllm_options import (ARITIES, OptionSpec, canonical_name, read_option, serve_options,
                                            table_from_document)
 
 ROOT = Path(__file__).resolve().parents[2]

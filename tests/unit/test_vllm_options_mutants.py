@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.ship.core.vllm_options import FLAG, VALUE, OptionSpec, is_option_token, read_option, table_from_document
+from kvbake.serve.core.vllm_options import FLAG, VALUE, OptionSpec, is_option_token, read_option, table_from_document
 from message_words import says
 
 OPTIONS = {"--tensor-parallel-size": ["--tensor-parallel-size", VALUE], "-tp": ["--tensor-parallel-size", VALUE],

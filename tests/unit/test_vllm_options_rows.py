@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvbake.errors import IntegrityError
-from kvbake.ship.core.vllm_options import ARITIES, table_from_document
+from kvbake.serve.core.vllm_options import ARITIES, table_from_document
 
 
 @pytest.mark.parametrize(("row", "named"), [

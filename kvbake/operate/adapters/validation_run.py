@@ -28,7 +28,7 @@ from kvbake.operate.core.pressure_mix import (
 )
 from kvbake.operate.core.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.operate.core.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
-from kvbake.operate.core.presets import ChosenPreset
+from kvbake.serve.core.presets import ChosenPreset
 from kvbake.operate.core.serve_metrics import PREEMPTIONS, counter_total, preemptions_during, with_preemptions
 from kvbake.secretscan import refuse_in_option, withhold_credentials
 from kvbake.ship.adapters.nodestate import NodeState

@@ -1,1 +1,1 @@
-"""The pure side of operating: presets, runtime configs, the validation plan, its scorers and helpers, capacity lines."""
+"""The pure side of operating: the validation plan, its scorers and helpers, which preset a serve equals, capacity lines."""

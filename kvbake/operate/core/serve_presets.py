@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from kvbake.manifest import Preset
-from kvbake.ship.core.serve_description import LENGTH_OPTION, shared_args
-from kvbake.ship.core.vllm_argv import ServeArgs, parse_serve_args
+from kvbake.serve.core.serve_description import LENGTH_OPTION, shared_args
+from kvbake.serve.core.vllm_argv import ServeArgs, parse_serve_args
 
 
 def preset_differences(args: ServeArgs, switches: Mapping[str, str], preset: Preset) -> list[str]:

@@ -14,7 +14,7 @@ from kvbake.operate.core.corpus import Corpus, Document
 from kvbake.operate.core.needle import NeedlePrompt, default_depths, score_corruption, score_recall
 from kvbake.operate.core.oracle import OracleChoice, initial_choice, oracle_to_dict
 from kvbake.operate.core.prefix_identity import Check, PrefixObservations, check_fresh_salt, comparison_floor, score_prefix_sequence
-from kvbake.operate.core.presets import ChosenPreset
+from kvbake.serve.core.presets import ChosenPreset
 
 STEPS = ("inertness", "prefix identity", "corruption set", "needles", "pressure")
 DEFAULT_PREFIX_TOKENS = 8000

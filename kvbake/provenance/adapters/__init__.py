@@ -1,1 +1,1 @@
-"""Provenance's adapters: the cosign program, keys and passwords."""
+"""Provenance's adapters: what trace finds again (files, the registry, cosign's checks, the fleet)."""

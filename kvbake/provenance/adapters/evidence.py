@@ -113,8 +113,8 @@ def fleet_links(fleet, lock: Lock) -> list[Link]:
 
 def signature_links(reference: str, keys: list[Path], lock: Lock, manifest: Manifest) -> list[Link]:
     """Per public key: cosign's verification of the signature and of the SLSA attestation of `reference`."""
-    from kvbake.provenance.adapters import cosign
-    from kvbake.provenance.core.slsa import PREDICATE_TYPE, provenance_predicate
+    from kvbake.attest.adapters import cosign
+    from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
     from kvbake.provenance.core.trace import attestation_link, signature_link
 
     digest = recorded_digest(reference)

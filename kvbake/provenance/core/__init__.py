@@ -1,1 +1,1 @@
-"""The pure core of provenance: the SLSA provenance predicate a release's lock gives."""
+"""The pure core of provenance: the chain of evidence, each link holding only when what is found equals what was recorded."""

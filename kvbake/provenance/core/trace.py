@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.lock import Lock
-from kvbake.provenance.core.admission import material_text, signed_digests, subject_digests
+from kvbake.attest.core.admission import material_text, signed_digests, subject_digests
 
 # the kinds of link, in the order the chain runs
 KINDS = ("donor", "patch", "file", "layer", "config", "manifest", "signature", "attestation", "rank")

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from kvbake.errors import RolloutError
-from kvbake.operate.core.presets import check_reason
+from kvbake.serve.core.presets import check_reason
 from kvbake.secret_env import withhold_args
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
@@ -26,8 +26,8 @@ from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
 from kvbake.ship.core.process_checks import changed_files, switch_set
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
-from kvbake.ship.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
-from kvbake.ship.core.serve_description import refuse_second_serves
+from kvbake.serve.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
+from kvbake.serve.core.serve_description import refuse_second_serves
 
 ADOPTED_PRESET = "adopted"
 KEPT_SUFFIX = "-kvbake-adopted"

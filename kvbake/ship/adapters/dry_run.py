@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvbake.deployfile import Deployment
 from kvbake.errors import RolloutError
-from kvbake.operate.core.runtime_config import ENV_FILE, settings_of_release
+from kvbake.serve.core.runtime_config import ENV_FILE, settings_of_release
 from kvbake.ship.adapters.transitions import write_rank_files
 from kvbake.ship.core.launcher_variables import launcher_variables
 from kvbake.ship.core.release import Release

@@ -16,7 +16,7 @@ from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import foreign_hooks, layer_digests
 from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, process_failures,
                                              process_signature, ray_worker_failures, switch_set)
-from kvbake.ship.core.serve_reading import RAY_WORKER
+from kvbake.serve.core.serve_reading import RAY_WORKER
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.core.running import adopted_rank_failures, expected_image_id, rank_failures

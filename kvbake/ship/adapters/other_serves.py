@@ -10,7 +10,7 @@ from kvbake.errors import EngineError, RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.core.noderecords import NodeRecords
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve
 
 
 def serving_containers(engine: Engine) -> dict[str, str]:

@@ -23,9 +23,9 @@ from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay, refuse_foreign_hooks
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
-from kvbake.ship.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
+from kvbake.serve.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
                                                is_privileged, refuse_second_serves, require_serving)
-from kvbake.ship.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve
 from kvbake.yaml_documents import parse_yaml
 
 TEMPLATE = "data/production.manifest.yaml"

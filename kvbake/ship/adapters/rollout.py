@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from kvbake.deployfile import Deployment
+from kvbake.attest.adapters.admission import signature_note, signer
+from kvbake.deployfile import Deployment, Signing
 from kvbake.engines.core.detection import EngineProfile
 from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
-from kvbake.provenance.adapters.admission import admitted, audit_note
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
@@ -227,6 +227,22 @@ def refuse_pending(deployment: Deployment) -> None:
         command = recovery_command(pending.kind)
         raise RolloutError(f"an interrupted {pending.kind} ({pending.id}, release {pending.release_id}) left a journal",
                            f"run {command} --resume to finish it or {command} --revert to undo it")
+
+
+def admitted(signing: Signing, release: Release, materials: Sequence[Mapping[str, Any]] | None, deploy_file: str) -> Release:
+    """The release with the key that signed it (`signed_by`), when the deployment requires a signature (the signature
+    gate: `attest/adapters/admission.signer`). An adopted serve is no kvbake image and is never signed; it passes as it is."""
+    if release.adopted:
+        return release
+    signed_by = signer(signing, release.image, release.config_digest, materials, deploy_file)
+    return release if signed_by is None else replace(release, signed_by=signed_by)
+
+
+def audit_note(release: Release) -> str:
+    """What the node's audit log says of the signature of the release it moves to."""
+    if release.adopted:
+        return "the adopted serve (no kvbake image, never signed)"
+    return signature_note(release.image, release.signed_by)
 
 
 def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[str, ...], break_lock: bool,

@@ -7,7 +7,7 @@ from typing import Any
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.engines.core.procfs import ImportOrigin
-from kvbake.ship.core.serve_reading import ServeReading, first_path_entry, read_serve
+from kvbake.serve.core.serve_reading import ServeReading, first_path_entry, read_serve
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable
 from kvbake.atomicfile import write_atomic
 from kvbake.deployfile import Deployment
 from kvbake.errors import DivergedError, KvbakeError, LockLost, RolloutError
-from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
+from kvbake.serve.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_fence import before_write
@@ -26,7 +26,7 @@ from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, 
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
 from kvbake.ship.core.running import agreement_failures, switch_env
 from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
-from kvbake.ship.core.serve_reading import RAY_WORKER
+from kvbake.serve.core.serve_reading import RAY_WORKER
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from kvbake.ship.core.serve_description import Drafter, NodeServe, ServeDescription
-from kvbake.ship.core.vllm_argv import parse_serve_args
+from kvbake.serve.core.serve_description import Drafter, NodeServe, ServeDescription
+from kvbake.serve.core.vllm_argv import parse_serve_args
 
 PLACEHOLDER_REGISTRY = "registry.example.internal:5000"
 PLACEHOLDER_REVISION = "0" * 40

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvbake.deployfile import Deployment
-from kvbake.operate.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings
+from kvbake.serve.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings
 from kvbake.ship.core.release import Release
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import ImportOrigin
-from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServeReading, second_serves
-from kvbake.ship.core.vllm_argv import PER_NODE_OPTIONS, ServeArgs, parse_serve_args
+from kvbake.serve.core.serve_description import CODE_OVERRIDES
+from kvbake.serve.core.serve_reading import ServeReading, second_serves
+from kvbake.serve.core.vllm_argv import PER_NODE_OPTIONS, ServeArgs, parse_serve_args
 
 MODEL_OPTION = "--model"
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from kvbake.digests import canonical_json, sha256_hex
 from kvbake.manifest import Manifest
-from kvbake.operate.core.presets import ChosenPreset, preset_sha256
+from kvbake.serve.core.presets import ChosenPreset, preset_sha256
 
 
 RUNTIME_KEYS = ("Env", "Entrypoint", "Cmd", "WorkingDir")

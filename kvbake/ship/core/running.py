@@ -7,9 +7,10 @@ from typing import Any, Mapping, Sequence
 
 from kvbake.engines.core.detection import store_named
 from kvbake.errors import PresetError
+from kvbake.serve.core.serve_description import CODE_OVERRIDES
+from kvbake.serve.core.serve_reading import RAY_WORKER
 from kvbake.ship.core.create_spec import create_spec, spec_differences
 from kvbake.ship.core.release import RUNTIME_KEYS, runtime_config
-from kvbake.ship.core.serve_reading import RAY_WORKER
 
 
 def parse_expect(text: str) -> dict[str, str]:
@@ -43,11 +44,6 @@ def mount_failures(mounts: Sequence[Mapping[str, Any]] | None, baked: Sequence[s
         if covered:
             failures.append(f"a {mount.get('Type', 'bind')} mount at {destination} covers baked file {covered[0]}")
     return failures
-
-
-# Variables that change which Python or native code a rank runs, whatever the image holds.
-CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
-                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
 
 
 def override_failures(env: Sequence[str] | None, image_env: Sequence[str] | None, mounts: Sequence[Mapping[str, Any]] | None,

@@ -10,9 +10,12 @@ from typing import Any, Mapping, Sequence
 from kvbake.errors import IntegrityError, RolloutError
 from kvbake.secret_env import SECRET_OPTIONS, split_secrets
 from kvbake.secretscan import credential_kind
-from kvbake.ship.core.running import CODE_OVERRIDES
-from kvbake.ship.core.serve_reading import ServeReading, ServingProcess, second_serves
-from kvbake.ship.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
+from kvbake.serve.core.serve_reading import ServeReading, ServingProcess, second_serves
+from kvbake.serve.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
+
+# Variables that change which Python or native code a rank runs, whatever the image holds.
+CODE_OVERRIDES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "LD_PRELOAD",
+                  "LD_LIBRARY_PATH", "LD_AUDIT", "VLLM_PLUGINS")
 
 LENGTH_OPTION = "--max-model-len"
 # Set by the engine or a shell in every process; never part of how the operator configured the serve.

@@ -16,7 +16,7 @@ from kvbake.errors import BaseImageError, KvbakeError
 from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "realserve"
 BASE = "kvbake-standin/vllm-cpu-base:0.32.0"
 SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"

@@ -19,9 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from kvbake.rig.logins import Credentials
-from kvbake.rig.ports import LOOPBACK
-from kvbake.rig.registry import RegistryEndpoint
+from kvbake_rig.logins import Credentials
+from kvbake_rig.ports import LOOPBACK
+from kvbake_rig.registry import RegistryEndpoint
 
 BLOB_PATH = re.compile(r"^/v2/(?P<name>.+)/blobs/(?P<digest>sha256:[0-9a-f]{64})$")
 STORAGE_PATH = re.compile(r"^/storage/(?P<name>.+)/(?P<digest>sha256:[0-9a-f]{64})$")

@@ -13,9 +13,9 @@ from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
 from kvbake.errors import EngineError, KvbakeError
-from kvbake.rig.mounts import unmount_below
-from kvbake.rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
-from kvbake.rig.recipes import EngineRecipe, selected_profile
+from kvbake_rig.mounts import unmount_below
+from kvbake_rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
+from kvbake_rig.recipes import EngineRecipe, selected_profile
 
 READY_SECONDS = 30.0
 STOP_GRACE_SECONDS = 30.0

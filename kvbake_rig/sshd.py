@@ -20,8 +20,8 @@ from typing import Any
 from python_on_whales import DockerClient
 
 from kvbake.errors import EngineError
-from kvbake.rig.ports import LOOPBACK, accepts_connections, free_port
-from kvbake.rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
+from kvbake_rig.ports import LOOPBACK, accepts_connections, free_port
+from kvbake_rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
 
 SSHD_BINARY = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")

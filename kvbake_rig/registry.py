@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 
 from kvbake.errors import RegistryError
-from kvbake.rig.certs import ENGINE_CERTS_ROOT, TlsFiles, install_engine_trust, make_server_tls, remove_engine_trust
-from kvbake.rig.ports import LOOPBACK, free_port
-from kvbake.rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
+from kvbake_rig.certs import ENGINE_CERTS_ROOT, TlsFiles, install_engine_trust, make_server_tls, remove_engine_trust
+from kvbake_rig.ports import LOOPBACK, free_port
+from kvbake_rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
 
 REGISTRY_BINARY = "docker-registry"
 READY_SECONDS = 15.0

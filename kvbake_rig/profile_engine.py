@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.rig.node_engine import NodeEngine
-from kvbake.rig.recipes import recipe_named
+from kvbake_rig.node_engine import NodeEngine
+from kvbake_rig.recipes import recipe_named
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 

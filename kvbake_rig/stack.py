@@ -13,11 +13,11 @@ from typing import Any
 from python_on_whales import DockerClient
 
 from kvbake.errors import KvbakeError
-from kvbake.rig import node_engine, registry, sshd
-from kvbake.rig.logins import Credentials, login, write_htpasswd
-from kvbake.rig.node_engine import NodeEngine
-from kvbake.rig.registry import LocalRegistry
-from kvbake.rig.sshd import LoopbackSshd, prepare_ssh_client
+from kvbake_rig import node_engine, registry, sshd
+from kvbake_rig.logins import Credentials, login, write_htpasswd
+from kvbake_rig.node_engine import NodeEngine
+from kvbake_rig.registry import LocalRegistry
+from kvbake_rig.sshd import LoopbackSshd, prepare_ssh_client
 
 STATE_FILE = "state.json"
 STATE_FORMAT = 1

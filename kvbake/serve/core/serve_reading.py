@@ -8,8 +8,8 @@ from typing import Mapping, Sequence
 
 from kvbake.engines.core.procfs import Process
 from kvbake.secret_env import split_secrets, withhold_args
-from kvbake.ship.core.python_argv import WITH_ARGUMENT, interpreter_target, is_interpreter
-from kvbake.ship.core.vllm_argv import ServeProcess, parse_serve_process
+from kvbake.serve.core.python_argv import WITH_ARGUMENT, interpreter_target, is_interpreter
+from kvbake.serve.core.vllm_argv import ServeProcess, parse_serve_process
 
 MAIN = "main"  # vLLM is the container's main process (or a wrapper the container started runs it)
 EXEC = "exec"  # the container runs something else (a Ray node, sleep infinity); vLLM was started by docker exec

@@ -8,8 +8,8 @@ from typing import Iterable, Sequence
 
 from kvbake.errors import IntegrityError
 from kvbake.secretscan import credential_kind, withheld
-from kvbake.ship.core.python_argv import interpreter_target, is_interpreter
-from kvbake.ship.core.vllm_options import (ANY, FLAG, ONE_OR_MORE, VALUE, Entry, OptionTable, OptionToken, canonical_name,
+from kvbake.serve.core.python_argv import interpreter_target, is_interpreter
+from kvbake.serve.core.vllm_options import (ANY, FLAG, ONE_OR_MORE, VALUE, Entry, OptionTable, OptionToken, canonical_name,
                                            is_option_token, read_option, render_entries, serve_options)
 
 # The forms a process runs vLLM's serve in.

@@ -19,11 +19,11 @@ import yaml
 
 BASE = "kvbake-standin/vllm-base:0.33.0"
 RAY_BASE = f"{BASE}-ray"  # scripts/standin_ray_base.py: the stand-in base with ray 2.60.0, for the real-Ray shapes
-STANDIN_VLLM_DIR = Path(__file__).resolve().parents[2] / "scripts" / "standin_vllm"
+STANDIN_VLLM_DIR = Path(__file__).resolve().parents[1] / "scripts" / "standin_vllm"
 STANDIN_VLLM = ["type=bind", f"source={STANDIN_VLLM_DIR}", "target=/opt/kvbake-standin", "readonly"]
 CONTROL_LENGTH = 163840  # the stand-in's control preset
 MODEL = "/models/standin"
-STANDIN = Path(__file__).resolve().parents[2] / "examples" / "standin"
+STANDIN = Path(__file__).resolve().parents[1] / "examples" / "standin"
 SOURCE_ROOT = "/usr/local/lib/python3.11/dist-packages"  # where the stand-in base's python3 imports vllm from
 
 
