@@ -18,6 +18,7 @@ from kvbake.lock import load_lock_file
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.provenance import commands
 from kvbake.attest.adapters import cosign
+from kvbake.attest.core.admission import SLSA_V02
 from kvbake.attest.core.slsa import provenance_predicate
 from kvbake.registry.adapters import credentials, registry_api
 from kvbake.ship.adapters import fleet as fleet_module
@@ -83,8 +84,9 @@ def cosign_answers(monkeypatch: pytest.MonkeyPatch, signed: list[str] | str, sta
 
 
 def statement(manifest: Manifest) -> dict:
-    materials = provenance_predicate(load_lock_file(manifest.lock_path), "manifest.yaml")["materials"]
-    return {"subject": [{"digest": {"sha256": DIGEST.split(":")[1]}}], "predicate": {"materials": materials}}
+    lock = load_lock_file(manifest.lock_path)
+    return {"subject": [{"digest": {"sha256": DIGEST.split(":")[1]}}], "predicateType": SLSA_V02,
+            "predicate": provenance_predicate(lock, "manifest.yaml")}
 
 
 def args(manifest: Manifest, keys: tuple[Path, ...] = (), deploy: Path | None = None, as_json: bool = False) -> Namespace:
@@ -154,7 +156,7 @@ def test_a_signature_cosign_refuses_is_a_signature_error(standin, monkeypatch, t
 def test_an_attestation_without_the_lock_s_materials_is_a_signature_error(standin, monkeypatch, tmp_path):
     lock = load_lock_file(standin.lock_path)
     serve(monkeypatch, DIGEST, lock.derived.image_id)
-    cosign_answers(monkeypatch, [DIGEST], [{**statement(standin), "predicate": {"materials": []}}])
+    cosign_answers(monkeypatch, [DIGEST], [{**statement(standin), "predicate": {**statement(standin)["predicate"], "materials": []}}])
     error = refused(lambda: commands.cmd_trace(args(standin, (tmp_path / "alice.pub",))), SignatureError)
     assert says(error.message, "attestation alice.pub")
 

@@ -17,6 +17,7 @@ from kvbake.lock import Derived, read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.attest.adapters import cosign
 from kvbake.provenance.adapters import evidence
+from kvbake.attest.core.admission import SLSA_V02
 from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
 from kvbake.registry.adapters import credentials, registry_api
 from kvbake.ship.adapters.nodestate import NodeState
@@ -171,8 +172,10 @@ def envelope(statement: dict) -> dict:
     return {"payload": base64.b64encode(json.dumps(statement).encode()).decode()}
 
 
-def statement_of(digest: str, materials: list) -> dict:
-    return {"subject": [{"digest": {"sha256": digest.split(":")[1]}}], "predicate": {"materials": materials}}
+def statement_of(digest: str, materials: list, config_digest: str) -> dict:
+    """An SLSA v0.2 statement of `digest` that states `config_digest` and holds `materials`."""
+    return {"subject": [{"digest": {"sha256": digest.split(":")[1]}}], "predicateType": SLSA_V02,
+            "predicate": {"materials": materials, "invocation": {"parameters": {"configDigest": config_digest}}}}
 
 
 class StandInCosign:
@@ -202,7 +205,8 @@ def test_each_key_gives_a_signature_and_an_attestation_link_of_the_pushed_digest
     lock = read_lock(standin)
     materials = provenance_predicate(lock, "manifest.yaml")["materials"]
     stand_in = StandInCosign(monkeypatch, {"alice.pub": [DIGEST], "bob.pub": [OTHER]},
-                             {"alice.pub": [envelope(statement_of(DIGEST, materials))], "bob.pub": [envelope(statement_of(DIGEST, materials[:1]))]})
+                             {"alice.pub": [envelope(statement_of(DIGEST, materials, lock.derived.image_id))],
+                              "bob.pub": [envelope(statement_of(DIGEST, materials[:1], lock.derived.image_id))]})
     reference = f"{REPOSITORY}@{DIGEST}"
     links = evidence.signature_links(reference, [tmp_path / "alice.pub", tmp_path / "bob.pub"], lock, standin)
     assert [(link.kind, link.name, link.holds) for link in links] == [
@@ -218,9 +222,9 @@ def test_cosign_s_refusals_are_broken_links_that_carry_its_reason(standin, monke
                   {"alice.pub": "cosign could not verify the attestation (none matched)"})
     signature, attestation = evidence.signature_links(f"{REPOSITORY}@{DIGEST}", [tmp_path / "alice.pub"], lock, standin)
     assert (signature.kind, signature.value, signature.holds) == ("signature", DIGEST, False)
-    assert signature.broken.endswith("cosign could not verify (no signatures found)")
+    assert signature.broken.endswith("alice.pub: no signatures found")
     assert (attestation.kind, attestation.value, attestation.holds) == ("attestation", DIGEST, False)
-    assert attestation.broken.endswith("cosign could not verify the attestation (none matched)")
+    assert attestation.broken.endswith("alice.pub: no attestation verifies (none matched)")
 
 
 @pytest.mark.parametrize("printed, error", [({}, "KeyError"), ({"payload": "%%%%"}, "JSONDecodeError"), ({"payload": None}, "TypeError")])
@@ -230,6 +234,26 @@ def test_an_envelope_that_holds_no_statement_breaks_the_attestation_link_naming_
     signature, attestation = evidence.signature_links(f"{REPOSITORY}@{DIGEST}", [tmp_path / "alice.pub"], lock, standin)
     assert signature.holds and attestation.kind == "attestation" and not attestation.holds
     assert attestation.broken.endswith(f"({error})") and "in-toto" in attestation.broken
+
+
+def test_trace_and_deploy_judge_the_statements_alike_whatever_their_order(standin, monkeypatch, tmp_path):
+    """Two statements name the digest; one states another image's config digest. Deploy refuses the key in either
+    order (every naming statement must agree), and so does trace: the verdict never depends on which comes first."""
+    from kvbake.attest.adapters.admission import key_problem
+
+    lock = read_lock(standin)
+    materials = provenance_predicate(lock, "manifest.yaml")["materials"]
+    good, forged = statement_of(DIGEST, materials, lock.derived.image_id), statement_of(DIGEST, materials, OTHER)
+    reference = f"{REPOSITORY}@{DIGEST}"
+    for order in ([good, forged], [forged, good]):
+        StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope(s) for s in order]})
+        problem = key_problem(reference, DIGEST, lock.derived.image_id, tmp_path / "alice.pub", materials)
+        _, attestation = evidence.signature_links(reference, [tmp_path / "alice.pub"], lock, standin)
+        assert problem == f"the attestation states config {OTHER}, the release is {lock.derived.image_id}"
+        assert not attestation.holds and attestation.broken == f"the attestation by alice.pub: {problem}"
+    StandInCosign(monkeypatch, {"alice.pub": [DIGEST]}, {"alice.pub": [envelope(good)]})
+    assert key_problem(reference, DIGEST, lock.derived.image_id, tmp_path / "alice.pub", materials) is None
+    assert evidence.signature_links(reference, [tmp_path / "alice.pub"], lock, standin)[1].holds
 
 
 # -- every rank -----------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbake.lock import Derived
+from kvbake.attest.core.admission import SLSA_V02
 from kvbake.provenance.core.trace import (Link, attestation_link, checked, donor_link, file_links, first_broken, image_links, manifest_links,
                                           patch_links, rank_links, recorded_digest, short, signature_link, table)
 from tests.unit.helpers_manifest import locked_file, make_lock
@@ -189,8 +190,12 @@ def test_short_cuts_only_long_hex_runs() -> None:
     assert short("patch-id " + "A" * 40) == "patch-id " + "A" * 40, "upper case is no hash"
 
 
-def statement(subject: str = DIGEST, materials=MATERIALS) -> dict:
-    return {"subject": [{"name": "r", "digest": {"sha256": subject.split(":")[1]}}], "predicate": {"materials": materials}}
+CONFIG = "sha256:" + "c" * 64
+
+
+def statement(subject: str = DIGEST, materials=MATERIALS, config: str = CONFIG, kind: str = SLSA_V02) -> dict:
+    return {"subject": [{"name": "r", "digest": {"sha256": subject.split(":")[1]}}], "predicateType": kind,
+            "predicate": {"materials": materials, "invocation": {"parameters": {"configDigest": config}}}}
 
 
 def test_a_signature_link_holds_when_the_signatures_sign_exactly_the_digest() -> None:
@@ -215,28 +220,36 @@ def test_a_signature_link_cosign_refused_carries_cosigns_reason() -> None:
 
 def test_an_attestation_link_holds_when_a_statement_of_the_digest_holds_the_locks_materials() -> None:
     other = "sha256:" + "8" * 64
-    link = attestation_link("alice.pub", DIGEST, [statement(subject=other, materials=[]), statement()], MATERIALS)
+    link = attestation_link("alice.pub", DIGEST, CONFIG, [statement(subject=other, materials=[]), statement()], MATERIALS)
     assert link == Link("attestation", "alice.pub", f"{DIGEST} (2 materials)")
 
 
 def test_an_attestation_link_with_other_materials_names_both_lists() -> None:
     changed = [MATERIALS[0]]
-    link = attestation_link("alice.pub", DIGEST, [statement(materials=changed)], MATERIALS)
+    link = attestation_link("alice.pub", DIGEST, CONFIG, [statement(materials=changed)], MATERIALS)
     assert (link.kind, link.name, link.value) == ("attestation", "alice.pub", f"{DIGEST} (2 materials)") and not link.holds
     assert says(link.broken, "the lock says docker-image://base") and "patch:a.patch" in link.broken
     assert says(link.broken, "the attestation by alice.pub finds docker-image://base")
-    bare = attestation_link("alice.pub", DIGEST, [{"subject": statement()["subject"]}], MATERIALS)
-    assert not bare.holds and says(bare.broken, "the attestation by alice.pub finds nothing")
-    empty = attestation_link("alice.pub", DIGEST, [{"subject": statement()["subject"], "predicate": {"materials": None}}], MATERIALS)
+    empty = attestation_link("alice.pub", DIGEST, CONFIG, [statement(materials=None)], MATERIALS)
     assert says(empty.broken, "the attestation by alice.pub finds nothing")
 
 
 def test_an_attestation_link_without_a_statement_of_the_digest_or_refused_by_cosign_is_broken() -> None:
     other = "sha256:" + "8" * 64
-    none = attestation_link("alice.pub", DIGEST, [statement(subject=other)], MATERIALS)
+    none = attestation_link("alice.pub", DIGEST, CONFIG, [statement(subject=other)], MATERIALS)
     assert (none.kind, none.name, none.value) == ("attestation", "alice.pub", DIGEST)
     assert not none.holds and DIGEST in none.broken and "alice.pub" in none.broken
-    assert not attestation_link("alice.pub", DIGEST, [], MATERIALS).holds
-    refused = attestation_link("alice.pub", DIGEST, "no matching attestations", MATERIALS)
+    assert not attestation_link("alice.pub", DIGEST, CONFIG, [], MATERIALS).holds
+    refused = attestation_link("alice.pub", DIGEST, CONFIG, "no matching attestations", MATERIALS)
     assert (refused.kind, refused.name, refused.value) == ("attestation", "alice.pub", DIGEST)
     assert not refused.holds and "alice.pub" in refused.broken and refused.broken.endswith(": no matching attestations")
+
+
+def test_an_attestation_link_is_judged_by_every_statement_of_the_digest_in_any_order() -> None:
+    """The deploy's check: another image's config digest, or a statement that is not SLSA provenance, breaks the link
+    wherever it stands among the statements."""
+    for bad, said in ((statement(config="sha256:" + "d" * 64), "states config sha256:" + "d" * 64),
+                      (statement(kind="https://example.com/other"), "is a https://example.com/other")):
+        for order in ([statement(), bad], [bad, statement()]):
+            link = attestation_link("alice.pub", DIGEST, CONFIG, order, MATERIALS)
+            assert not link.holds and link.broken.startswith("the attestation by alice.pub: ") and said in link.broken, link

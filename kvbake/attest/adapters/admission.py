@@ -39,21 +39,36 @@ def signer(signing: Signing, image: str, config_digest: str, materials: Sequence
 
 def key_problem(reference: str, digest: str, config_digest: str, key: Path, materials: Sequence[Mapping[str, Any]] | None) -> str | None:
     """What is wrong with the signature and attestation of `reference` under one key, or None."""
-    try:
-        problem = signature_problem(cosign.verify(reference, key), digest)
-    except SignatureError as err:
-        return f"no signature verifies ({cosign_reason(err)})"
+    payloads = verified_signatures(reference, key)
+    if isinstance(payloads, str):
+        return f"no signature verifies ({payloads})"
+    problem = signature_problem(payloads, digest)
     if problem:
         return problem
+    statements = verified_statements(reference, key)
+    if isinstance(statements, str):
+        return statements
+    return attestation_problem(statements, digest, config_digest, materials)
+
+
+def verified_signatures(reference: str, key: Path) -> list[dict[str, Any]] | str:
+    """The simple-signing payloads cosign verifies with one key, or cosign's reason why none verifies."""
+    try:
+        return cosign.verify(reference, key)
+    except SignatureError as err:
+        return cosign_reason(err)
+
+
+def verified_statements(reference: str, key: Path) -> list[dict[str, Any]] | str:
+    """The in-toto statements of the SLSA attestations cosign verifies with one key, or why there are none."""
     try:
         envelopes = cosign.verify_attestation(reference, key, PREDICATE_TYPE)
     except SignatureError as err:
         return f"no attestation verifies ({cosign_reason(err)})"
     try:
-        statements = [json.loads(base64.b64decode(envelope["payload"])) for envelope in envelopes]
+        return [json.loads(base64.b64decode(envelope["payload"])) for envelope in envelopes]
     except (KeyError, ValueError, TypeError) as err:
         return f"cosign printed an envelope that is not an in-toto statement ({type(err).__name__})"
-    return attestation_problem(statements, digest, config_digest, materials)
 
 
 def cosign_reason(err: SignatureError) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -112,26 +111,16 @@ def fleet_links(fleet, lock: Lock) -> list[Link]:
 
 
 def signature_links(reference: str, keys: list[Path], lock: Lock, manifest: Manifest) -> list[Link]:
-    """Per public key: cosign's verification of the signature and of the SLSA attestation of `reference`."""
-    from kvbake.attest.adapters import cosign
-    from kvbake.attest.core.slsa import PREDICATE_TYPE, provenance_predicate
+    """Per public key: cosign's verification of the signature and of the SLSA attestation of `reference`, judged by the
+    same functions deploy admits a release with."""
+    from kvbake.attest.adapters.admission import verified_signatures, verified_statements
+    from kvbake.attest.core.slsa import provenance_predicate
     from kvbake.provenance.core.trace import attestation_link, signature_link
 
     digest = recorded_digest(reference)
     materials = provenance_predicate(lock, manifest.path.name)["materials"]
     links = []
     for key in keys:
-        try:
-            verified = cosign.verify(reference, key)
-        except KvbakeError as err:
-            verified = err.message
-        links.append(signature_link(key.name, digest, verified))
-        try:
-            envelopes = cosign.verify_attestation(reference, key, PREDICATE_TYPE)
-            statements = [json.loads(base64.b64decode(e["payload"])) for e in envelopes]
-        except KvbakeError as err:
-            statements = err.message
-        except (KeyError, ValueError, TypeError) as err:
-            statements = f"cosign printed an envelope that is not an in-toto statement ({type(err).__name__})"
-        links.append(attestation_link(key.name, digest, statements, materials))
+        links.append(signature_link(key.name, digest, verified_signatures(reference, key)))
+        links.append(attestation_link(key.name, digest, lock.derived.image_id, verified_statements(reference, key), materials))
     return links

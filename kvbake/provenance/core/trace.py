@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.lock import Lock
-from kvbake.attest.core.admission import material_text, signed_digests, subject_digests
+from kvbake.attest.core.admission import attestation_problem, material_text, signature_problem, signed_digests, subject_digests
 
 # the kinds of link, in the order the chain runs
 KINDS = ("donor", "patch", "file", "layer", "config", "manifest", "signature", "attestation", "rank")
@@ -113,20 +113,29 @@ def table(links: Sequence[Link]) -> str:
 
 
 def signature_link(key: str, digest: str, verified: Sequence[Mapping[str, Any]] | str) -> Link:
-    """cosign's verified signature payloads for one key must sign exactly `digest`; a text is cosign's refusal."""
+    """cosign's verified signature payloads for one key must sign exactly `digest` (deploy's own check,
+    `signature_problem`); a text is cosign's refusal."""
     if isinstance(verified, str):
         return Link("signature", key, digest, f"cosign refuses the signature with {key}: {verified}")
+    if signature_problem(verified, digest) is None:
+        return Link("signature", key, digest)
     return checked("signature", key, "the registry", digest, f"the signature by {key}", ", ".join(signed_digests(verified)) or None)
 
 
-def attestation_link(key: str, digest: str, statements: Sequence[Mapping[str, Any]] | str, materials: Sequence[Mapping[str, Any]]) -> Link:
-    """The verified in-toto statements for one key: one must name `digest` as its subject and hold exactly the
-    materials the lock gives (the base, every patch, the donor commit)."""
+def attestation_link(key: str, digest: str, config_digest: str, statements: Sequence[Mapping[str, Any]] | str,
+                     materials: Sequence[Mapping[str, Any]]) -> Link:
+    """The verified in-toto statements for one key, judged by deploy's own check (`attestation_problem`): every statement
+    naming `digest` as its subject must be SLSA provenance that states the release's config digest and holds exactly the
+    lock's materials (the base, every patch, the donor commit), whatever the statements' order. A text is cosign's
+    refusal, or why its output holds no statement."""
     if isinstance(statements, str):
         return Link("attestation", key, digest, f"cosign refuses the attestation with {key}: {statements}")
-    for statement in statements:
-        if digest in subject_digests(statement):
-            found = list((statement.get("predicate") or {}).get("materials") or [])
-            link = checked("attestation", key, "the lock", material_text(materials), f"the attestation by {key}", material_text(found))
-            return replace(link, value=f"{digest} ({len(materials)} materials)")
-    return Link("attestation", key, digest, f"no attestation by {key} names {digest} as its subject")
+    problem = attestation_problem(statements, digest, config_digest, materials)
+    if problem is None:
+        return Link("attestation", key, f"{digest} ({len(materials)} materials)")
+    differing = [found for statement in statements if digest in subject_digests(statement)
+                 and material_text(found := list((statement.get("predicate") or {}).get("materials") or [])) != material_text(materials)]
+    if differing and problem.startswith("the attestation's materials"):  # shown beside the lock's
+        link = checked("attestation", key, "the lock", material_text(materials), f"the attestation by {key}", material_text(differing[0]))
+        return replace(link, value=f"{digest} ({len(materials)} materials)")
+    return Link("attestation", key, digest, f"the attestation by {key}: {problem}")
