@@ -86,7 +86,7 @@ def follow(twin: World, host: str, command: str, options: dict[str, str | None],
 def advice_only(fix: str) -> bool:
     """A fix that names no command but says what to do: wait, retry, check, nothing to do, bring a node back, …"""
     return bool(fix.strip()) and bool(re.search(r"\b(wait|retry|check|nothing to do|bring|remove|adopt it|there is nothing|"
-                                                r"deploy the release|deploy a kvbake release|roll every node)\b", fix))
+                                                r"deploy the release|deploy a kvbake release|roll every node|deploy or roll back)\b", fix))
 
 
 __all__ = ["HOSTS", "fix_failures", "printed_fixes"]

@@ -311,12 +311,14 @@ def _short(image_id: str | None) -> str:
 
 def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable[[], None] = no_guard, note: str = "") -> None:
     """Forward; on any failure revert every node; if the revert fails, mark the deployment diverged. A host that lost
-    its locks stops at once and reverts nothing: the host holding them now owns the transition. `note` goes in the
-    nodes' audit line of its beginning (which key signed the release)."""
+    its locks stops at once, reverts nothing and drops its own copy of the journal: the host holding them now owns the
+    transition, whose journal the nodes keep. `note` goes in the nodes' audit line of its beginning (which key signed
+    the release)."""
     try:
         write_journal(folder, journal.with_phase("forward"))
         guard()
     except LockLost:
+        clear_journal(folder)  # the host holding the lock now owns the transition; the nodes keep its journal
         raise
     except KvbakeError:
         clear_journal(folder)
@@ -328,6 +330,7 @@ def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable
         if failures:
             raise RolloutError(f"verify-running failed after {journal.kind}: {'; '.join(failures)}", "every node was reverted; see the audit log")
     except LockLost:
+        clear_journal(folder)  # the host holding the lock now owns the transition; the nodes keep its journal
         raise
     except KvbakeError as err:
         revert(fleet, read_journal(folder) or journal, folder, cause=err, guard=guard)  # the steps journalled so far
@@ -368,6 +371,7 @@ def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | No
         if failures:
             raise RolloutError(f"after the revert: {'; '.join(failures)}", "see below")
     except LockLost:
+        clear_journal(folder)  # the host holding the lock now owns the transition; the nodes keep its journal
         raise
     except KvbakeError as err:
         details = {"journal": journal.id, "kind": journal.kind, "cause": cause.one_line() if cause else None, "revert_error": err.one_line(),
