@@ -172,7 +172,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
                           help="adopted: go back to the serve adopt recorded, whatever serves now (a rollback then returns)")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
-    sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")
+    status = sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")
+    status.add_argument("--html", type=Path, default=None, metavar="PATH",
+                        help="also write the table as a self-contained HTML page to PATH (no script, nothing fetched)")
 
 
 def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

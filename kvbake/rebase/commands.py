@@ -22,10 +22,11 @@ from kvbake.lock import Lock, read_lock
 from kvbake.manifest import Manifest, load_manifest
 from kvbake.rebase.adapters.accept import accept, plan_acceptance
 from kvbake.rebase.adapters.patch_tree import Files, write_tree
-from kvbake.rebase.adapters.rebaser import Refreshed, base_hashes, old_chain, refresh
+from kvbake.rebase.adapters.rebaser import Refreshed, base_hashes, hunk_texts, old_chain, refresh
 from kvbake.rebase.core.candidate_patch import BEFORE, RECORD, RESOLVE, refreshed_patch
 from kvbake.rebase.core.switch_names import switch_changes
 from kvbake.rebase.core.report import FileState, RebaseReport, report_json, report_markdown
+from kvbake.rebase.core.html_rebase import report_html
 
 Result = tuple[dict[str, Any], str]
 
@@ -143,6 +144,8 @@ def write_candidate(manifest: Manifest, out: Path, refreshed: list[Refreshed], r
                 write_tree(scratch / RESOLVE / moved.report.id, moved.after)
         (scratch / "report.md").write_text(report_markdown(report), encoding="utf-8")
         (scratch / "report.json").write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
+        texts = {patch.id: hunk_texts(normalized_bytes(patch.path)) for patch in manifest.chain}
+        (scratch / "report.html").write_text(report_html(report_json(report), texts), encoding="utf-8")
         record = {"manifest": str(manifest.path.resolve()), "target": report.to_image, "target_config": report.to_config,
                   "base_config": report.from_config, "chain": [p.id for p in manifest.chain], "needs_person": list(report.needs_person),
                   "paths": {moved.report.id: moved.order for moved in refreshed}}

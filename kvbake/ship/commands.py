@@ -312,6 +312,11 @@ def cmd_status(args: argparse.Namespace) -> Result:
 
     *_, fleet = _ship_context(args)
     data = status(fleet)
+    if getattr(args, "html", None) is not None:
+        from kvbake.atomicfile import write_atomic
+        from kvbake.ship.core.html_status import status_html
+
+        write_atomic(args.html, status_html(data).encode("utf-8"))
     return data, status_table(data)
 
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,16 @@ def assert_forced_pressure(report: dict, pool_blocks: int) -> None:
     assert max(derivation["prompt_tokens"]) + derivation["max_tokens"] <= 4096, derivation
 
 
+def assert_page(serve: RealServe, out: str) -> None:
+    """The HTML page beside the JSON report: MemAvailable charted per node, the pressure step's admissions and preemptions."""
+    shown = out.strip().splitlines()[-1].split()[1]
+    page = ET.fromstring((serve.manifest.parent / shown).with_suffix(".html").read_text())
+    (chart,) = page.iter("{http://www.w3.org/2000/svg}svg")
+    assert chart.findall("{http://www.w3.org/2000/svg}polyline"), "a line per watched node"
+    text = "".join(page.itertext())
+    assert "Pool pressure" in text and "admitted together, at least" in text and "preemptions counted" in text
+
+
 def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> None:
     prompt = json.loads((realserve.model.corpus / "opinions_cl.jsonl").read_text().splitlines()[0])["text"][:400]
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "control", "--reason", "inert first"))
@@ -211,6 +222,7 @@ def test_control_then_packing_then_rollback_on_real_vllm(capsys, realserve) -> N
         code, out, err = validate(capsys, realserve, "control")
     assert code == 0 and "oracle:   identity (auto" in out and "PASSED" in out, err or out
     assert_forced_pressure(report_of(realserve, out), 256)
+    assert_page(realserve, out)
 
     assert_step(capsys, realserve, realserve.ship("deploy", "--preset", "packing-x2", "--reason", "opt in"))
     assert_step(capsys, realserve, realserve.ship("verify-running", "--expect", "VLLM_KVBAKE_PACK_FACTOR=2"), "all ranks agree")

@@ -8,6 +8,7 @@ import hashlib
 import re
 import json
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,9 @@ def test_the_report_says_hunk_by_hunk_how_the_chain_moves_and_the_candidate_is_w
     markdown = (candidate / "report.md").read_text()
     assert "## 0076: conflict" in markdown and "1 merged, 1 conflicted" in markdown
     assert json.loads((candidate / "report.json").read_text())["counts"] == report["counts"]
+    page = ET.fromstring((candidate / "report.html").read_text())
+    side = [t for t in page.iter("{http://www.w3.org/1999/xhtml}table") if t.get("class") == "side"]
+    assert len(side) == len(report["patches"]) and f"+{NEW_CONTEXT}" in "".join(page.itertext())
 
 
 @pytest.mark.parametrize("case", ["absent", "same", "unlocked", "out-exists", "no-tree", "other-platform"])

@@ -7,6 +7,7 @@ import shutil
 import stat
 import sys
 import time
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -39,10 +40,14 @@ def test_deploy_verify_rollback_status_with_node_b_over_ssh(capsys, shipped, rig
     code, out, err = ship(capsys, shipped, "rollback")
     assert code == 0, err
     assert serving_env(rig["a"]) == serving_env(rig["b"]) == set()
-    code, out, err = ship(capsys, shipped, "status", "--json")
+    code, out, err = ship(capsys, shipped, "status", "--json", "--html", str(tmp_path / "status.html"))
     status = json.loads(out)
     assert not status["diverged"] and {r["current"]["preset"] for r in status["nodes"]} == {"control"}
     assert {r["previous"]["preset"] for r in status["nodes"]} == {"packing-327680"}
+    page = ET.fromstring((tmp_path / "status.html").read_text())
+    rows = list(page.iter("{http://www.w3.org/1999/xhtml}tbody"))[0].findall("{http://www.w3.org/1999/xhtml}tr")
+    assert [row.findtext("{http://www.w3.org/1999/xhtml}td") for row in rows] == [r["node"] for r in status["nodes"]]
+    assert all("(control)" in "".join(row.itertext()) and "(packing-327680)" in "".join(row.itertext()) for row in rows)
 
 
 def test_a_bind_mount_over_a_baked_file_fails_verify_running(capsys, shipped, rig, tmp_path):

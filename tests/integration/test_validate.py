@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import shutil
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def test_a_clean_run_passes_every_step_and_writes_the_report(capsys, manifest, d
     data = json.loads((manifest.parent / name).read_text())
     assert data["outcome"] == "passed" and all(step["passed"] for step in data["steps"])
     assert (manifest.parent / name).with_suffix(".txt").read_text() in out
+    page = ET.fromstring((manifest.parent / name).with_suffix(".html").read_text())
+    assert [row.get("class") for row in page.iter("{http://www.w3.org/1999/xhtml}tr") if row.get("class")][-5:] == ["good"] * 5
+    assert "not watched (no --deploy)" in "".join(page.itertext()) and "Pool pressure" in "".join(page.itertext())
 
 
 # A double that drops the last code also drops the recall probe's only code, so auto would choose the identity
@@ -120,6 +124,10 @@ def test_the_memory_watcher_reads_every_node_inside_its_container(capsys, manife
                               "--meminfo-path", "/tmp/meminfo")
     assert code == 0, err
     assert "lowest MemAvailable spark-a 8.00 GiB, spark-b 8.00 GiB" in out and "no release record on spark-a" in out
+    page = ET.fromstring((manifest.parent / out.strip().splitlines()[-1].split()[1]).with_suffix(".html").read_text())
+    (chart,) = page.iter("{http://www.w3.org/2000/svg}svg")
+    assert len(chart.findall("{http://www.w3.org/2000/svg}polyline")) == 2, "a line per node"
+    assert {"spark-a", "spark-b", "floor 1.50 GiB"} <= {label.text for label in chart.iter("{http://www.w3.org/2000/svg}text")}
 
 
 def test_a_node_below_the_floor_stops_the_run(capsys, manifest, double, serving):

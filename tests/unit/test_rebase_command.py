@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import sys
+import xml.etree.ElementTree as ET
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,6 +115,10 @@ def test_the_report_counts_every_hunk_names_the_patches_that_need_a_person_and_w
     assert (out / "report.json").read_text() == json.dumps({k: v for k, v in data.items() if k != "candidate"}, indent=2) + "\n"
     assert (out / "rebase.json").read_text() == json.dumps(record, indent=2) + "\n"
     assert "## 0077: conflict" in (out / "report.md").read_text()
+    page = ET.fromstring((out / "report.html").read_text())
+    side = [t for t in page.iter("{http://www.w3.org/1999/xhtml}table") if t.get("class") == "side"]
+    assert len(side) == len(data["patches"]), "a side-by-side table per patch"
+    assert "both sides change these lines" in "".join(page.itertext()) and "<<<<<<<" not in "".join(page.itertext())
     resolve = out / "resolve" / "0077"
     assert b"<<<<<<< new base\nimport torch  # upstream\n" in (resolve / TENSOR).read_bytes()
     assert (resolve / ".before" / TENSOR).read_bytes() == pristine.new[TENSOR]
@@ -314,7 +319,7 @@ def test_a_candidate_is_written_beside_its_folder_and_one_that_cannot_be_written
         rebase_to(project)
     ((source, target, names),) = renames
     assert source.parent == target.parent == project.root and source.name.startswith(".kvbake-rebase-")
-    assert names == ["patches", "rebase.json", "report.json", "report.md", "resolve"]
+    assert names == ["patches", "rebase.json", "report.html", "report.json", "report.md", "resolve"]
     assert not list(project.root.glob("rebase-*")) and not list(project.root.glob(".kvbake-rebase-*"))
 
 

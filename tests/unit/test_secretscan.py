@@ -249,5 +249,5 @@ def test_a_validation_report_is_written_with_credential_like_strings_withheld(tm
     assert data["steps"][0]["checks"][0]["detail"] == withheld("a GitHub token")
     assert f"STOPPED at prefix identity: {withheld('a Hugging Face token')}" in text
     assert f"FAIL answer: {withheld('a GitHub token')}" in text
-    for written in (path.read_text(), text):
+    for written in (path.read_text(), text, path.with_suffix(".html").read_text()):
         assert GHP not in written and HF not in written and "hunter22" not in written

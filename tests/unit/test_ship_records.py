@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,7 +117,7 @@ def test_deploy_without_a_push_record_is_the_registry_error_it_was(project, caps
     assert project.world.snapshot() == before
 
 
-def test_verify_running_and_status_read_every_rank_against_its_records(project, capsys) -> None:
+def test_verify_running_and_status_read_every_rank_against_its_records(project, capsys, tmp_path) -> None:
     """verify-running and status over the nodes, reading only the records: after a deploy every rank passes and status
     shows the release; a rank whose serve runs another switch than its record says fails verify-running and makes
     status call the deployment diverged, and so does a rank that runs another image."""
@@ -139,6 +140,12 @@ def test_verify_running_and_status_read_every_rank_against_its_records(project, 
     code, answer, _ = run(capsys, "status", *project.argv)
     assert code == 0 and answer["diverged"] is True
     assert [(row["running"], row["running_matches_current"]) for row in answer["nodes"]] == [(True, True), (True, False)]
+    page = tmp_path / "status.html"
+    assert run(capsys, "status", "--html", str(page), *project.argv) == (0, answer, ""), "the page changes nothing printed"
+    root = ET.fromstring(page.read_text())
+    rows = list(root.iter("{http://www.w3.org/1999/xhtml}tbody"))[0]
+    assert [row.get("class") for row in rows] == ["good", "bad"] and "not the current release" in "".join(rows[1].itertext())
+    assert "DIVERGED" in "".join(root.itertext())
 
 
 def test_verify_running_expect_holds_every_rank_to_the_switch_set_given(project, capsys) -> None:

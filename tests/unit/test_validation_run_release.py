@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,9 @@ def test_the_preset_the_head_runs_is_validated_with_every_node_watched(world: Wo
     data = json.loads(path.read_text())
     assert data["release"]["id"] == CONTROL.id and data["memory"]["watched"] is True
     assert data["memory"]["lowest_bytes"] == {"a": 8 * 1024 ** 3, "b": 8 * 1024 ** 3} and data["memory"]["samples"] == 8
+    page = ET.fromstring(path.with_suffix(".html").read_text())
+    lines = page.findall(".//{http://www.w3.org/2000/svg}polyline")
+    assert [len(line.get("points").split()) for line in lines] == [8, 8], "a line per node, a point per sample"
 
 
 def test_without_a_deployment_memory_is_not_watched(manifest: Manifest) -> None:
@@ -133,3 +137,4 @@ def test_a_report_name_already_taken_gets_the_next_number(manifest: Manifest) ->
     again, third = write_report(path.parent, report), write_report(path.parent, report)
     assert (again.name, third.name) == (f"{report.name}-2.json", f"{report.name}-3.json")
     assert again.with_suffix(".txt").is_file() and json.loads(again.read_text()) == json.loads(path.read_text())
+    assert again.with_suffix(".html").read_text() == path.with_suffix(".html").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +71,8 @@ class MemoryWatcher:
         self.on_breach = on_breach
         self.lowest: dict[str, int] = {}
         self.samples = 0
+        self.readings: list[tuple[float, str, int]] = []  # (seconds since the first sample, node, MemAvailable bytes)
+        self._started: float | None = None
         self.stop_reason: ValidationStop | None = None
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -88,7 +91,10 @@ class MemoryWatcher:
     def _record(self, readings: Sequence[NodeMemory]) -> None:
         with self._lock:
             self.samples += 1
+            now = time.monotonic()
+            self._started = now if self._started is None else self._started
             for reading in readings:
+                self.readings.append((now - self._started, reading.node, reading.available))
                 self.lowest[reading.node] = min(self.lowest.get(reading.node, reading.available), reading.available)
         low = [r for r in readings if r.available < self.floor]
         if low:

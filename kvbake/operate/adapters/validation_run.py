@@ -26,6 +26,7 @@ from kvbake.operate.core.pressure_mix import (
     CACHE_INFO, SIZING_ROUNDS, forced_admission, limits_from_args, next_sizes, pool_from_args, pool_from_metrics, proof,
     summary_tail,
 )
+from kvbake.operate.core.html_validate import Reading, validate_html
 from kvbake.operate.core.oracle import OracleChoice, build_probe, choose_oracle, initial_choice, probe_data
 from kvbake.operate.core.prefix_identity import Observation, PrefixObservations, PrefixPrompts, build_prefix_prompts, shared_prefix_length
 from kvbake.serve.core.presets import ChosenPreset
@@ -307,7 +308,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
     rollback_text, rollback_error = _roll_back(rollback) if stop else ("not needed", None)
     report = Report(request.chosen, request.endpoint, plan.model, release, corpus_label, started, _now(), steps,
                     watcher_summary(watcher, request.deployment is not None), rollback_text, plan.oracle)
-    path = write_report(request.manifest.root / REPORTS_DIR, report)
+    path = write_report(request.manifest.root / REPORTS_DIR, report, tuple(watcher.readings))
     where = path.relative_to(request.manifest.root).with_suffix(".txt")
     if rollback_error is not None:
         raise type(rollback_error)(f"validation stopped ({stop.name}: {stop.stop}) and the rollback failed: {rollback_error.message}; "
@@ -333,9 +334,10 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def write_report(folder: Path, report: Report) -> Path:
-    """Write <timestamp>-<preset>.json and .txt (a -N suffix when that name is taken); return the JSON path. A string
-    that looks like a credential (a serve's answer, say) is written as a note of what was withheld: the report is kept."""
+def write_report(folder: Path, report: Report, readings: Sequence[Reading] = ()) -> Path:
+    """Write <timestamp>-<preset>.json, .txt and .html (a -N suffix when that name is taken); return the JSON path. The
+    page charts `readings`, the watcher's memory samples. A string that looks like a credential (a serve's answer, say)
+    is written as a note of what was withheld: the report is kept."""
     report = withhold_credentials(report)
     folder.mkdir(parents=True, exist_ok=True)
     stem, number = report.name, 1
@@ -343,6 +345,7 @@ def write_report(folder: Path, report: Report) -> Path:
         number += 1
         stem = f"{report.name}-{number}"
     write_atomic(folder / f"{stem}.txt", report_text(report).encode())
+    write_atomic(folder / f"{stem}.html", validate_html(report_to_dict(report), readings).encode())
     path = folder / f"{stem}.json"
     write_atomic(path, (json.dumps(report_to_dict(report), indent=1, sort_keys=True) + "\n").encode())
     return path

@@ -167,6 +167,12 @@ def one_hunk(path: str, hunk: unidiff.Hunk) -> bytes:
     return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{header}{lines}".encode("utf-8")
 
 
+def hunk_texts(text: bytes) -> dict[tuple[str, int], str]:
+    """Every hunk of a patch as it states it (header and lines), by file path and hunk number (1-based, as the report counts)."""
+    return {(section.path, number): str(hunk) for section in unidiff.PatchSet(text.decode("utf-8"))
+            for number, hunk in enumerate(section, 1)}
+
+
 def hunk_header(hunk: unidiff.Hunk) -> str:
     return f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-# The candidate folder: patches/ as the chain names them, report.md, report.json, and
+# The candidate folder: patches/ as the chain names them, report.md, report.json, report.html, and
 RECORD = "rebase.json"  # what the candidate was made from: --accept checks it
 RESOLVE = "resolve"  # resolve/<patch id>/<path>: a conflicted patch's files after it, markers and all, for a person to edit
 BEFORE = ".before"  # resolve/<patch id>/.before/<path>: the same files before the patch, on the new base
