@@ -350,6 +350,16 @@ def test_a_diverged_mark_names_the_cause_of_the_failed_transition(scene: Scene) 
     assert read_diverged(scene.folder)["cause"] == "it broke; fix: fix it"
 
 
+def test_a_diverged_adoption_names_adopt_revert_the_command_that_repairs_it(scene: Scene) -> None:
+    """deploy --revert refuses an adoption's journal (it names adopt --revert), so the mark must name adopt's own."""
+    scene.fleet.engines["b"].images[CONTROL.config_digest]["Config"]["Labels"] = {}
+    adoption = dataclasses.replace(scene.journal(CONTROL, PACKING), kind="adopt")
+    with pytest.raises(DivergedError) as caught:
+        transitions.revert(scene.fleet, adoption, scene.folder)
+    assert caught.value.fix.endswith("python build.py adopt --revert --deploy deploy.yaml")
+    assert read_diverged(scene.folder)["repair"] == "python build.py adopt --revert --deploy deploy.yaml"
+
+
 def test_a_node_that_cannot_be_marked_diverged_is_logged_and_the_others_are_marked(scene: Scene, caplog: pytest.LogCaptureFixture) -> None:
     scene.fleet.engines["a"].down = True
     with caplog.at_level("WARNING", logger="kvbake.ship.adapters.transitions"):

@@ -25,7 +25,7 @@ from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.transitions import marker_image, records_of, release_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import (Journal, NodePlan, clear_diverged, clear_journal, from_node_copy, journal_from_dict, read_diverged,
-                                      read_journal)
+                                      read_journal, recovery_command)
 from kvbake.ship.core.noderecords import NodeRecords
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.ship.core.store_changes import check_store_changes, read_stores, remember_stores, store_changes
@@ -56,11 +56,6 @@ def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeV
     container = engine.container_inspect(fleet.deployment.launcher.container)
     return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")),
                     (container or {}).get("Id"))
-
-
-def recovery_command(kind: str) -> str:
-    """The command whose --resume and --revert finish or undo a transition of this kind."""
-    return "adopt" if kind == "adopt" else "deploy"
 
 
 def refuse_marks(views: list[NodeView]) -> None:

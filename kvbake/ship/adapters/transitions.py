@@ -22,7 +22,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.readiness import wait_until_ready
 from kvbake.ship.core.launcher_variables import launcher_variables, node_rank  # noqa: F401 (node_rank is read through this module)
 from kvbake.ship.core.journal import (Journal, NodePlan, Scope, clear_diverged, clear_journal, full_scope, mark_diverged, node_copy,
-                                      read_journal, undo_scope, write_journal)
+                                      read_journal, recovery_command, undo_scope, write_journal)
 from kvbake.ship.core.release import Release, release_from_json, release_to_json
 from kvbake.ship.core.running import agreement_failures, switch_env
 from kvbake.ship.core.serve_logs import TAIL_LINES, telling_line
@@ -375,7 +375,7 @@ def revert(fleet: Fleet, journal: Journal, folder: Path, cause: KvbakeError | No
         raise
     except KvbakeError as err:
         details = {"journal": journal.id, "kind": journal.kind, "cause": cause.one_line() if cause else None, "revert_error": err.one_line(),
-                   "repair": f"python build.py deploy --revert --deploy {fleet.deployment.path.name}", "by": who()}
+                   "repair": f"python build.py {recovery_command(journal.kind)} --revert --deploy {fleet.deployment.path.name}", "by": who()}
         mark_diverged(folder, details)
         mark_nodes_diverged(fleet, journal, details)
         raise DivergedError(f"DIVERGED: {journal.kind} {journal.id} failed ({cause.one_line() if cause else 'interrupted'}) and the revert failed too "

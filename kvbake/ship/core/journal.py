@@ -156,3 +156,8 @@ def read_diverged(folder: Path) -> dict[str, Any] | None:
 
 def clear_diverged(folder: Path) -> None:
     (folder / DIVERGED).unlink(missing_ok=True)
+
+
+def recovery_command(kind: str) -> str:
+    """The command whose --resume and --revert finish or undo a transition of this kind."""
+    return "adopt" if kind == "adopt" else "deploy"
