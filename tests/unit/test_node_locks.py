@@ -294,3 +294,21 @@ def test_a_revert_restarts_the_whole_gang_when_one_rank_is_down(world):
             deploy(world, OTHER)
     assert world.launches == ["a:control", "b:control"]
     assert all(engine.containers[CONTAINER]["State"]["Running"] for engine in world.engines.values())
+
+
+def test_a_host_whose_own_journal_no_node_keeps_recovers_the_journal_the_nodes_keep(world, tmp_path):
+    """Host 2 keeps the journal of an adoption that never began (no node took it); meanwhile host 1 died deploying, and
+    the nodes keep its journal. Host 2's deploy --resume drops its own copy and finishes the deploy the nodes keep."""
+    from dataclasses import replace as with_fields
+
+    from kvbake.ship.core.journal import read_journal, write_journal
+
+    deploy(world, CONTROL)
+    interrupted_deploy(world)
+    other = world.host(tmp_path / "host2", STALE)
+    kept = rollout.journal_on_nodes(world.fleet)
+    write_journal(other.deployment.state_dir, with_fields(kept, id="adopt-20261205T000000Z-000000", kind="adopt"))
+    world.advance(STALE + 1)
+    finished = rollout.recover(other, "resume", True)
+    assert finished.id == kept.id and read_journal(other.deployment.state_dir) is None
+    assert {NodeState(name, engine).read().current.id for name, engine in world.engines.items()} == {PACKING.id}

@@ -339,11 +339,27 @@ def settled_elsewhere(folder: Path, journal: Journal, local: bool, mode: str) ->
                        "journal)" + ("; this host's copy was removed" if local else ""), "check python build.py status, then deploy as usual")
 
 
+def superseded_local_copy(fleet: Fleet, folder: Path, local: Journal | None) -> Journal | None:
+    """This host's journal, unless the nodes keep another one: then this host's transition was settled elsewhere or never
+    began, and the nodes' journal is the one to finish or undo; this host's copy goes. When a node cannot be read, this
+    host's copy stands (the locks then tell)."""
+    if local is None:
+        return None
+    try:
+        kept = journal_on_nodes(fleet)
+    except KvbakeError:
+        return local
+    if kept is not None and kept.id != local.id:
+        drop_local_copy(folder, local)
+        return None
+    return local
+
+
 def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = None, command: str = "deploy") -> Journal:
     """Finish (resume) or undo (revert) an interrupted transition from its journal: this host's, or the nodes' copy.
     `command` is the one the operator ran: `adopt` recovers adoptions only, `deploy` every other transition."""
     folder = fleet.deployment.state_dir
-    local = read_journal(folder)
+    local = superseded_local_copy(fleet, folder, read_journal(folder))
     journal = journal_on_nodes(fleet) if local is None else local
     if journal is None:
         if read_diverged(folder):
