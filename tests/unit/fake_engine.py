@@ -70,6 +70,12 @@ class FakeEngine:
         self._up()
         return self._profile
 
+    def ensure_empty_image(self, reference: str) -> None:
+        self._up()
+        if reference not in self.tags:
+            self.images["sha256:empty"] = {"Id": "sha256:empty", "RootFS": {"Layers": []}, "Config": {"Labels": {}, "Env": []}}
+            self.tags[reference] = "sha256:empty"
+
     def image_id_of(self, reference: str) -> str | None:
         self._up()
         return reference if reference in self.images else self.tags.get(reference)

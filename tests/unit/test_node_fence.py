@@ -13,7 +13,7 @@ from kvbake.errors import LockLost
 from kvbake.ship.adapters.node_fence import FencedEngine, before_write
 from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState
-from kvbake.ship.core.fencing import FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
+from kvbake.ship.core.fencing import FENCE_IMAGE, FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
 
 from fake_fleet import World, make_world
 
@@ -63,6 +63,8 @@ def test_taking_a_lock_claims_the_fence_and_each_write_advances_it_by_one(world)
     lock = lock_of(world)
     lock.acquire(IMAGE, "deploy-1", False, no_note)
     assert fences(world) == [fence_name(1)] and lock.fence.generation == 1
+    assert world.engines["a"].containers[fence_name(1)]["Image"] == world.engines["a"].image_id_of(FENCE_IMAGE) == "sha256:empty", \
+        "the fence pins no release image"
     engine = FencedEngine(world.engines["a"], lock.fence)
     engine.tag("sha256:base", "repo:current")
     engine.container_inspect(LOCK_NAME)  # a read leaves the fence alone
@@ -98,7 +100,7 @@ def test_a_host_that_claims_after_its_lock_was_broken_stops_and_the_holder_claim
     breaker = lock_of(world)
     breaker.acquire(IMAGE, "deploy-2", True, no_note)
     with pytest.raises(LockLost, match="deploy-2"):
-        slow.fence.claim(IMAGE)
+        slow.fence.claim()
     FencedEngine(world.engines["a"], breaker.fence).tag("sha256:base", "repo:current")
     assert world.engines["a"].tags["repo:current"] == "sha256:base" and fences(world) == [fence_name(breaker.fence.generation)]
 

@@ -7,6 +7,8 @@ import os
 import logging
 import secrets
 import subprocess
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -255,6 +257,19 @@ class Engine(ContainerOps):
             if "No such image" in (err.stderr or ""):
                 return
             raise self._fail(f"untag {reference}", err) from None
+
+    def ensure_empty_image(self, reference: str) -> None:
+        """Make `reference` an image that holds no file (`docker import` of an empty archive), once per engine: the
+        image of a marker container that outlives a command, so that it pins no release image."""
+        if self.image_id_of(reference) is not None:
+            return
+        with tempfile.TemporaryDirectory(prefix="kvbake-empty-") as tmp:
+            archive = Path(tmp) / "empty.tar"
+            tarfile.open(archive, "w").close()
+            try:
+                self.client.image.import_(archive, tag=reference)
+            except DockerException as err:
+                raise self._fail(f"import {reference}", err) from None
 
     def config_dir(self) -> str | None:
         """The login store folder this client passes as --config (None: DOCKER_CONFIG or ~/.docker)."""

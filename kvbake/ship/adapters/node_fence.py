@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
-from kvbake.ship.core.fencing import FENCE_LABEL, WRITES, fence_name, newest_generation
+from kvbake.ship.core.fencing import FENCE_IMAGE, FENCE_LABEL, WRITES, fence_name, newest_generation
 
 CLAIM_TRIES = 5
 
@@ -23,17 +23,17 @@ class NodeFence:
         self.engine = engine
         self.prove_held = prove_held  # raises LockLost, naming the holder, when this host no longer holds the node's lock
         self.generation: int | None = None
-        self.image = ""
         self._mutex = threading.Lock()
 
-    def claim(self, image: str) -> None:
+    def claim(self) -> None:
         """Take the node's next generation, whoever set the newest one, then prove that this host holds the node's lock:
-        a host that lost its lock while it claimed stops here, and the holder's next write claims past it."""
-        self.image = image or self.image
+        a host that lost its lock while it claimed stops here, and the holder's next write claims past it. The first
+        fence of a node is created from an image that holds no file, so that it pins no release image."""
         for _ in range(CLAIM_TRIES):
             newest = newest_generation(self.engine.containers_labelled(FENCE_LABEL))
             if newest is None:
-                taken = self.engine.create_marker(self.image, fence_name(1), {FENCE_LABEL: "1"}) is not None
+                self.engine.ensure_empty_image(FENCE_IMAGE)
+                taken = self.engine.create_marker(FENCE_IMAGE, fence_name(1), {FENCE_LABEL: "1"}) is not None
             else:
                 taken = self.engine.rename_container(fence_name(newest), fence_name(newest + 1))
             if taken:
@@ -49,7 +49,7 @@ class NodeFence:
             if self.generation is not None and self.engine.rename_container(fence_name(self.generation), fence_name(self.generation + 1)):
                 self.generation += 1
                 return
-            self.claim(self.image)
+            self.claim()
 
 
 class FencedEngine:

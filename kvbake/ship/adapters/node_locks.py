@@ -88,12 +88,12 @@ class NodeLock:
         is refused, naming its holder and its last renewal; `describe_holder` adds what the node knows of that deploy.
         Once taken, the node's write fence is claimed: a host that held the lock before writes nothing more."""
         if self._create(image, deploy_id):
-            self.fence.claim(image)
+            self.fence.claim()
             return
         found = self._read()
         if found is None:
             if self._create(image, deploy_id):
-                self.fence.claim(image)
+                self.fence.claim()
                 return
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
         container_id, claim, renewed = found
@@ -119,7 +119,7 @@ class NodeLock:
         self.engine.remove_container(container_id)
         if not taken:
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
-        self.fence.claim(image)
+        self.fence.claim()
         self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
 
     def _create(self, image: str, deploy_id: str) -> bool:

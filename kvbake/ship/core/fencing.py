@@ -7,11 +7,12 @@ from typing import Iterable
 
 FENCE_PREFIX = "kvbake-fence-"
 FENCE_LABEL = "kvbake.fence"
+FENCE_IMAGE = "kvbake-fence:1"  # an image that holds no file, made on each node: the fence pins no release image
 _GENERATION = re.compile(re.escape(FENCE_PREFIX) + r"(\d+)")
 
 # The engine calls that change a node: each one first advances the node's fence. Every other call only reads (a
 # throw-away probe or copy container included). tests/unit/test_node_fence.py holds every Engine method to one of the two.
-WRITES = frozenset({"copy_in", "create_marker", "exec_detached", "legacy_build", "load", "pull", "push", "recreate", "remove_container",
+WRITES = frozenset({"copy_in", "create_marker", "ensure_empty_image", "exec_detached", "legacy_build", "load", "pull", "push", "recreate", "remove_container",
                     "remove_image", "rename_and_start", "rename_container", "set_restart_policy", "start", "stop", "stop_and_rename",
                     "tag", "untag"})
 READS = frozenset({"changes", "config_digest_of", "config_dir", "container_inspect", "containers_labelled", "container_log_tail", "container_logs", "copy_out",
