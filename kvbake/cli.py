@@ -291,9 +291,9 @@ def main(argv: list[str], prog: str = PROG) -> int:
     except UsageError as err:
         return report(err, debug=False)
     configure_logging(args.debug)
-    from kvbake.engines.adapters.client import show_progress
+    from kvbake.terminal.progress import show_on_terminal
 
-    show_progress(sys.stdout.isatty() and not args.json)
+    show_on_terminal(args.json)
     handler = handler_of(args.command)
     try:
         data, text = handler(args)

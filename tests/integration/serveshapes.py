@@ -13,6 +13,7 @@ import pytest
 from kvbake.engines.adapters.client import Engine
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.fencing import generation_of
 from kvbake_rig.ports import free_port
 # SOURCE_ROOT, STANDIN, chain_overlay and donor_clone are the tests' through this module
 from kvbake_rig.serve_shapes import (REAL_RAY_SHAPES, SHAPES, SOURCE_ROOT, STANDIN, ShapePorts, chain_overlay,  # noqa: F401
@@ -67,15 +68,19 @@ def serves(engine: Engine, name: str) -> tuple | None:
 
 
 def whole_node(rig: dict, key: str, repository: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """Every container of the node by name (running or not, restart policy) and what the named serves run; the tags,
-    the records (current, previous, adopted), the journal and diverged mark it keeps and its lock."""
+    """Every container of the node by name (running or not, restart policy) but its fence, whose name is its generation
+    and moves with every write (`fences` counts them: one once kvbake wrote); what the named serves run; the tags, the
+    records (current, previous, adopted), the journal and diverged mark it keeps and its lock."""
     engine = Engine(rig[key].host)
     records = NodeState(NODES[key], engine).read()
-    containers = {}
+    containers, fences = {}, 0
     for container in engine.client.container.list(all=True):
+        if generation_of(container.name) is not None:
+            fences += 1
+            continue
         inspect = engine.container_inspect(container.id)
         containers[container.name] = (inspect["State"]["Running"], (inspect["HostConfig"].get("RestartPolicy") or {}).get("Name"))
-    return {"containers": containers, "serves": {name: serves(engine, name) for name in names},
+    return {"containers": containers, "fences": fences, "serves": {name: serves(engine, name) for name in names},
             "current": engine.image_id_of(f"{repository}:current"), "previous": engine.image_id_of(f"{repository}:previous"),
             "records": tuple(r.id if r else None for r in (records.current, records.previous, records.adopted)),
             "transition": records.transition, "diverged": records.diverged, "lock": engine.container_inspect(LOCK_NAME) is not None}

@@ -20,7 +20,7 @@ from serveshapes import NODES, clear_nodes, signed_by_a_reviewer
 from shiprig import reset_nodes
 from test_serve_shapes import Walk
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
 RUN_CLUSTER = "ray cluster, real ray"
 EUGR_CURRENT = "eugr current, real ray"
 

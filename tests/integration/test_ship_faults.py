@@ -180,17 +180,22 @@ def test_recovery_from_another_host_never_takes_the_lock_of_a_live_deploy(capsys
     assert_invariant(capsys, shipped, rig, PACKING_ENV)
 
 
-STOPPER = """
+RUNNER = """
 import os, signal, sys
 from kvbake.engines.adapters.client import Engine
 from kvbake.cli import main
 original, stopped = Engine.tag, []
-def tag_then_stop(self, image_id, reference):
-    original(self, image_id, reference)
-    if reference.endswith(":current") and not stopped:  # inside node a's retag: current moved, previous not yet
+def tag_and_stop(self, image_id, reference):
+    if reference.endswith(WHEN) and not stopped:
         stopped.append(reference)
+        if LATE:  # fenced, the call begun, not yet on the node: it lands once the host wakes
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return original(self, image_id, reference)
+        original(self, image_id, reference)
         os.kill(os.getpid(), signal.SIGSTOP)
-Engine.tag = tag_then_stop
+        return None
+    return original(self, image_id, reference)
+Engine.tag = tag_and_stop
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -201,10 +206,11 @@ def stopped_state(pid: int) -> bool:
         return stat_file.read().rpartition(")")[2].split()[0] == "T"
 
 
-def test_a_host_stopped_inside_a_retag_whose_lock_was_broken_writes_nothing_once_woken(capsys, shipped, rig, tmp_path):
-    """Host 1's deploy is stopped by SIGSTOP inside node a's retag (current moved, previous not yet) for longer than its
-    locks' staleness; host 2 breaks the locks and reverts. Woken by SIGCONT, host 1 stops at its next write, naming the
-    breaker: every node stays exactly as host 2's revert left it, one release on every rank."""
+def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, when: str, late: bool):
+    """Host 1's deploy of packing over control is stopped by SIGSTOP at its tag of node a's `when` tag (after the tag,
+    or, `late`, with the call begun but not yet on the node) for longer than its locks' staleness; host 2 breaks the
+    locks and reverts. Host 1 is woken by SIGCONT. Returns the fleet before, as host 2's revert left it, host 1's exit
+    code and error, the nodes' audit logs after the revert, and host 2's deployment file."""
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
     host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
@@ -212,7 +218,7 @@ def test_a_host_stopped_inside_a_retag_whose_lock_was_broken_writes_nothing_once
         path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 2}))
     shutil.copytree(shipped["deploy"].parent / ".kvbake", host1.parent / ".kvbake")
     runner = tmp_path / "stopper.py"
-    runner.write_text(STOPPER)
+    runner.write_text(RUNNER.replace("WHEN", repr(when)).replace("LATE", repr(late)))
     argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
             "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
     deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
@@ -226,16 +232,49 @@ def test_a_host_stopped_inside_a_retag_whose_lock_was_broken_writes_nothing_once
         code, _, err = ship_with(capsys, shipped, host2, "deploy", "--revert", "--break-lock")
         assert code == 0, err
         reverted = fleet_snapshot(rig, shipped, host2)
-        audits = {key: NodeState(name, Engine(rig[key].host)).read().audit for key, name in (("a", "spark-a"), ("b", "spark-b"))}
+        audits = node_audits(rig)
         deploying.send_signal(signal.SIGCONT)
         _, err = deploying.communicate(timeout=300)
     finally:
         if deploying.poll() is None:
             deploying.kill()
-    assert deploying.returncode == 12 and "this host no longer holds its lock" in err and "broke it as stale" in err, err
+    return before, reverted, (deploying.returncode, err), audits, host2
+
+
+def node_audits(rig) -> dict:
+    return {key: NodeState(name, Engine(rig[key].host)).read().audit for key, name in (("a", "spark-a"), ("b", "spark-b"))}
+
+
+def test_a_host_stopped_inside_a_retag_whose_lock_was_broken_writes_nothing_once_woken(capsys, shipped, rig, tmp_path):
+    """Stopped between node a's two tags (current moved, previous not yet): woken, host 1 stops at its next write,
+    naming the breaker; every node stays exactly as host 2's revert left it, one release on every rank."""
+    before, reverted, (code, err), audits, host2 = deploy_stopped_in_a_retag_then_reverted_by_another_host(
+        capsys, shipped, rig, tmp_path, ":current", late=False)
+    assert code == 12 and "this host no longer holds its lock" in err and "broke it as stale" in err, err
     assert fleet_snapshot(rig, shipped, host2) == reverted
-    assert {key: NodeState(name, Engine(rig[key].host)).read().audit for key, name in (("a", "spark-a"), ("b", "spark-b"))} == audits
+    assert node_audits(rig) == audits
     for node in ("a", "b"):
         assert reverted[node]["records"] == before[node]["records"] and reverted[node]["current"] == before[node]["current"]
         assert not reverted[node]["lock"] and reverted[node]["transition"] is None
+    assert_invariant(capsys, shipped, rig, set())
+
+
+def test_the_one_call_a_stopped_host_had_begun_lands_late_and_the_documented_repair_mends_it(capsys, shipped, rig, tmp_path):
+    """Stopped with its tag of node a's `previous` begun but not yet on the node: woken, that one call lands (as
+    documented), and the next write stops host 1. What the late tag changed is found and mended by the documented
+    command."""
+    before, reverted, (code, err), audits, host2 = deploy_stopped_in_a_retag_then_reverted_by_another_host(
+        capsys, shipped, rig, tmp_path, ":previous", late=True)
+    assert code == 12 and "this host no longer holds its lock" in err and "broke it as stale" in err, err
+    after = fleet_snapshot(rig, shipped, host2)
+    late = {**reverted, "a": {**reverted["a"], "previous": reverted["a"]["current"]}}
+    assert reverted["a"]["previous"] is None and after == late, "the late call moved node a's `previous` tag, and nothing else"
+    assert node_audits(rig) == audits
+    assert ship_with(capsys, shipped, host2, "verify-running")[0] == 0, "what serves is what the records say"
+    code, _, err = ship_with(capsys, shipped, host2, "rollback")
+    assert code == 12 and "no previous release on spark-a, spark-b" in err, "the stray tag is no rollback target"
+    # The documented repair: the next deploy (here of the release the nodes run) re-points both tags from the records.
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "mend")
+    assert code == 0, err
+    assert fleet_snapshot(rig, shipped, host2) == reverted
     assert_invariant(capsys, shipped, rig, set())

@@ -3,17 +3,26 @@ rollback succeed only once it answers its readiness probe, and every failure to 
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import re
 import shutil
 import socket
+import struct
+import subprocess
+import sys
+import termios
 import time
 
 import httpx
 import pytest
 
 from faultscenarios import without_running_flags
-from shiprig import STANDIN_LAUNCHER, fleet_snapshot, reset_nodes, ship_with, write_deploy
+from kvbake.engines.adapters.client import Engine
+from shiprig import REPO_ROOT, STANDIN_LAUNCHER, fleet_snapshot, reset_nodes, ship_with, write_deploy
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.once_on_classic]
 
 
 def free_port() -> int:
@@ -37,8 +46,6 @@ def serving(rig, shipped, tmp_path):
         return write_deploy(folder, rig, launcher, env={**env, **more_env}, start="workers-first", readiness=readiness)
 
     yield deployment, api
-    from kvbake.engines.adapters.client import Engine
-
     for key in ("a", "b"):
         Engine(rig[key].host).remove_container("kvbake-serve")
 
@@ -111,4 +118,52 @@ def test_a_launcher_that_exits_0_but_starts_nothing_reverts_every_node(capsys, s
     code, _, err = deploy(capsys, shipped, lazy, "packing-327680")
     assert code == 12 and "launcher on spark-b exited 0 but the serving container kvbake-serve on spark-b is still the old one" in err, err
     assert without_running_flags(fleet_snapshot(rig, shipped, lazy)) == without_running_flags(before)
+    assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200
+
+
+def build_py(argv: list[str], terminal: bool) -> tuple[int, str]:
+    """`python build.py ARGV` as an operator runs it: on a pseudo-terminal (its standard output and error), or with
+    both piped; the exit code and everything it printed."""
+    command = [sys.executable, str(REPO_ROOT / "build.py"), *argv]
+    if not terminal:
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout + done.stderr
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 240, 0, 0))  # 240 columns: whole labels
+    sized = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}  # the terminal's own size
+    with subprocess.Popen(command, cwd=REPO_ROOT, env=sized, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower) as process:
+        os.close(follower)
+        printed = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the program closed the terminal
+                break
+            if not chunk:
+                break
+            printed += chunk
+        os.close(leader)
+        return process.wait(timeout=300), printed.decode(errors="replace")
+
+
+def test_on_a_terminal_the_pulls_and_the_readiness_wait_show_their_elapsed_time_and_piped_output_stays_plain(shipped, rig, serving):
+    deployment, api = serving
+    reset_nodes(rig, shipped["repository"])
+    for key in ("a", "b"):
+        Engine(rig[key].host).remove_image(shipped["digest"])
+    deploy_file = deployment("terminal")
+    files = ["--manifest", str(shipped["manifest"]), "--deploy", str(deploy_file)]
+    code, printed = build_py(["deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "on a terminal", *files], True)
+    assert code == 0, printed
+    pulled = shipped["digest"][:shipped["digest"].index("@sha256:") + 20]  # its line names the digest's first 12 digits
+    for label in (f"pull {pulled} on {rig['a'].host}", f"pull {pulled} on {rig['b_host']}",
+                  f"wait for GET http://127.0.0.1:{api}/health to answer 200"):
+        finished = [line for line in printed.split("\r") if label in line and "done" in line]
+        assert finished and re.search(r"\d:\d\d:\d\d", finished[-1]), f"{label!r} never finished with its time: {printed!r}"
+    assert "last answer: 200" in printed, "the wait's last detail is the probe's answer"
+    code, printed = build_py(["deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "piped", *files], False)
+    assert code == 0, printed
+    assert "\x1b[" not in printed and "wait for GET" not in printed and f"pull {shipped['digest']}" not in printed, printed
+    code, printed = build_py(["rollback", "--json", *files], True)
+    assert code == 0 and "\x1b[" not in printed and "wait for GET" not in printed, "--json stays plain on a terminal"
     assert httpx.get(f"http://127.0.0.1:{api}/health", timeout=5).status_code == 200

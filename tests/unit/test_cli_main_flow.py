@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from kvbake import cli
-from kvbake.engines.adapters import client
 from kvbake.errors import KvbakeError, LockError
+from kvbake.terminal import progress
 from tests.unit.message_words import says
 
 
@@ -31,7 +31,7 @@ def plan_runs(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Namespace]:
         return {"planned": True}, "planned"
 
     monkeypatch.setattr(importlib.import_module("kvbake.bake.commands"), "cmd_plan", record)
-    monkeypatch.setitem(client._PROGRESS, "show", False)
+    monkeypatch.setitem(progress._SHOWN, "console", None)
     return calls
 
 
@@ -42,24 +42,27 @@ def test_every_command_reaches_the_cmd_function_of_its_stage(command: str) -> No
     assert handler.__name__ == "cmd_" + command.replace("-", "_")
 
 
-def test_progress_bars_are_drawn_on_a_terminal(plan_runs, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdout", Terminal())
+def test_progress_is_drawn_when_standard_error_is_a_terminal(plan_runs, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(sys, "stderr", Terminal())
     assert cli.main(["plan"]) == 0
-    assert client.progress_shown() is True
-    assert sys.stdout.getvalue() == "planned\n"
+    assert progress.shown() is True
+    assert capsys.readouterr().out == "planned\n"
 
 
-def test_no_progress_bars_with_json_even_on_a_terminal(plan_runs, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdout", Terminal())
-    client.show_progress(True)
+def test_no_progress_with_json_even_on_a_terminal(plan_runs, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    progress.show_on_terminal(json_output=False)
+    assert progress.shown() is True
     assert cli.main(["plan", "--json"]) == 0
-    assert client.progress_shown() is False
+    assert progress.shown() is False
 
 
-def test_no_progress_bars_off_a_terminal(plan_runs, capsys: pytest.CaptureFixture[str]) -> None:
-    client.show_progress(True)
+def test_no_progress_off_a_terminal(plan_runs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    progress.show_on_terminal(json_output=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert cli.main(["plan"]) == 0
-    assert client.progress_shown() is False
+    assert progress.shown() is False
     assert capsys.readouterr().out == "planned\n"
 
 

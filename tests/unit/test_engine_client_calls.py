@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 from python_on_whales.exceptions import DockerException, NoSuchContainer, NoSuchImage
 
 from kvbake.digests import sha256_digest
 from kvbake.engines.adapters import client as module
 from kvbake.engines.adapters import manifestcache
-from kvbake.engines.adapters.client import Engine, progress_shown, show_progress
+from kvbake.engines.adapters.client import Engine
 from kvbake.engines.core.detection import EngineProfile
 from kvbake.errors import BaseImageError, EngineError, RegistryError
+from kvbake.terminal import progress as terminal
 
 from message_words import says
 from test_container_ops import Recorder, refusal
@@ -223,20 +226,27 @@ def test_save_load_and_tag_pass_their_arguments_and_name_the_call_that_failed(tm
 
 @pytest.fixture()
 def progress(monkeypatch):
-    monkeypatch.setitem(module._PROGRESS, "show", False)
+    monkeypatch.setitem(terminal._SHOWN, "console", None)
 
 
-def test_pull_and_push_are_quiet_unless_progress_is_shown(progress):
-    engine = engine_with()
+def docker_lines(reference):
+    """What python-on-whales yields for a streamed pull or push: (reference, line) pairs (a quiet call drops them)."""
+    return iter([(reference, b"abc: Pulling fs layer\n"), (reference, b"Status: Downloaded newer image for r:2\n")])
+
+
+def test_pull_and_push_are_quiet_unless_progress_is_shown_and_then_docker_s_lines_are_the_detail(progress):
+    engine = engine_with(pull=docker_lines, push=docker_lines)
     engine.pull("r:1")
     engine.push("r:1")
-    assert progress_shown() is False
-    show_progress(True)
-    assert progress_shown() is True
+    screen = io.StringIO()
+    terminal.show_on(Console(file=screen, force_terminal=True, width=160))
     engine.pull("r:2")
     engine.push("r:2")
     assert engine.client.image.calls == [("pull", ("r:1",), {"quiet": True}), ("push", ("r:1",), {"quiet": True}),
-                                         ("pull", ("r:2",), {"quiet": False}), ("push", ("r:2",), {"quiet": False})]
+                                         ("pull", ("r:2",), {"stream_logs": True}), ("push", ("r:2",), {"stream_logs": True})]
+    drawn = screen.getvalue()
+    assert f"pull r:2 on {HOST}" in drawn and "push r:2" in drawn and "0:00:00" in drawn and "done" in drawn
+    assert "pull r:1" not in drawn, "a quiet pull draws nothing"
 
 
 def test_a_failed_pull_is_an_engine_error_and_a_failed_push_a_registry_error(progress):

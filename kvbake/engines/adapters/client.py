@@ -24,21 +24,22 @@ from kvbake.engines.core.savefile import DirMeta
 from kvbake.engines.core.containerd import StoreManifest, parse_store_manifest
 from kvbake.engines.core.detection import EngineProfile, profile_from_info
 from kvbake.errors import BaseImageError, EngineError, RegistryError
+from kvbake.terminal import progress
 
 log = logging.getLogger(__name__)
 
 
-_PROGRESS = {"show": False}
 ManifestSource = Callable[[str], "bytes | None"]  # a manifest's bytes by its digest, or None
 
 
-def show_progress(enabled: bool) -> None:
-    """Let long pushes and pulls draw docker's progress bars (the CLI enables it on a terminal, never with --json)."""
-    _PROGRESS["show"] = enabled
-
-
-def progress_shown() -> bool:
-    return _PROGRESS["show"]
+def quiet_or_streamed(call: Callable[..., Any], reference: str, label: str) -> None:
+    """Run a pull or push quietly, or, where progress is shown, with docker's own lines as the step's detail."""
+    with progress.step(label) as update:
+        if not progress.shown():
+            call(reference, quiet=True)
+            return
+        for _, line in call(reference, stream_logs=True):
+            update(line)
 
 
 def _stderr(err: DockerException) -> str:
@@ -230,7 +231,7 @@ class Engine(ContainerOps):
 
     def pull(self, reference: str) -> None:
         try:
-            self.client.image.pull(reference, quiet=not progress_shown())
+            quiet_or_streamed(self.client.image.pull, reference, f"pull {progress.short_reference(reference)} on {self.label}")
         except DockerException as err:
             raise self._fail(f"pull {reference}", err) from None
 
@@ -279,7 +280,7 @@ class Engine(ContainerOps):
     def push(self, reference: str) -> None:
         """`docker push` of one tag; the engine uses the client's login store and skips blobs the registry has."""
         try:
-            self.client.image.push(reference, quiet=not progress_shown())
+            quiet_or_streamed(self.client.image.push, reference, f"push {progress.short_reference(reference)}")
         except DockerException as err:
             raise RegistryError(f"{self.label}: push of {reference} failed ({_stderr(err)})",
                                 "check that the registry is up and that you are logged in (docker login), then push again; "

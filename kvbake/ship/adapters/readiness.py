@@ -9,6 +9,7 @@ import httpx
 
 from kvbake.deployfile import Readiness
 from kvbake.errors import RolloutError
+from kvbake.terminal import progress
 
 
 def probe(client: httpx.Client, url: str) -> str:
@@ -25,9 +26,11 @@ def wait_until_ready(readiness: Readiness, dead_rank: Callable[[], str | None], 
     serving container that is no longer running (or None): that ends the wait at once, as does the timeout."""
     start = clock()
     last = "not probed"
-    with httpx.Client(timeout=min(10.0, readiness.timeout_s), trust_env=False, follow_redirects=False, transport=transport) as client:
+    with (httpx.Client(timeout=min(10.0, readiness.timeout_s), trust_env=False, follow_redirects=False, transport=transport) as client,
+          progress.step(f"wait for GET {readiness.url} to answer {readiness.status}") as update):
         while True:
             last = probe(client, readiness.url)
+            update(f"last answer: {last}")
             if last == str(readiness.status):
                 return clock() - start
             dead = dead_rank()

@@ -43,7 +43,10 @@ class NodeView:
 
 
 def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:
-    """What one node records and which images its tags name; a reseated node's records do not count."""
+    """What one node records and which images its tags name; a reseated node's records do not count. A `previous` tag
+    on a node whose records name a current release and no previous one counts as none (a write of a host whose lock
+    was broken can land late, after the revert that cleared that record): the next transition's retag removes it
+    instead of carrying it on. Records lost altogether leave both tags as they are."""
     engine = fleet.engines[name]
     try:
         records = NodeState(name, engine).read()
@@ -54,8 +57,9 @@ def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeV
     if name in reseat:
         records = NodeRecords(audit=records.audit)
     container = engine.container_inspect(fleet.deployment.launcher.container)
-    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), engine.image_id_of(fleet.tag("previous")),
-                    (container or {}).get("Id"))
+    says_no_previous = records.current is not None and records.previous is None
+    previous_id = None if says_no_previous else engine.image_id_of(fleet.tag("previous"))
+    return NodeView(name, records, engine.image_id_of(fleet.tag("current")), previous_id, (container or {}).get("Id"))
 
 
 def refuse_marks(views: list[NodeView]) -> None:

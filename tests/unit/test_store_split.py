@@ -1,0 +1,45 @@
+"""scripts/test.sh's split of the store-agnostic docker tests between the two Docker 26.1 passes: each such test runs
+on exactly one store, and every other docker test on both."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = (ROOT / "scripts" / "test.sh").read_text()
+MARKS = ("once_on_classic", "once_on_containerd")
+
+
+def store_split(split: str, profile: str) -> str:
+    """What test.sh's store_split prints for `profile` when the run has (`split=yes`) or lacks both stores."""
+    function = SCRIPT[SCRIPT.index("store_split() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    done = subprocess.run(["bash", "-c", f"{function}\nsplit={split}\nstore_split {profile}"], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize(("split", "profile", "clause"), [
+    ("yes", "docker-26.1-classic", "and not once_on_containerd"),
+    ("yes", "docker-26.1-containerd", "and not once_on_classic"),
+    ("yes", "docker-20.10-classic", ""),
+    ("", "docker-26.1-classic", ""),
+    ("", "docker-26.1-containerd", ""),
+])
+def test_each_store_leaves_out_the_other_store_s_tests_only_when_the_run_has_both(split, profile, clause):
+    assert store_split(split, profile) == clause
+
+
+def marks_of(path: Path) -> set[str]:
+    return set(re.findall(r"pytest\.mark\.(once_on_\w+)", path.read_text()))
+
+
+def test_no_test_module_is_marked_for_both_stores_and_every_marked_one_is_a_docker_test():
+    marked = {path.name: marks_of(path) for path in sorted((ROOT / "tests" / "integration").glob("test_*.py")) if marks_of(path)}
+    assert marked, "the split marks some modules"
+    assert all(len(marks) == 1 and marks <= set(MARKS) for marks in marked.values()), marked
+    for name in marked:
+        assert "pytest.mark.docker" in (ROOT / "tests" / "integration" / name).read_text(), f"{name} is no docker test"
