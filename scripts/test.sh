@@ -38,10 +38,16 @@ fi
 # Tests whose subject is no image store (serve shapes, launchers, readiness, the real serves) are marked once_on_classic
 # or once_on_containerd: when this run has Docker 26.1 on both stores, each runs on the one its mark names, and the
 # other store's pass leaves it out. Every other docker test runs on both stores.
-split=""
-case " $default ${profiles[*]} " in
-  *" docker-26.1-classic "*" docker-26.1-containerd "*|*" docker-26.1-containerd "*" docker-26.1-classic "*) split=yes ;;
-esac
+both_stores() {  # "yes" when the profiles named in its arguments include Docker 26.1 on both stores
+  local classic="" containerd="" profile
+  for profile in "$@"; do
+    [ "$profile" = docker-26.1-classic ] && classic=yes
+    [ "$profile" = docker-26.1-containerd ] && containerd=yes
+  done
+  [ -n "$classic" ] && [ -n "$containerd" ] && echo yes
+  return 0
+}
+split=$(both_stores "$default" "${profiles[@]}")
 store_split() {  # the -m clause that leaves out the other store's once_on_* tests, or nothing
   case "$split:$1" in
     yes:docker-26.1-classic) echo " and not once_on_containerd" ;;

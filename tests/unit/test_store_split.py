@@ -14,12 +14,31 @@ SCRIPT = (ROOT / "scripts" / "test.sh").read_text()
 MARKS = ("once_on_classic", "once_on_containerd")
 
 
+def shell_function(name: str) -> str:
+    """The text of one shell function of test.sh."""
+    function = SCRIPT[SCRIPT.index(f"{name}() {{"):]
+    return function[:function.index("\n}\n") + 3]
+
+
+def bash(script: str) -> str:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def store_split(split: str, profile: str) -> str:
     """What test.sh's store_split prints for `profile` when the run has (`split=yes`) or lacks both stores."""
-    function = SCRIPT[SCRIPT.index("store_split() {"):]
-    function = function[:function.index("\n}\n") + 3]
-    done = subprocess.run(["bash", "-c", f"{function}\nsplit={split}\nstore_split {profile}"], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
+    return bash(f"{shell_function('store_split')}\nsplit={split}\nstore_split {profile}")
+
+
+@pytest.mark.parametrize(("profiles", "both"), [
+    ("docker-20.10-classic docker-26.1-classic docker-26.1-containerd", "yes"),  # Debian 12: the default, then the others
+    ("docker-26.1-classic docker-26.1-containerd", "yes"),  # Debian 13
+    ("docker-26.1-containerd docker-26.1-classic", "yes"),
+    ("docker-20.10-classic", ""),  # KVBAKE_PROFILES=default
+    ("docker-26.1-classic", ""),
+    ("docker-20.10-classic docker-26.1-containerd", ""),
+])
+def test_the_split_is_on_only_when_the_run_has_docker_26_1_on_both_stores(profiles, both):
+    assert bash(f"{shell_function('both_stores')}\nboth_stores {profiles}") == both
 
 
 @pytest.mark.parametrize(("split", "profile", "clause"), [
