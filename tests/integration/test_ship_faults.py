@@ -20,7 +20,8 @@ from kvbake.ship.adapters.nodestate import NodeState
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,
                             operator_host)
-from shiprig import PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, ship, ship_with
+from shiprig import (PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, reset_nodes, ship,
+                     ship_with)
 
 pytestmark = pytest.mark.docker
 
@@ -210,7 +211,9 @@ def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig
     """Host 1's deploy of packing over control is stopped by SIGSTOP at its tag of node a's `when` tag (after the tag,
     or, `late`, with the call begun but not yet on the node) for longer than its locks' staleness; host 2 breaks the
     locks and reverts. Host 1 is woken by SIGCONT. Returns the fleet before, as host 2's revert left it, host 1's exit
-    code and error, the nodes' audit logs after the revert, and host 2's deployment file."""
+    code and error, the nodes' audit logs after the revert, and host 2's deployment file. The nodes start new to
+    kvbake, so that the baseline deploy records no previous release."""
+    reset_nodes(rig, shipped["repository"])
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
     host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
