@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set up everything, build the stand-in bases (cached), and run the tests against real engines: the suite on the
-# machine's default engine and, at the same time, every docker test (all but those marked default_engine_only) on every
-# other engine profile this machine has (Debian 12: Docker 20.10 by default, plus Docker 26.1 classic
-# and containerd store; Debian 13: Docker 26.1 classic by default, plus the containerd store). A Docker 20.10 pass
-# runs the unit tests, the default_engine_only tests and the main job's (every_engine); never field_engines_only.
-# KVBAKE_PROFILES=default runs the default engine only (then 20.10 runs every docker test but field_engines_only).
+# Set up everything, build the stand-in bases (cached), and run the tests against real engines, in parallel passes:
+# the docker tests on the machine's default engine; every docker test but those marked default_engine_only on every
+# other engine profile this machine has (Debian 12: Docker 20.10 by default, plus Docker 26.1 on the classic and the
+# containerd store; Debian 13: Docker 26.1 classic by default, plus the containerd store); and the tests that need no
+# engine. A Docker 20.10 pass runs the default_engine_only tests and the main job's (every_engine); never
+# field_engines_only. KVBAKE_PROFILES=default runs the default engine only (then 20.10 runs every docker test but
+# field_engines_only) beside the tests that need no engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,18 +17,9 @@ bash scripts/docs.sh --check  # the docs site: generated pages current, mkdocs b
 .venv/bin/python scripts/standin_vllm_base.py
 export KVBAKE_REQUIRE_DOCKER=1
 default=$(.venv/bin/python -c 'from kvbake.engines.adapters.client import Engine; print(Engine().profile().name)')
-# The field runs Docker 25 or later on either store; on Debian 12 those are the two other profiles, which run every
-# docker test not marked default_engine_only. The pass on Docker 20.10 (Debian 12's own engine) runs the unit tests,
-# the tests marked default_engine_only and the main job's modules (marked every_engine), never field_engines_only.
-selection=()
-if [ "$default" = docker-20.10-classic ] && [ "${KVBAKE_PROFILES:-all}" != default ]; then
-  selection=(-m "not field_engines_only and (not docker or default_engine_only or every_engine)")
-elif [ "$default" = docker-20.10-classic ]; then
-  selection=(-m "not field_engines_only")
-fi
 # Every other profile runs the docker tests (all but those marked default_engine_only), each with its own engines and
-# temporary folder, at the same time as the whole suite on the default engine. Their output follows the default pass,
-# one profile after the other.
+# temporary folder, at the same time as the default engine's pass. Their output follows the default pass, one profile
+# after the other.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 pids=()
@@ -57,24 +49,52 @@ store_split() {  # the -m clause that leaves out the other store's once_on_* tes
 for profile in "${profiles[@]}"; do
   echo "test: the integration suite on engine profile $profile (in parallel)"
   KVBAKE_TEST_PROFILE=$profile .venv/bin/python -m pytest -m "docker and not default_engine_only$(store_split "$profile")" \
-    --durations=15 --basetemp "$logs/$profile.tmp" "$@" >"$logs/$profile.log" 2>&1 &
+    --durations=25 --basetemp "$logs/$profile.tmp" "$@" >"$logs/$profile.log" 2>&1 &
   pids+=($!)
 done
-if [ ${#selection[@]} -eq 0 ] && [ -n "$(store_split "$default")" ]; then
-  clause=$(store_split "$default")
-  selection=(-m "${clause# and }")  # Debian 13: the default engine is Docker 26.1 on the classic store
-fi
-echo "test: the whole suite on the default engine, profile $default"
+# The default engine's pass. The field runs Docker 25 or later on either store; on Debian 12 those are the two other
+# profiles, which run every docker test not marked default_engine_only. A pass on Docker 20.10 (Debian 12's own engine)
+# runs the tests marked default_engine_only and the main job's modules (marked every_engine), never field_engines_only.
+docker_selection() {  # the -m expression of the default engine's pass: $1 its profile, $2 "default" when it runs alone
+  if [ "$1" = docker-20.10-classic ] && [ "$2" != default ]; then
+    echo "docker and not field_engines_only and (default_engine_only or every_engine)"
+  elif [ "$1" = docker-20.10-classic ]; then
+    echo "docker and not field_engines_only"
+  else
+    echo "docker$(store_split "$1")"  # Debian 13: Docker 26.1 on the classic store
+  fi
+}
+# The tests that need no engine (the unit tests, the rollout model) run in a process of their own beside the docker
+# passes, at a lower priority (nice 10): they take the CPU the engine-bound tests leave idle, and the run never ends on
+# them alone on one core. Their output comes last.
+echo "test: the tests that need no engine (in parallel, nice 10)"
+nice -n 10 .venv/bin/python -m pytest -m "not docker" --durations=10 --basetemp "$logs/no-engine.tmp" "$@" \
+  >"$logs/no-engine.log" 2>&1 &
+pids+=($!)
+profiles+=(no-engine)
+echo "test: the docker tests on the default engine, profile $default"
 failed=0
-.venv/bin/python -m pytest --durations=25 "${selection[@]}" "$@" || failed=$?
+ran=0
+status=0
+.venv/bin/python -m pytest --durations=40 -m "$(docker_selection "$default" "${KVBAKE_PROFILES:-all}")" "$@" || status=$?
+counts() {  # fold one pass's exit status into the run's: 5 (its selection had no test) is not a failure
+  if [ "$1" -eq 0 ]; then
+    ran=1
+  elif [ "$1" -ne 5 ]; then
+    ran=1
+    failed=$1
+  fi
+}
+counts "$status"
 for i in "${!profiles[@]}"; do
   status=0
   wait "${pids[$i]}" || status=$?
-  echo "test: engine profile ${profiles[$i]}: exit $status"
+  echo "test: ${profiles[$i]}: exit $status"
   cat "$logs/${profiles[$i]}.log"
-  # Exit code 5 means the selection had no docker test (for example `test.sh tests/unit`); anything else counts.
-  if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
-    failed=$status
-  fi
+  counts "$status"
 done
+if [ "$ran" -eq 0 ]; then
+  echo "test: no test matched the selection in any pass"
+  exit 5
+fi
 exit "$failed"

@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILDER = REPO / "scripts" / "standin_base.py"
 EXAMPLE = REPO / "examples" / "standin"
 PATCHES = sorted((EXAMPLE / "patches").glob("*.patch"))
+pytestmark = [pytest.mark.docker, pytest.mark.default_engine_only]  # the stand-in base as the default engine built it
+
 CACHE_DIR = Path(os.environ.get("KVBAKE_STANDIN_CACHE", "~/.cache/kvbake/standin")).expanduser()
 
 

@@ -1,5 +1,6 @@
-"""scripts/test.sh's split of the store-agnostic docker tests between the two Docker 26.1 passes: each such test runs
-on exactly one store, and every other docker test on both."""
+"""scripts/test.sh's passes: the tests that need no engine apart from the docker tests, the default engine's selection,
+and the split of the store-agnostic docker tests between the two Docker 26.1 passes (each such test runs on exactly one
+store, and every other docker test on both)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,26 @@ def test_no_test_module_is_marked_for_both_stores_and_every_marked_one_is_a_dock
     assert all(len(marks) == 1 and marks <= set(MARKS) for marks in marked.values()), marked
     for name in marked:
         assert "pytest.mark.docker" in (ROOT / "tests" / "integration" / name).read_text(), f"{name} is no docker test"
+
+
+def docker_selection(profile: str, profiles: str = "all", split: str = "") -> str:
+    """The -m expression test.sh gives the default engine's pass."""
+    functions = "\n".join(shell_function(name) for name in ("store_split", "docker_selection"))
+    return bash(f"{functions}\nsplit={split}\ndocker_selection {profile} {profiles}")
+
+
+@pytest.mark.parametrize(("profile", "profiles", "split", "expression"), [
+    ("docker-20.10-classic", "all", "yes", "docker and not field_engines_only and (default_engine_only or every_engine)"),
+    ("docker-20.10-classic", "default", "", "docker and not field_engines_only"),
+    ("docker-26.1-classic", "all", "yes", "docker and not once_on_containerd"),  # Debian 13
+    ("docker-26.1-classic", "default", "", "docker"),
+])
+def test_the_default_engine_s_pass_selects_docker_tests_only(profile, profiles, split, expression):
+    assert docker_selection(profile, profiles, split) == expression
+
+
+def test_every_integration_module_is_a_docker_test_so_the_pass_without_an_engine_never_reaches_one():
+    assert '-m "not docker"' in SCRIPT and "nice -n 10" in SCRIPT
+    modules = sorted((ROOT / "tests" / "integration").glob("test_*.py"))
+    assert modules and all("pytest.mark.docker" in path.read_text() for path in modules), \
+        [path.name for path in modules if "pytest.mark.docker" not in path.read_text()]
