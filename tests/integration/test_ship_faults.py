@@ -224,24 +224,32 @@ def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig
     runner.write_text(RUNNER.replace("WHEN", repr(when)).replace("LATE", repr(late)))
     argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
             "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
-    deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+    (reverted, audits), woken = stopped_while_another_host_reverts(capsys, shipped, rig, argv, host2)
+    return before, reverted, woken, audits, host2
+
+
+def stopped_while_another_host_reverts(capsys, shipped, rig, argv: list[str], host2) -> tuple:
+    """Run `argv` (a runner that stops itself with SIGSTOP); once it is stopped and its locks are stale by every node's
+    clock, host 2 breaks them and reverts. Then SIGCONT. Returns the fleet and the nodes' audit logs as host 2's revert
+    left them, and the woken process's exit code and error."""
+    stopped = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not stopped_state(deploying.pid):
-            assert deploying.poll() is None and time.monotonic() < deadline, deploying.communicate()
+        while not stopped_state(stopped.pid):
+            assert stopped.poll() is None and time.monotonic() < deadline, stopped.communicate()
             time.sleep(0.1)
         time.sleep(3)  # past the stale threshold, by every node's clock
         code, _, err = ship_with(capsys, shipped, host2, "deploy", "--revert", "--break-lock")
         assert code == 0, err
         reverted = fleet_snapshot(rig, shipped, host2)
         audits = node_audits(rig)
-        deploying.send_signal(signal.SIGCONT)
-        _, err = deploying.communicate(timeout=300)
+        stopped.send_signal(signal.SIGCONT)
+        _, err = stopped.communicate(timeout=300)
     finally:
-        if deploying.poll() is None:
-            deploying.kill()
-    return before, reverted, (deploying.returncode, err), audits, host2
+        if stopped.poll() is None:
+            stopped.kill()
+    return (reverted, audits), (stopped.returncode, err)
 
 
 def node_audits(rig) -> dict:
@@ -280,4 +288,45 @@ def test_the_one_call_a_stopped_host_had_begun_lands_late_and_the_documented_rep
     code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "mend")
     assert code == 0, err
     assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert_invariant(capsys, shipped, rig, set())
+
+
+AUDIT_RUNNER = """
+import os, signal, sys
+from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.cli import main
+original, stopped = NodeState.write, []
+def read_stop_write(self, image, line):
+    records = self.read()
+    if self.node == "spark-b" and not stopped:  # the break's audit line: the records read, not yet written back
+        stopped.append(line)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return original(self, image, records, line)
+NodeState.append_audit = read_stop_write
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_host_stopped_while_it_records_a_lock_break_writes_no_old_records_back_once_woken(capsys, shipped, rig, tmp_path):
+    """A killed deploy leaves stale locks; host 1's deploy --revert --break-lock is stopped between reading node b's
+    records and writing them back with the audit line of its break. Host 2 breaks the locks in turn and reverts. Woken,
+    host 1 stops at that write, naming the breaker: node b keeps host 2's records, no journal comes back, and the fleet
+    serves the baseline on one release."""
+    reset_nodes(rig, shipped["repository"])
+    deploy_control(capsys, shipped, "baseline")
+    before = fleet_snapshot(rig, shipped)
+    killed_deploy(tmp_path, shipped, shipped["deploy"], 3)
+    host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
+    for path in (host1, host2):
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 2}))
+    runner = tmp_path / "audit_stopper.py"
+    runner.write_text(AUDIT_RUNNER)
+    argv = [sys.executable, str(runner), "deploy", "--revert", "--break-lock", "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
+    (reverted, audits), (code, err) = stopped_while_another_host_reverts(capsys, shipped, rig, argv, host2)
+    assert code == 12 and "node spark-b: this host no longer holds its lock" in err and "broke it as stale" in err, err
+    assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert node_audits(rig) == audits
+    for node in ("a", "b"):
+        assert reverted[node]["records"] == before[node]["records"] and reverted[node]["current"] == before[node]["current"]
+        assert reverted[node]["transition"] is None and not reverted[node]["lock"]
     assert_invariant(capsys, shipped, rig, set())

@@ -12,7 +12,7 @@ import kvbake.ship.adapters.transitions as transitions
 from kvbake.errors import DivergedError, LockLost, RolloutError
 from kvbake.ship.adapters import node_locks, rollout
 from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock
-from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.core.lock_claims import LockClaim, broken_name, claim_from_labels, is_stale, node_epoch, renewal_bytes, renewed_at
 
 from fake_fleet import CONTAINER, CONTROL, OTHER, PACKING, World, deploy, interrupted_deploy, locks_taken_after_each_retag, make_world
@@ -26,8 +26,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 
 
 def lock_of(world: World, node: str = "a") -> NodeLock:
-    state = NodeState(node, world.engines[node])
-    return NodeLock(node, world.engines[node], STALE, state.append_audit)
+    return NodeLock(node, world.engines[node], STALE, node_audit(node))
 
 
 def no_note(claim: LockClaim) -> str:

@@ -45,7 +45,7 @@ class DockerLikeEngine(FakeEngine):
 
 def held_lock(engine: FakeEngine) -> NodeLock:
     engine.images.setdefault("base:1", {"Id": "base:1"})  # the lock is created from an image the node holds
-    lock = NodeLock("a", engine, STALE, lambda image, line: None)
+    lock = NodeLock("a", engine, STALE, lambda engine, image, line: None)
     lock.acquire("base:1", "deploy-1", False, no_note)
     return lock
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import model_commands as commands
-from kvbake.errors import DivergedError, EngineError, RolloutError
+from kvbake.errors import DivergedError, EngineError, LockLost, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
 from model_oracle import adopted_failures, records, serving_failures, tag_failures, unsettled
@@ -129,3 +129,31 @@ def test_a_deploy_that_fails_while_setting_the_adopted_serve_aside_brings_it_bac
     assert not serving_failures(world) and not adopted_failures(world) and not unsettled(world)
     serve = world.fakes["a"].containers[CONTAINER]
     assert serve["Id"] == world.unadopted["a"] and serve["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+
+
+def test_a_resume_whose_locks_were_broken_while_it_paused_writes_nothing_over_the_deploy_another_host_settled(world):
+    """h0's deploy is killed after its restart began; h0 resumes it with --break-lock and pauses (past the locks'
+    staleness) between reading node b's records and writing the audit line of that break, while h1 breaks the locks in
+    turn and reverts. Woken, h0 neither writes b's old records back with its audit line nor writes down the deploy h1
+    settled: it stops, and its own copy of the journal goes with the resume it names (the rollout model found this)."""
+    assert world.run("h0", commands.deploy("other", True), Fault("journal", 5, "kill")) == "killed"
+    stopped = world.run("h0", commands.recover("resume", "deploy", True), Fault("b.*", 10, "pause-revert"))
+    assert isinstance(stopped, LockLost) and "node b: this host no longer holds its lock" in stopped.one_line(), stopped
+    assert not world.rewalked, world.rewalked
+    assert unsettled(world) == ["h0 keeps journal.json"] and not serving_failures(world) and not tag_failures(world)
+    assert all(records(world, node).current is None and records(world, node).transition is None for node in NODES)
+    refused = world.run("h0", commands.recover("resume", "deploy", False))
+    assert isinstance(refused, RolloutError) and "nothing to do" not in refused.one_line(), refused
+    assert not unsettled(world) and not world.rewalked
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_a_resume_paused_at_any_call_never_writes_down_a_deploy_another_host_settled_meanwhile(tmp_path, node):
+    """As above, with the pause before each of h0's first 30 calls to the node in turn (some fall after the locks are
+    taken, before the resume's first write): h0 checks its locks before it writes its journal, so it never writes down
+    again the deploy h1 settled while it paused."""
+    for nth in range(1, 31):
+        with patched(), acting_on(World(tmp_path / f"{node}{nth}", "in-order")) as world:
+            assert world.run("h0", commands.deploy("other", True), Fault("journal", 5, "kill")) == "killed"
+            world.run("h0", commands.recover("resume", "deploy", True), Fault(f"{node}.*", nth, "pause-revert"))
+            assert not world.rewalked and not tag_failures(world), (nth, world.rewalked, tag_failures(world))

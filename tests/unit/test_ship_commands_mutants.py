@@ -12,7 +12,7 @@ from kvbake.errors import DivergedError, RolloutError, UsageError
 from kvbake.ship import commands
 from kvbake.ship.adapters import fleet as fleet_module
 from kvbake.ship.adapters.node_locks import HELD_HERE, NodeLock
-from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.nodestate import NodeState, node_audit
 
 from fake_fleet import CONTAINER, CONTROL, PACKING, SOURCE_ROOT, World, deploy, diverged_deploy, killed_adopt, start_serves
 from message_words import says
@@ -24,7 +24,7 @@ from test_project_init_nodes import nodes, pair, run_init, written  # noqa: F401
 def stale_locks(w: World, image: str) -> None:
     """Every node keeps a lock whose holder, a command of this process, is gone: stale, broken only with --break-lock."""
     for name, engine in w.engines.items():
-        lock = NodeLock(name, engine, w.fleet.deployment.lock_stale_after_s, NodeState(name, engine).append_audit)
+        lock = NodeLock(name, engine, w.fleet.deployment.lock_stale_after_s, node_audit(name))
         lock.acquire(image, "deploy-gone", False, lambda claim: "")
         HELD_HERE.discard(lock.token)
     w.advance(w.fleet.deployment.lock_stale_after_s + 1)

@@ -71,11 +71,11 @@ def holder_gone(claim: LockClaim) -> bool:
 class NodeLock:
     """One node's lock: taken by an atomic create, renewed by its owner only, released by its container ID."""
 
-    def __init__(self, node: str, engine: Engine, stale_after_s: float, audit: Callable[[str, str], None]) -> None:
+    def __init__(self, node: str, engine: Engine, stale_after_s: float, audit: Callable[[Engine, str, str], None]) -> None:
         self.node = node
         self.engine = engine
         self.stale_after_s = stale_after_s
-        self.audit = audit  # (image, line): one line in the node's audit log
+        self.audit = audit  # (engine, image, line): one line in the node's audit log, written through `engine`
         self.token = secrets.token_hex(16)
         self.container_id: str | None = None
         self.fence = NodeFence(node, engine, self.prove_held)
@@ -111,8 +111,9 @@ class NodeLock:
         self._break(image, deploy_id, container_id, claim, why)
 
     def _break(self, image: str, deploy_id: str, container_id: str, claim: LockClaim, why: str) -> None:
-        """Rename the stale lock away, take the lock, and only then record the break: the node's records are read and
-        written whole, so a write without its lock could put back what another holder changed since."""
+        """Rename the stale lock away, take the lock, and only then record the break, through the node's fence: the
+        node's records are read and written whole, so a write without its lock (or one made after a pause in which
+        another host broke this lock in turn) could put back what another holder changed since."""
         if not self.engine.rename_container(container_id, broken_name(LOCK_NAME, container_id)):
             raise RolloutError(f"node {self.node}: another host broke the stale lock of {claim.owner} first", "retry later")
         taken = self._create(image, deploy_id)
@@ -120,7 +121,7 @@ class NodeLock:
         if not taken:
             raise RolloutError(f"node {self.node}: another deploy took the lock", "retry later")
         self.fence.claim()
-        self.audit(image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
+        self.audit(FencedEngine(self.engine, self.fence), image, f"broke stale lock of {claim.owner} (deploy {claim.deploy}, {why})")
 
     def _create(self, image: str, deploy_id: str) -> bool:
         here = this_host()

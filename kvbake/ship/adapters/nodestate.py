@@ -6,6 +6,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
@@ -73,6 +74,11 @@ class NodeState:
     def _ensure_state(self, image: str) -> None:
         if self.engine.container_inspect(STATE_NAME) is None:
             self.engine.create_marker(image, STATE_NAME, {"kvbake.state": "1"})
+
+
+def node_audit(node_name: str) -> Callable[[Engine, str, str], None]:
+    """How a node's lock records a break: one audit line, appended through the (fenced) engine the lock gives."""
+    return lambda engine, image, line: NodeState(node_name, engine).append_audit(image, line)
 
 
 def _audit_line(text: str) -> str:

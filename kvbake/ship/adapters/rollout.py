@@ -20,7 +20,7 @@ from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
-from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.transitions import marker_image, records_of, release_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
@@ -156,7 +156,7 @@ def locked(fleet: Fleet, journal_id: str, break_lock: bool, marker_image: str | 
     try:
         for name, engine in fleet.engines.items():
             state = NodeState(name, engine)
-            lock = NodeLock(name, engine, fleet.deployment.lock_stale_after_s, state.append_audit)
+            lock = NodeLock(name, engine, fleet.deployment.lock_stale_after_s, node_audit(name))
             image = marker_image if isinstance(marker_image, str) else marker_image[name]
             taken.append(lock)  # released below if acquire fails, even after it took the lock (a lock never taken releases nothing)
             try:

@@ -315,8 +315,8 @@ def run_transition(fleet: Fleet, journal: Journal, folder: Path, guard: Callable
     transition, whose journal the nodes keep. `note` goes in the nodes' audit line of its beginning (which key signed
     the release)."""
     try:
+        guard()  # before the first write: a host whose locks were broken while it paused writes down nothing
         write_journal(folder, journal.with_phase("forward"))
-        guard()
     except LockLost:
         clear_journal(folder)  # the host holding the lock now owns the transition; the nodes keep its journal
         raise
