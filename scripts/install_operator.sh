@@ -11,4 +11,5 @@ sed '/^# --- test extra/,$d' requirements.lock > "$RUNTIME"  # operators need no
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$RUNTIME"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps .
 echo "installed kvbake $("$VENV/bin/kvbake" --version | cut -d' ' -f2) and the reference launcher $VENV/bin/kvbake-launch-vllm in $VENV"
-echo "next: $VENV/bin/kvbake doctor --manifest manifest.yaml --deploy deploy.yaml"
+echo "next: $VENV/bin/kvbake doctor --registry HOST:PORT (your private registry); after kvbake init, run"
+echo "      kvbake doctor --deploy deploy.yaml in the folder init --out wrote (docs/production.md)"

@@ -170,10 +170,16 @@ def answer(serve: RealServe, prompt: str) -> str:
     return response.json()["choices"][0]["text"]
 
 
+def idle_cores() -> int:
+    """The cores the last minute's load average leaves idle (none on a machine other work already keeps busy)."""
+    return max(0, (os.cpu_count() or 1) - round(os.getloadavg()[0]))
+
+
 @contextmanager
 def cpu_load() -> Iterator[None]:
-    """A busy loop on every core while the block runs, as on a machine that other work keeps loaded."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    """The machine fully loaded while the block runs: a busy loop on every core that other work leaves idle (on every
+    core when the test runs alone; none in a run whose other passes already load every core)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(idle_cores())]
     try:
         yield
     finally:
