@@ -11,16 +11,30 @@ def alive(poll: dict) -> set[str]:
     return {node for node, info in (poll.get("nodes") or {}).items() if info["alive"]}
 
 
+def address(poll: dict, node: str) -> tuple[str, int]:
+    """Where a node's raylet listens (its node manager's address and port)."""
+    info = poll["nodes"][node]
+    return info["ip"], info["port"]
+
+
+def addresses(poll: dict) -> set[tuple[str, int]]:
+    """The raylet addresses of every node one poll lists: an answer there is that node's, whichever node held the port
+    before (the kernel may give a new raylet the port an old one just freed)."""
+    return {address(poll, node) for node in poll.get("nodes") or {}}
+
+
 def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
-    """Against Ray's own view: no node joined the old cluster, no old Ray node (its raylet) still answered while the new
-    cluster listed a node, no old node registered with the new cluster, and the new one formed of two new nodes alone."""
+    """Against Ray's own view: no node joined the old cluster, no old Ray node (its raylet) still answered (on an address
+    no node of the new cluster holds) while the new cluster listed a node, no old node registered with the new cluster,
+    and the new one formed of two new nodes alone."""
     old_nodes, failures = alive(old), []
     for poll in polls:
         cluster = poll.get("cluster")
         if cluster == old["cluster"] and set(poll["nodes"]) - old_nodes:
             failures.append(f"node(s) {sorted(set(poll['nodes']) - old_nodes)} joined the old cluster {cluster[:12]}")
         elif cluster not in (None, old["cluster"]):
-            still = old_nodes & set(poll["raylets_up"])
+            taken = addresses(poll) | addresses(new)  # a new raylet may listen before its GCS lists it
+            still = {node for node in old_nodes & set(poll["raylets_up"]) if address(old, node) not in taken}
             if still and poll["nodes"]:
                 failures.append(f"old Ray node(s) {sorted(still)} answered while the new cluster {cluster[:12]} listed {sorted(poll['nodes'])}")
             if old_nodes & set(poll["nodes"]):

@@ -3,7 +3,7 @@
 # the docker tests on the machine's default engine; every docker test but those marked default_engine_only on every
 # other engine profile this machine has (Debian 12: Docker 20.10 by default, plus Docker 26.1 on the classic and the
 # containerd store; Debian 13: Docker 26.1 classic by default, plus the containerd store); and the tests that need no
-# engine. A Docker 20.10 pass runs the default_engine_only tests and the main job's (every_engine); never
+# engine. A Docker 20.10 pass runs the default_engine_only tests and those of bake and push (every_engine); never
 # field_engines_only. KVBAKE_PROFILES=default runs the default engine only (then 20.10 runs every docker test but
 # field_engines_only) beside the tests that need no engine.
 set -euo pipefail
@@ -54,7 +54,7 @@ for profile in "${profiles[@]}"; do
 done
 # The default engine's pass. The field runs Docker 25 or later on either store; on Debian 12 those are the two other
 # profiles, which run every docker test not marked default_engine_only. A pass on Docker 20.10 (Debian 12's own engine)
-# runs the tests marked default_engine_only and the main job's modules (marked every_engine), never field_engines_only.
+# runs the tests marked default_engine_only and the bake and push modules (marked every_engine), never field_engines_only.
 docker_selection() {  # the -m expression of the default engine's pass: $1 its profile, $2 "default" when it runs alone
   if [ "$1" = docker-20.10-classic ] && [ "$2" != default ]; then
     echo "docker and not field_engines_only and (default_engine_only or every_engine)"

@@ -17,7 +17,7 @@ from kvbake.manifest import load_manifest
 from conftest import leftover_containers, run, tags_of
 from tiny import MOD_V1, TINY_BASE, diff, import_base
 
-pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # the main job (bake, push, deploy, rollback) is proven on Docker 20.10 too
+pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # bake and push are proven on Docker 20.10 too
 REPO = "127.0.0.1:5000/tiny"
 
 

@@ -31,7 +31,7 @@ from kvbake_rig.registry import REGISTRY_BINARY
 from conftest import run, tags_of
 from tiny import TINY_BASE, base_tar, write_project
 
-pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # the main job (bake, push, deploy, rollback) is proven on Docker 20.10 too
+pytestmark = [pytest.mark.docker, pytest.mark.every_engine]  # bake and push are proven on Docker 20.10 too
 ACCEPT = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 BIG_LAYER_MB = 200
 UPLOAD_WAIT_SECONDS = 300.0

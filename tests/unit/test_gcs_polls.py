@@ -6,8 +6,11 @@ from __future__ import annotations
 from kvbake_rig.gcs_polls import stop_order_failures
 
 
-def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = ()) -> dict:
-    listed = {node: {"ip": "127.0.0.2", "port": 1, "alive": state} for node, state in nodes.items()}
+PORTS = {"h1": 41001, "w1": 41002, "h2": 42001, "w2": 42002}  # each raylet's node manager port
+
+
+def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = (), ports: dict[str, int] = PORTS) -> dict:
+    listed = {node: {"ip": "127.0.0.2", "port": ports[node], "alive": state} for node, state in nodes.items()}
     return {**({"cluster": cluster, "nodes": listed} if cluster else {}), "raylets_up": list(up)}
 
 
@@ -35,3 +38,14 @@ def test_a_new_cluster_that_lists_an_old_node_or_lacks_a_node_fails():
     failures = stop_order_failures(OLD, mixed, [OLD, poll(None, {}), mixed])
     assert failures == ["old node(s) ['w1'] registered with the new cluster c2",
                         "the new cluster's node table is not two alive nodes: " + str(mixed["nodes"])]
+
+
+def test_an_answer_on_the_port_a_new_node_now_holds_is_that_new_node_s():
+    """Ray takes its node manager port from the kernel, which may hand a new raylet the port an old one just freed: the
+    watch's connection then reaches the new raylet, which is listed at that address."""
+    reused = {**PORTS, "w2": PORTS["w1"]}
+    new = poll("c2", {"h2": True, "w2": True}, ("h2", "w2"), reused)
+    polls = [OLD, poll(None, {}), poll("c2", {"h2": True}, ("w1", "h2"), reused), poll("c2", {"h2": True, "w2": True}, ("w1", "h2", "w2"), reused), new]
+    assert stop_order_failures(OLD, new, polls) == [], "w2 listens on w1's old port before the GCS lists it, then is listed there"
+    elsewhere = poll("c2", {"h2": True, "w2": True}, ("w1", "h2", "w2"))
+    assert stop_order_failures(OLD, NEW, [OLD, elsewhere, NEW]) == ["old Ray node(s) ['w1'] answered while the new cluster c2 listed ['h2', 'w2']"]
