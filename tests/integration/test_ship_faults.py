@@ -325,9 +325,9 @@ def test_a_host_stopped_while_it_records_a_lock_break_writes_no_old_records_back
     runner.write_text(AUDIT_RUNNER)
     argv = [sys.executable, str(runner), "deploy", "--revert", "--break-lock", "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
     (reverted, audits), (code, err) = stopped_while_another_host_reverts(capsys, shipped, rig, argv, host2)
-    assert code == 12 and "node spark-b: this host no longer holds its lock" in err and "broke it as stale" in err, err
-    assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert fleet_snapshot(rig, shipped, host2) == reverted, "node b keeps the records host 2 wrote"
     assert node_audits(rig) == audits
+    assert code == 12 and "node spark-b: this host no longer holds its lock" in err and "broke it as stale" in err, err
     for node in ("a", "b"):
         assert reverted[node]["records"] == before[node]["records"] and reverted[node]["current"] == before[node]["current"]
         assert reverted[node]["transition"] is None and not reverted[node]["lock"]
