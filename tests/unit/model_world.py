@@ -52,7 +52,8 @@ class Killed(BaseException):
 class Fault:
     """One fault of a step: where (`a.copy_in`, `a.*` for any call to node a, `journal`, `ready`, `guard`, or `b:packing`
     for a launcher that fails on that node for that preset), at which call of it, and what happens (kill, error, lost,
-    timeout, launcher, pause-revert, pause-resume, pause-deploy, meanwhile-revert, meanwhile-resume, meanwhile-deploy)."""
+    timeout, launcher, pause-revert, pause-resume, pause-deploy, late-revert, late-resume, late-deploy, meanwhile-revert,
+    meanwhile-resume, meanwhile-deploy)."""
 
     where: str
     nth: int
@@ -75,6 +76,15 @@ class NodeProxy:
             return attr(*args, **kwargs)
 
         return call
+
+
+def fires_here(kind: str, between_writes: bool) -> bool:
+    """Whether a fault of `kind` may fire at a call that is (or is not) between two writes."""
+    if kind.startswith("pause-"):
+        return between_writes
+    if kind.startswith("late-"):
+        return not between_writes
+    return True
 
 
 def fence_rename(method: str, args: tuple) -> bool:
@@ -153,13 +163,14 @@ class World:
             self.fault, self.failing_launch, self.locks[host], self.acting, self.dying = None, set(), [], None, False
 
     def at(self, where: str, held: HeldLocks | None = None, between_writes: bool = True) -> None:
-        """A fault point: fire the armed fault at its chosen call. A pause fires only between two writes (before a read,
-        or before the fence's advance that opens a write), never inside one."""
+        """A fault point: fire the armed fault at its chosen call. A pause (`pause-*`) fires only between two writes
+        (before a read, or before the fence's advance that opens a write); a late write (`late-*`) only inside one,
+        after its fence advanced: the write the host had begun lands once it goes on."""
         if self.locks[HOSTS[0]] and self.locks[HOSTS[1]]:
             self.violations += lock_violations(self)
         fault = self.fault
         node, _, method = where.partition(".")
-        if fault is None or fault.where not in (where, f"{node}.*") or (fault.kind.startswith("pause-") and not between_writes):
+        if fault is None or fault.where not in (where, f"{node}.*") or not fires_here(fault.kind, between_writes):
             return
         self.calls[fault.where] += 1
         if self.calls[fault.where] != fault.nth:
@@ -175,8 +186,8 @@ class World:
         elif fault.kind == "timeout":
             raise RolloutError(f"the serve never became ready: GET {READINESS.url} answered 503, not 200, within 600 s",
                                "check the launcher and the readiness URL in the deployment file; every node was reverted")
-        elif fault.kind.startswith("pause-"):
-            self.pause(fault.kind.removeprefix("pause-"), fault.nth)
+        elif fault.kind.startswith(("pause-", "late-")):
+            self.pause(fault.kind.partition("-")[2], fault.nth)
         elif fault.kind.startswith("meanwhile-"):
             self.meanwhile(fault.kind.removeprefix("meanwhile-"))
 

@@ -4,8 +4,9 @@
 # everything between the commands and the engines is kvbake's own code. Each command may carry one fault: a kill, an
 # engine error or a lost node at a chosen call of a chosen engine method, a kill after a chosen journal write, a launcher
 # that fails for one node and preset, a readiness timeout, the other host running a whole command between two engine
-# calls, or a pause of the host (before a chosen lock check, or between any two of its writes to a node) past the locks'
-# staleness by the nodes' clocks, with its own clock jumped ahead, still or back, while the other host breaks its locks.
+# calls, or a pause of the host (before a chosen lock check, between any two of its writes to a node, or inside a write,
+# its fence advanced and the write itself landing once the host goes on) past the locks' staleness by the nodes' clocks,
+# with its own clock jumped ahead, still or back, while the other host breaks its locks.
 # The invariants (model_oracle.py) are checked after every step. KVBAKE_MODEL_STEPS sets the number of steps (default
 # 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI replays the same run; `random`).
 
@@ -38,7 +39,7 @@ PRESETS = ("control", "packing", "other")
 
 # What a fault at an engine call does: kill, error and lost are twice as likely as the other host running a command meanwhile.
 ENGINE_FAULTS = ("kill", "error", "lost", "kill", "error", "lost", "meanwhile-deploy", "meanwhile-revert", "meanwhile-resume",
-                 "pause-deploy", "pause-revert", "pause-resume")
+                 "pause-deploy", "pause-revert", "pause-resume", "late-deploy", "late-revert", "late-resume")
 
 hosts = st.sampled_from(HOSTS)
 engine_faults = st.one_of(
