@@ -42,3 +42,16 @@ def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
     if set(new["nodes"]) != alive(new) or len(alive(new)) != 2:
         failures.append(f"the new cluster's node table is not two alive nodes: {new['nodes']}")
     return failures
+
+
+def gang_down_seen(new: dict, polls: list[dict]) -> bool:
+    """Whether some poll saw no GCS and no old raylet answer: the old gang was down before the new one began. An answer
+    on an address a node of the new cluster holds is that node's (the kernel may give it the port an old raylet freed)."""
+    taken = addresses(new)
+    return any(poll.get("cluster") is None and not old_answers(poll, polls, taken) for poll in polls)
+
+
+def old_answers(poll: dict, polls: list[dict], taken: set[tuple[str, int]]) -> list[str]:
+    """The raylets one poll found answering, less those whose listed address a node of the new cluster now holds."""
+    return [node for node in poll["raylets_up"] if not any(node in (seen.get("nodes") or {}) and address(seen, node) in taken
+                                                           for seen in polls)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.engines.adapters.client import Engine
+from kvbake.errors import EngineError
 from kvbake.ship.core.journal import DIVERGED, JOURNAL
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import NodeState
@@ -91,4 +92,19 @@ def reset_nodes(rig: dict, repository: str) -> None:
         for container in (CONTAINER, "kvbake-state", LOCK_NAME):
             engine.remove_container(container)
         for kind in ("current", "previous", "staged"):
-            engine.untag(f"{repository}:{kind}")
+            untag_in_use(engine, f"{repository}:{kind}")
+
+
+def untag_in_use(engine: Engine, reference: str) -> None:
+    """Untag `reference`; when a container a walk that failed half-way left behind still uses the image, remove the
+    containers made from exactly that image first."""
+    try:
+        engine.untag(reference)
+    except EngineError as err:
+        image_id = engine.image_id_of(reference)
+        if image_id is None or "is using its referenced image" not in err.message:
+            raise
+        for container in engine.client.container.list(all=True):
+            if container.image == image_id:
+                engine.remove_container(container.id)
+        engine.untag(reference)

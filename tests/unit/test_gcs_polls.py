@@ -3,7 +3,7 @@ Ray node alive beside a new one, or a node joining the old cluster."""
 
 from __future__ import annotations
 
-from kvbake_rig.gcs_polls import stop_order_failures
+from kvbake_rig.gcs_polls import gang_down_seen, stop_order_failures
 
 
 PORTS = {"h1": 41001, "w1": 41002, "h2": 42001, "w2": 42002}  # each raylet's node manager port
@@ -49,3 +49,12 @@ def test_an_answer_on_the_port_a_new_node_now_holds_is_that_new_node_s():
     assert stop_order_failures(OLD, new, polls) == [], "w2 listens on w1's old port before the GCS lists it, then is listed there"
     elsewhere = poll("c2", {"h2": True, "w2": True}, ("w1", "h2", "w2"))
     assert stop_order_failures(OLD, NEW, [OLD, elsewhere, NEW]) == ["old Ray node(s) ['w1'] answered while the new cluster c2 listed ['h2', 'w2']"]
+
+
+def test_the_gang_was_seen_down_only_in_a_poll_without_a_gcs_where_no_old_raylet_answered():
+    assert gang_down_seen(NEW, [OLD, poll(None, {}, ("w1",)), poll(None, {}), NEW])
+    assert not gang_down_seen(NEW, [OLD, poll(None, {}, ("w1",)), NEW]), "w1 still answered in the only poll without a GCS"
+    assert not gang_down_seen(NEW, [OLD, NEW]), "no poll fell between the two clusters"
+    reused = {**PORTS, "h2": PORTS["w1"]}
+    new = poll("c2", {"h2": True, "w2": True}, ("h2", "w2"), reused)
+    assert gang_down_seen(new, [OLD, poll(None, {}, ("w1",)), new]), "the answer on w1's old port was the new head's"
