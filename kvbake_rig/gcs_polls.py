@@ -1,7 +1,8 @@
 """What a watch on a Ray cluster's GCS proves about a gang restart: every old Ray node gone before the first new one runs."""
 
 # Each poll is one JSON line of tests/integration/gcs_watch.py: the cluster ID and node table the GCS at the head's
-# address listed (absent when it did not answer), and which raylets ever listed still answered on their port.
+# address listed (absent when it did not answer), whether the GCS port answered, and which raylets ever listed still
+# answered on their port. Probe lines (`probe`: true) carry only the last two, each time they change.
 
 from __future__ import annotations
 
@@ -45,13 +46,24 @@ def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
 
 
 def gang_down_seen(new: dict, polls: list[dict]) -> bool:
-    """Whether some poll saw no GCS and no old raylet answer: the old gang was down before the new one began. An answer
-    on an address a node of the new cluster holds is that node's (the kernel may give it the port an old raylet freed)."""
+    """Whether some poll or probe found the GCS port closed and no old raylet answering: the old gang was down before
+    the new one began. An answer on an address a node of the new cluster holds is that node's (the kernel may give it
+    the port an old raylet freed)."""
     taken = addresses(new)
-    return any(poll.get("cluster") is None and not old_answers(poll, polls, taken) for poll in polls)
+    return any(poll["gcs_up"] is False and not old_answers(poll, polls, taken) for poll in polls)
 
 
 def old_answers(poll: dict, polls: list[dict], taken: set[tuple[str, int]]) -> list[str]:
     """The raylets one poll found answering, less those whose listed address a node of the new cluster now holds."""
     return [node for node in poll["raylets_up"] if not any(node in (seen.get("nodes") or {}) and address(seen, node) in taken
                                                            for seen in polls)]
+
+
+def timeline(polls: list[dict]) -> str:
+    """The polls in one line each, for a failed assertion: seconds since the first, the cluster (`-` when none was
+    read, `probe` for a probe line), whether the GCS port answered, the alive nodes listed and how many raylets
+    answered."""
+    start = polls[0]["t"] if polls else 0.0
+    return "; ".join(f"+{poll['t'] - start:.2f}s {'probe' if poll.get('probe') else (poll.get('cluster') or '-')[:8]} "
+                     f"gcs={'up' if poll['gcs_up'] else 'down'} alive={len(alive(poll))} raylets={len(poll['raylets_up'])}"
+                     for poll in polls)

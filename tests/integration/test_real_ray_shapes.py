@@ -14,7 +14,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake_rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS, RAY_NODE_IPS, REAL_RAY_SHAPES, RIG_SECRETS, SHAPES
 
 from conftest import ship_standin
-from kvbake_rig.gcs_polls import alive, gang_down_seen, stop_order_failures
+from kvbake_rig.gcs_polls import alive, gang_down_seen, stop_order_failures, timeline
 from raywatch import GcsWatch
 from serveshapes import NODES, clear_nodes, signed_by_a_reviewer
 from shiprig import reset_nodes
@@ -84,11 +84,11 @@ def test_a_ray_cluster_on_real_ray_restarts_as_a_gang_as_its_gcs_shows(capsys, e
         clusters = [adopted_cluster["cluster"]]
         for name, step in steps.items():
             old, new, polls = watch.gang_restart(step)
-            assert stop_order_failures(old, new, polls) == [], name
+            assert stop_order_failures(old, new, polls) == [], f"{name}: {timeline(polls)}"
             assert old["cluster"] == clusters[-1] and new["cluster"] not in clusters, name
             clusters.append(new["cluster"])
             assert {info["ip"] for info in new["nodes"].values()} == set(RAY_NODE_IPS.values()), name
-            assert gang_down_seen(new, polls), f"{name}: the old gang was down first: {[p['raylets_up'] for p in polls if p.get('cluster') is None]}"
+            assert gang_down_seen(new, polls), f"{name}: the old gang was down first: {timeline(polls)}"
             walk.run("verify-running")
     final = walk.state()
     assert walk.adopted_serves(final) == walk.adopted_serves(original)

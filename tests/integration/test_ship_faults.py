@@ -215,6 +215,11 @@ def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig
     locks and reverts. Host 1 is woken by SIGCONT. Returns the fleet before, as host 2's revert left it, host 1's exit
     code and error, the nodes' audit logs after the revert, and host 2's deployment file. The nodes start new to
     kvbake, so that the baseline deploy records no previous release."""
+    return deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, RUNNER.replace("WHEN", repr(when)).replace("LATE", repr(late)))
+
+
+def deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner_text: str):
+    """As above, with host 1 stopped wherever `runner_text` (a runner that stops itself with SIGSTOP) stops it."""
     reset_nodes(rig, shipped["repository"])
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
@@ -223,7 +228,7 @@ def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig
         path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 2}))
     shutil.copytree(shipped["deploy"].parent / ".kvbake", host1.parent / ".kvbake")
     runner = tmp_path / "stopper.py"
-    runner.write_text(RUNNER.replace("WHEN", repr(when)).replace("LATE", repr(late)))
+    runner.write_text(runner_text)
     argv = [sys.executable, str(runner), "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
             "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
     (reverted, audits), woken = stopped_while_another_host_reverts(capsys, shipped, rig, argv, host2)
@@ -317,10 +322,10 @@ def test_a_host_stopped_while_it_records_a_lock_break_writes_no_old_records_back
     reset_nodes(rig, shipped["repository"])
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
-    killed_deploy(tmp_path, shipped, shipped["deploy"], 3)
     host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
     for path in (host1, host2):
         path.write_text(json.dumps(json.loads(path.read_text()) | {"lock_stale_after_s": 2}))
+    killed_deploy(tmp_path, shipped, host1, 3)  # on host 1, whose journal host 2's revert leaves behind (the fixture's stays clean)
     runner = tmp_path / "audit_stopper.py"
     runner.write_text(AUDIT_RUNNER)
     argv = [sys.executable, str(runner), "deploy", "--revert", "--break-lock", "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
@@ -331,4 +336,72 @@ def test_a_host_stopped_while_it_records_a_lock_break_writes_no_old_records_back
     for node in ("a", "b"):
         assert reverted[node]["records"] == before[node]["records"] and reverted[node]["current"] == before[node]["current"]
         assert reverted[node]["transition"] is None and not reverted[node]["lock"]
+    assert_invariant(capsys, shipped, rig, set())
+
+
+# Host 1 stopped with one write begun: its fence advanced, the call not yet on the node (it lands once woken). OWNER.NAME
+# is the call, WHEN (over the call's arguments) picks the one to stop in.
+LATE_RUNNER = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from kvbake.engines.adapters.client import Engine
+from kvbake.cli import main
+owner, name, stopped = OWNER, NAME, []
+original = getattr(owner, name)
+def stopped_before(*args, **kwargs):
+    if not stopped and (WHEN):
+        stopped.append(name)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return original(*args, **kwargs)
+setattr(owner, name, stopped_before)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def late_runner(owner: str, name: str, when: str) -> str:
+    return LATE_RUNNER.replace("OWNER", owner).replace("NAME", repr(name)).replace("WHEN", when)
+
+
+def test_a_record_write_a_stopped_host_had_begun_lands_late_and_the_documented_repair_mends_it(capsys, shipped, rig, tmp_path):
+    """Stopped inside its last write to node a (the record that settles the deploy, the fence advanced), host 1 wakes
+    after host 2 broke the locks and reverted: that write lands over the slot of host 2's newest record, so node a
+    shows host 1's deploy as interrupted, and `status` names the repair. Every audit line host 2 wrote stays (each
+    line is a file of its own), and the repair brings the fleet back to what host 2's revert left."""
+    settle_on_a = (f"args[0].label == {rig['a'].host!r} and args[2] == 'kvbake-state' and any("
+                   "p.read_text().rstrip().endswith(' done') for p in Path(args[1]).glob('audit.log.*'))")
+    before, reverted, (code, err), audits, host2 = deploy_stopped_then_reverted_by_another_host(
+        capsys, shipped, rig, tmp_path, late_runner("Engine", "copy_in", settle_on_a))
+    assert code == 12 and "node spark-b: this host no longer holds its lock" in err and "broke it as stale" in err, err
+    after, audits_after = fleet_snapshot(rig, shipped, host2), node_audits(rig)
+    assert after["a"]["transition"] is not None and after["b"] == reverted["b"], "the late record names host 1's deploy"
+    assert all(line in audits_after["a"].splitlines() for line in audits["a"].splitlines()), "no line of host 2's is lost"
+    assert audits_after["a"].splitlines()[-1].endswith(" reverted"), "the late line sorts by the record it followed"
+    assert "broke stale lock" in audits_after["a"] and audits_after["b"] == audits["b"]
+    code, out, _ = ship_with(capsys, shipped, host2, "status")
+    assert code == 0 and "run deploy --resume or deploy --revert" in out, out
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--revert")
+    assert code == 0, err
+    assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert_invariant(capsys, shipped, rig, set())
+
+
+def test_a_launcher_run_a_stopped_host_had_begun_lands_late_and_the_documented_repair_mends_it(capsys, shipped, rig, tmp_path):
+    """Stopped just before it runs the launcher for node a (the fence advanced), host 1 wakes after host 2 broke the
+    locks and reverted: the launcher recreates node a's serving container with packing's switches over the release the
+    records name, and host 1 stops at its next write. verify-running finds the rank that differs and names the repair;
+    the redeploy it names mends the fleet."""
+    launcher_for_a = "(kwargs.get('env') or {}).get('KVBAKE_NODE') == 'spark-a'"
+    before, reverted, (code, err), audits, host2 = deploy_stopped_then_reverted_by_another_host(
+        capsys, shipped, rig, tmp_path, late_runner("subprocess", "run", launcher_for_a))
+    assert code == 12 and "node spark-a: this host no longer holds its lock" in err and "broke it as stale" in err, err
+    after = fleet_snapshot(rig, shipped, host2)
+    assert after["b"] == reverted["b"] and {**after["a"], "serving": None} == {**reverted["a"], "serving": None}, "records and tags stay"
+    assert set(after["a"]["serving"][1]) == PACKING_ENV, "the late launcher started packing's switches on node a"
+    assert node_audits(rig) == audits
+    code, _, err = ship_with(capsys, shipped, host2, "verify-running")
+    assert code == 7 and "spark-a: pid 1: switch VLLM_DSV41_KV_PAIR is 3, expected unset" in err and "or redeploy" in err, err
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "mend")
+    assert code == 0, err
+    mended = fleet_snapshot(rig, shipped, host2)
+    assert [mended[key]["records"] for key in "ab"] == [reverted[key]["records"] for key in "ab"]
     assert_invariant(capsys, shipped, rig, set())

@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import shutil
+from collections import Counter
 
 from kvbake.engines.core.procfs import Process
-from kvbake.ship.adapters.nodestate import STATE_NAME
+from kvbake.ship.adapters.nodestate import AUDIT, STATE_NAME
 from kvbake.ship.core.fencing import FENCE_PREFIX
 from kvbake.ship.core.journal import DIVERGED, JOURNAL, read_diverged, read_journal
 from kvbake.ship.core.noderecords import NodeRecords, decode
@@ -16,6 +17,25 @@ from kvbake.ship.core.release import Release
 from fake_fleet import CONTAINER, REPO
 from model_commands import recover
 from model_world import HOSTS, NODES, STALE, World, acting_on
+
+def audit_lines(world: World, node: str) -> Counter:
+    """Every line of a node's audit log, counted (its files: the old whole-file log and one file per write)."""
+    files = world.fakes[node].files.get(STATE_NAME, {})
+    return Counter(line for key, data in files.items() if key.rpartition("/")[2].startswith(AUDIT) for line in data.decode().splitlines())
+
+
+def lost_audit_lines(world: World, seen: dict[str, Counter]) -> list[str]:
+    """Lines an earlier step saw in a node's audit log, or the other host left there in the middle of this step, that
+    are gone now (`seen` is then brought up to date, and the marks taken mid-step dropped)."""
+    lost = []
+    for node in NODES:
+        now = audit_lines(world, node)
+        for before in (seen.get(node, Counter()), *(mark[node] for mark in world.audit_marks)):
+            lost += [f"{node}: {line}" for line in (before - now)]
+        seen[node] = now
+    world.audit_marks.clear()
+    return lost
+
 
 def records(world: World, node: str) -> NodeRecords:
     return decoded(node, tuple(sorted(world.fakes[node].files.get(STATE_NAME, {}).items())))

@@ -124,6 +124,7 @@ class World:
         self.settled: set[str] = set()  # the journals whose transition was finished or undone on every node
         self.rewalked: list[str] = []  # journals walked again once settled
         self.host_clock = 0.0  # how far the acting host's own clock (the heartbeat's) jumped, in seconds
+        self.audit_marks: list[dict] = []  # each node's audit lines as the other host left them, mid-step
 
     def state_dir(self, host: str) -> Path:
         return self.fleets[host].deployment.state_dir
@@ -215,6 +216,7 @@ class World:
             assert err.exit_code > 1, f"{type(err).__name__} exits {err.exit_code}: {err}"
         finally:
             self.locks[other], self.acting = [], acting
+            self.audit_marks.append(audit_mark(self))
 
     # ---- copies, for trying a repair without touching this world ----
 
@@ -224,6 +226,12 @@ class World:
         twin = World(folder, self.start, copy.deepcopy(self.fakes))
         twin.unadopted, twin.release_interrupted, twin.settled = dict(self.unadopted), set(self.release_interrupted), set(self.settled)
         return twin
+
+
+def audit_mark(world: World) -> dict:
+    from model_oracle import audit_lines  # the oracle reads the fakes' state files
+
+    return {node: audit_lines(world, node) for node in NODES}
 
 
 def node_transition(world: World, node: str) -> dict | None:

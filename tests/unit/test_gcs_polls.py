@@ -3,15 +3,22 @@ Ray node alive beside a new one, or a node joining the old cluster."""
 
 from __future__ import annotations
 
-from kvbake_rig.gcs_polls import gang_down_seen, stop_order_failures
+from kvbake_rig.gcs_polls import gang_down_seen, stop_order_failures, timeline
 
 
 PORTS = {"h1": 41001, "w1": 41002, "h2": 42001, "w2": 42002}  # each raylet's node manager port
 
 
-def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = (), ports: dict[str, int] = PORTS) -> dict:
+def poll(cluster: str | None, nodes: dict[str, bool], up: tuple[str, ...] = (), ports: dict[str, int] = PORTS,
+         gcs_up: bool | None = None) -> dict:
+    """One poll; its GCS port answered when it read a cluster, unless `gcs_up` says otherwise."""
     listed = {node: {"ip": "127.0.0.2", "port": ports[node], "alive": state} for node, state in nodes.items()}
-    return {**({"cluster": cluster, "nodes": listed} if cluster else {}), "raylets_up": list(up)}
+    return {**({"cluster": cluster, "nodes": listed} if cluster else {}), "raylets_up": list(up),
+            "gcs_up": cluster is not None if gcs_up is None else gcs_up}
+
+
+def probe(gcs_up: bool, up: tuple[str, ...] = ()) -> dict:
+    return {"probe": True, "gcs_up": gcs_up, "raylets_up": list(up)}
 
 
 OLD = poll("c1", {"h1": True, "w1": True}, ("h1", "w1"))
@@ -58,3 +65,21 @@ def test_the_gang_was_seen_down_only_in_a_poll_without_a_gcs_where_no_old_raylet
     reused = {**PORTS, "h2": PORTS["w1"]}
     new = poll("c2", {"h2": True, "w2": True}, ("h2", "w2"), reused)
     assert gang_down_seen(new, [OLD, poll(None, {}, ("w1",)), new]), "the answer on w1's old port was the new head's"
+
+
+def test_the_gang_was_seen_down_only_where_the_gcs_port_itself_was_closed():
+    read_failed = poll(None, {}, gcs_up=True)  # the port answered, the read of its table did not come back in time
+    assert not gang_down_seen(NEW, [OLD, read_failed, NEW])
+    assert gang_down_seen(NEW, [OLD, read_failed, probe(False), NEW]), "a probe between two polls saw the gap"
+    assert not gang_down_seen(NEW, [OLD, probe(False, ("w1",)), probe(True), NEW]), "w1 answered while the port was closed"
+
+
+def test_probe_lines_are_no_cluster_and_no_failure_of_the_stop_order():
+    polls = [OLD, probe(True, ("h1", "w1")), probe(False, ("w1",)), probe(False), probe(True, ("h2",)), NEW]
+    assert stop_order_failures(OLD, NEW, polls) == [] and gang_down_seen(NEW, polls)
+
+
+def test_the_timeline_shows_each_poll_s_offset_cluster_gcs_port_alive_nodes_and_answering_raylets():
+    polls = [{**OLD, "t": 10.0}, {**poll(None, {}, ("w1",)), "t": 10.5}, {**probe(False), "t": 10.55}, {**NEW, "t": 12.25}]
+    assert timeline(polls) == ("+0.00s c1 gcs=up alive=2 raylets=2; +0.50s - gcs=down alive=0 raylets=1; "
+                               "+0.55s probe gcs=down alive=0 raylets=0; +2.25s c2 gcs=up alive=2 raylets=2")

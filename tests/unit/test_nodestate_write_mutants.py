@@ -1,13 +1,16 @@
 """A node's state record: each write's sequence number is one more than the newest copy's; a node whose state holds
-no audit log yet reads an empty one; the record and its audit log land in the labelled state container's /kvbake, and
-every audit line starts with the UTC time."""
+no audit log yet reads an empty one; the record and its audit line land in the labelled state container's /kvbake,
+each line in a file of its own after the old whole-file log, so that a write landing late removes none; every audit
+line starts with the UTC time."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from pathlib import Path
 
-from kvbake.ship.adapters.nodestate import AUDIT, STATE_NAME, NodeState
+from kvbake.ship.adapters.nodestate import AUDIT, STATE_DIR, STATE_NAME, NodeState
 
 from fake_engine import FakeEngine
 
@@ -28,17 +31,50 @@ def test_a_state_without_an_audit_log_reads_an_empty_one():
     engine, state = node()
     state.update("sha256:x", "first")
     files = engine.files[STATE_NAME]
-    audit = next(path for path in files if path.endswith("/" + AUDIT))
-    del files[audit]
+    for path in [path for path in files if "/" + AUDIT in path]:
+        del files[path]
     assert state.read().audit == ""
     state.update("sha256:x", "second")
     assert state.read().audit.count("\n") == 1 and state.read().audit.endswith(" second\n")
 
 
+def test_the_old_whole_file_log_is_read_first_then_each_write_s_line_in_order():
+    engine, state = node()
+    state.update("sha256:x", "first")
+    engine.files[STATE_NAME][f"{STATE_DIR}/{AUDIT}"] = b"2026-01-01T00:00:00Z ops@old:1 before lines were files\n"
+    for n in range(2, 12):
+        state.update("sha256:x", f"write {n}")
+    lines = [line.split(" ", 2)[2] for line in state.read().audit.splitlines()]
+    assert lines == ["before lines were files", "first", *(f"write {n}" for n in range(2, 12))], "ten and more sort by number"
+    assert f"{STATE_DIR}/{AUDIT}" in engine.files[STATE_NAME], "the old log is never rewritten"
+
+
+def test_a_write_that_lands_late_removes_no_line_another_host_wrote_meanwhile(tmp_path, monkeypatch):
+    """Host 1 is stopped with its copy begun; host 2 writes twice; host 1's copy then lands. Every line stays."""
+    engine, state = node()
+    state.update("sha256:x", "first")
+    original, held = engine.copy_in, []
+
+    def hold(source: Path, container: str, path: str) -> None:
+        held.append(shutil.copytree(source, tmp_path / "held" / source.name))
+
+    monkeypatch.setattr(engine, "copy_in", hold)
+    state.update("sha256:x", "host 1, late")
+    monkeypatch.setattr(engine, "copy_in", original)
+    state.update("sha256:x", "host 2 broke the lock")
+    state.update("sha256:x", "host 2 reverted")
+    original(held[0], STATE_NAME, "/")
+    lines = [line.split(" ", 2)[2] for line in state.read().audit.splitlines()]
+    assert sorted(lines) == sorted(["first", "host 1, late", "host 2 broke the lock", "host 2 reverted"])
+    assert lines[0] == "first" and lines[-1] == "host 2 reverted"
+
+
 def test_the_record_lands_in_the_state_containers_own_folder_which_is_labelled_for_people():
     engine, state = node()
     state.update("sha256:x", "first")
-    assert set(engine.files[STATE_NAME]) == {"/kvbake/state-a.json", "/kvbake/audit.log"}
+    written = set(engine.files[STATE_NAME]) - {"/kvbake/state-a.json"}
+    assert "/kvbake/state-a.json" in engine.files[STATE_NAME] and len(written) == 1
+    assert re.fullmatch(r"/kvbake/audit\.log\.0000000001-[0-9a-f]{8}", written.pop())
     assert engine.containers[STATE_NAME]["Config"]["Labels"] == {"kvbake.state": "1"}
 
 

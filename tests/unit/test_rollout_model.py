@@ -7,8 +7,9 @@
 # calls, or a pause of the host (before a chosen lock check, between any two of its writes to a node, or inside a write,
 # its fence advanced and the write itself landing once the host goes on) past the locks' staleness by the nodes' clocks,
 # with its own clock jumped ahead, still or back, while the other host breaks its locks.
-# The invariants (model_oracle.py) are checked after every step. KVBAKE_MODEL_STEPS sets the number of steps (default
-# 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI replays the same run; `random`).
+# The invariants (model_oracle.py) are checked after every step; one of them, that no audit line is ever lost.
+# KVBAKE_MODEL_STEPS sets the number of steps (default 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI
+# replays the same run; `random`).
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import model_commands as commands
 from fake_engine import FakeEngine
 from kvbake.errors import KvbakeError
 from model_fixes import fix_failures
-from model_oracle import adopted_failures, fingerprint, missing_images, repair_failures, tag_failures, unsettled
+from model_oracle import adopted_failures, fingerprint, lost_audit_lines, missing_images, repair_failures, tag_failures, unsettled
 from model_world import ACTIVE, FAULT_METHODS, HOSTS, NODES, STALE, Fault, World, lock_violations, patched
 
 STEPS = int(os.environ.get("KVBAKE_MODEL_STEPS", "10000"))
@@ -64,6 +65,7 @@ class RolloutModel(RuleBasedStateMachine):
         self.world: World | None = None
         self.repaired: set[str] = set()  # fingerprints of unsettled worlds whose repair was already tried
         self.fixes_run: set[tuple[str, str]] = set()  # (fingerprint, fix) pairs whose printed fix was already run
+        self.audit_seen: dict = {}  # each node's audit lines at the last check
 
     @initialize(start=st.sampled_from(("fresh",) * 4 + ("main", "main --rm", "exec", "exec --rm")), order=st.sampled_from(("in-order", "workers-first")),
                 adopted=st.booleans())
@@ -184,6 +186,12 @@ class RolloutModel(RuleBasedStateMachine):
     def records_journals_and_tags_agree(self) -> None:
         failures = tag_failures(self.world)
         assert not failures, failures
+
+    @precondition(lambda self: self.world is not None)
+    @invariant()
+    def no_audit_line_is_ever_lost(self) -> None:
+        lost = lost_audit_lines(self.world, self.audit_seen)
+        assert not lost, lost
 
     @precondition(lambda self: self.world is not None)
     @invariant()

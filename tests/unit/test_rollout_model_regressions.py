@@ -10,7 +10,7 @@ import model_commands as commands
 from kvbake.errors import DivergedError, EngineError, LockLost, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
-from model_oracle import adopted_failures, records, serving_failures, tag_failures, unsettled
+from model_oracle import adopted_failures, audit_lines, lost_audit_lines, records, serving_failures, tag_failures, unsettled
 from fake_fleet import CONTAINER
 from model_world import NODES, STALE, Fault, World, acting_on, patched
 
@@ -157,3 +157,17 @@ def test_a_resume_paused_at_any_call_never_writes_down_a_deploy_another_host_set
             assert world.run("h0", commands.deploy("other", True), Fault("journal", 5, "kill")) == "killed"
             world.run("h0", commands.recover("resume", "deploy", True), Fault(f"{node}.*", nth, "pause-revert"))
             assert not world.rewalked and not tag_failures(world), (nth, world.rewalked, tag_failures(world))
+
+
+@pytest.mark.parametrize("where, nth", [("b.copy_in", 2), ("a.copy_in", 4), ("b.copy_in", 5)])
+def test_a_record_write_that_lands_late_removes_no_audit_line_the_other_host_wrote(world, where, nth):
+    """h0's deploy of packing is paused inside a write of a node's state (its fence advanced); h1 breaks the locks and
+    reverts, then h0's write lands. When the audit log was one file written whole, that write put back the log h0 had
+    read, and h1's lines (the lock break, the revert) were gone; each line is a file of its own now."""
+    assert world.run("h0", commands.deploy("control")) is None
+    seen: dict = {}
+    lost_audit_lines(world, seen)
+    assert isinstance(world.run("h0", commands.deploy("packing"), Fault(where, nth, "late-revert")), LockLost)
+    assert world.audit_marks, "h1 ran in the middle of h0's write"
+    assert lost_audit_lines(world, seen) == []
+    assert any("broke stale lock" in line for line in audit_lines(world, where[0]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 import time
 from dataclasses import replace
@@ -16,7 +17,10 @@ from kvbake.ship.core.noderecords import LEGACY, SLOTS, NodeRecords, decode, enc
 
 STATE_NAME = "kvbake-state"
 STATE_DIR = "/kvbake"
-AUDIT = "audit.log"
+AUDIT = "audit.log"  # the audit log before each line became a file of its own: read first, never written again
+# One file per write, never rewritten: a write that lands late (a host stopped with its fence advanced) adds its line
+# and removes none. Names sort by the record's sequence number, after AUDIT ("audit.log" is a prefix of each).
+AUDIT_ENTRY = AUDIT + ".{seq:010d}-{token}"
 
 
 class NodeState:
@@ -33,7 +37,7 @@ class NodeState:
             if self.engine.container_inspect(STATE_NAME) is None or not self.engine.copy_out(STATE_NAME, STATE_DIR, target):
                 return NodeRecords()
             files = {name: (target / name).read_bytes() for name in (*SLOTS, *LEGACY) if (target / name).is_file()}
-            return decode(self.node, files, _text(target / AUDIT))
+            return decode(self.node, files, audit_text(target))
 
     def write(self, image: str, records: NodeRecords, audit_line: str) -> NodeRecords:
         """Write the whole record (under the node lock) into the slot that does not hold the newest copy, and append
@@ -46,12 +50,13 @@ class NodeState:
                           adopted=withhold_credentials(records.adopted))
         audit_line = withhold_credentials(audit_line)
         old = self._read_or_fresh()
-        written = replace(records, audit=old.audit + _audit_line(audit_line), seq=old.seq + 1, slot=next_slot(old))
+        line = _audit_line(audit_line)
+        written = replace(records, audit=old.audit + line, seq=old.seq + 1, slot=next_slot(old))
         with tempfile.TemporaryDirectory(prefix="kvbake-state-") as tmp:
             folder = Path(tmp) / "kvbake"
             folder.mkdir()
             (folder / written.slot).write_bytes(encode(written, written.seq))
-            (folder / AUDIT).write_text(written.audit)
+            (folder / AUDIT_ENTRY.format(seq=written.seq, token=secrets.token_hex(4))).write_text(line)
             self._ensure_state(image)
             self.engine.copy_in(folder, STATE_NAME, "/")
         return written
@@ -86,6 +91,8 @@ def _audit_line(text: str) -> str:
     return f"{stamp} {who()} {' '.join(text.split())}\n"
 
 
-def _text(path: Path) -> str:
-    return path.read_text() if path.is_file() else ""
+def audit_text(folder: Path) -> str:
+    """A node's audit log from a copy of its state folder: the old whole-file log, then each write's line in order."""
+    entries = sorted(folder.glob(AUDIT + ".*"))
+    return "".join(path.read_text() for path in [folder / AUDIT, *entries] if path.is_file())
 
