@@ -47,7 +47,8 @@ def test_every_engine_call_is_either_a_write_or_a_read():
 
 
 @pytest.mark.parametrize(("name", "generation"), [("kvbake-fence-7", 7), ("/kvbake-fence-12", 12), ("kvbake-fence-", None),
-                                                  ("kvbake-fence-3x", None), ("kvbake-lock", None), ("x-kvbake-fence-3", None)])
+                                                  ("kvbake-fence-3x", None), ("kvbake-lock", None), ("x-kvbake-fence-3", None),
+                                                  ("Xkvbake-fence-3", None)])
 def test_a_fence_name_carries_its_generation(name, generation):
     assert generation_of(name) == generation
 
