@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import LockLost
-from kvbake.ship.adapters.node_fence import FencedEngine, before_write
+from kvbake.errors import LockLost, RolloutError
+from kvbake.ship.adapters.node_fence import CLAIM_TRIES, FencedEngine, before_write
 from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.core.fencing import FENCE_IMAGE, FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
@@ -66,13 +66,43 @@ def test_taking_a_lock_claims_the_fence_and_each_write_advances_it_by_one(world)
     assert fences(world) == [fence_name(1)] and lock.fence.generation == 1
     assert world.engines["a"].containers[fence_name(1)]["Image"] == world.engines["a"].image_id_of(FENCE_IMAGE) == "sha256:empty", \
         "the fence pins no release image"
+    assert world.engines["a"].containers[fence_name(1)]["Config"]["Labels"] == {FENCE_LABEL: "1"}, \
+        "docker ps -a --filter label=kvbake.fence=1 finds it"
     engine = FencedEngine(world.engines["a"], lock.fence)
-    engine.tag("sha256:base", "repo:current")
+    engine.tag(image_id="sha256:base", reference="repo:current")  # a write's own arguments reach the engine, by name too
+    assert world.engines["a"].tags["repo:current"] == "sha256:base"
     engine.container_inspect(LOCK_NAME)  # a read leaves the fence alone
     engine.untag("repo:current")
     assert fences(world) == [fence_name(3)] and lock.fence.generation == 3
     before_write(engine)
     assert fences(world) == [fence_name(4)]
+
+
+def test_the_host_that_set_the_fence_last_advances_it_with_one_rename_and_proves_its_lock_only_when_it_claimed(world, monkeypatch):
+    """Each write of the host that set the fence last is one rename from its generation to the next; claiming anew
+    (reading every fence, then proving the lock) is only for a host that finds the fence moved."""
+    lock = lock_of(world)
+    lock.acquire(IMAGE, "deploy-1", False, no_note)
+    proofs, renames, original = [], [], world.engines["a"].rename_container
+    monkeypatch.setattr(lock.fence, "prove_held", lambda: proofs.append(1))
+    monkeypatch.setattr(world.engines["a"], "rename_container", lambda old, new: renames.append((old, new)) or original(old, new))
+    engine = FencedEngine(world.engines["a"], lock.fence)
+    for n in range(3):
+        engine.tag("sha256:base", f"repo:t{n}")
+    assert renames == [(fence_name(g), fence_name(g + 1)) for g in (1, 2, 3)] and proofs == []
+    assert fences(world) == [fence_name(4)] and lock.fence.generation == 4
+
+
+def test_a_fence_that_moves_at_every_claim_is_a_clear_refusal_naming_the_node(world, monkeypatch):
+    lock = lock_of(world)
+    lock.acquire(IMAGE, "deploy-1", False, no_note)
+    tries = []
+    monkeypatch.setattr(world.engines["a"], "rename_container", lambda old, new: tries.append(new) and False)
+    with pytest.raises(RolloutError) as refused:
+        lock.fence.claim()
+    assert len(tries) == CLAIM_TRIES and refused.value.exit_code == RolloutError.exit_code
+    assert str(refused.value).startswith("node a: ") and f"{CLAIM_TRIES} times" in str(refused.value)
+    assert "no other operator host runs a deploy" in refused.value.fix
 
 
 def test_a_host_whose_lock_was_broken_writes_nothing_more_and_is_told_who_broke_it(world):
