@@ -10,7 +10,7 @@ import pytest
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import LockLost, RolloutError
-from kvbake.ship.adapters.node_fence import CLAIM_TRIES, FencedEngine, before_write
+from kvbake.ship.adapters.node_fence import CLAIM_TRIES, FencedEngine, NodeFence, before_write
 from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.core.fencing import FENCE_IMAGE, FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
@@ -91,6 +91,14 @@ def test_the_host_that_set_the_fence_last_advances_it_with_one_rename_and_proves
         engine.tag("sha256:base", f"repo:t{n}")
     assert renames == [(fence_name(g), fence_name(g + 1)) for g in (1, 2, 3)] and proofs == []
     assert fences(world) == [fence_name(4)] and lock.fence.generation == 4
+
+
+def test_a_write_before_any_claim_claims_the_fence_first(world):
+    proofs = []
+    fence = NodeFence("a", world.engines["a"], lambda: proofs.append(1))
+    FencedEngine(world.engines["a"], fence).tag("sha256:base", "repo:current")
+    assert fence.generation == 1 and fences(world) == [fence_name(1)] and proofs == [1]
+    assert world.engines["a"].tags["repo:current"] == "sha256:base"
 
 
 def test_a_fence_that_moves_at_every_claim_is_a_clear_refusal_naming_the_node(world, monkeypatch):

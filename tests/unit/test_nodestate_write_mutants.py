@@ -36,6 +36,7 @@ def test_a_state_without_an_audit_log_reads_an_empty_one():
     assert state.read().audit == ""
     state.update("sha256:x", "second")
     assert state.read().audit.count("\n") == 1 and state.read().audit.endswith(" second\n")
+    assert state.update("sha256:x", "third").audit == state.read().audit, "a write returns the record as the node now has it"
 
 
 def test_the_old_whole_file_log_is_read_first_then_each_write_s_line_in_order():
@@ -44,8 +45,10 @@ def test_the_old_whole_file_log_is_read_first_then_each_write_s_line_in_order():
     engine.files[STATE_NAME][f"{STATE_DIR}/{AUDIT}"] = b"2026-01-01T00:00:00Z ops@old:1 before lines were files\n"
     for n in range(2, 12):
         state.update("sha256:x", f"write {n}")
-    lines = [line.split(" ", 2)[2] for line in state.read().audit.splitlines()]
+    audit = state.read().audit
+    lines = [line.split(" ", 2)[2] for line in audit.splitlines()]
     assert lines == ["before lines were files", "first", *(f"write {n}" for n in range(2, 12))], "ten and more sort by number"
+    assert all(re.match(r"\d{4}-\d\d-\d\dT", line) for line in audit.splitlines()), "the files' lines, joined as they are"
     assert f"{STATE_DIR}/{AUDIT}" in engine.files[STATE_NAME], "the old log is never rewritten"
 
 
