@@ -35,7 +35,7 @@ def stop_order_failures(old: dict, new: dict, polls: list[dict]) -> list[str]:
             failures.append(f"node(s) {sorted(set(poll['nodes']) - old_nodes)} joined the old cluster {cluster[:12]}")
         elif cluster not in (None, old["cluster"]):
             taken = addresses(poll) | addresses(new)  # a new raylet may listen before its GCS lists it
-            still = {node for node in old_nodes & set(poll["raylets_up"]) if address(old, node) not in taken}
+            still = old_nodes & set(old_answers(poll, [old, *polls], taken))
             if still and poll["nodes"]:
                 failures.append(f"old Ray node(s) {sorted(still)} answered while the new cluster {cluster[:12]} listed {sorted(poll['nodes'])}")
             if old_nodes & set(poll["nodes"]):

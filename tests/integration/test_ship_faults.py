@@ -189,15 +189,10 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.cli import main
 original, stopped = Engine.tag, []
 def tag_and_stop(self, image_id, reference):
+    original(self, image_id, reference)
     if reference.endswith(WHEN) and not stopped:
         stopped.append(reference)
-        if LATE:  # fenced, the call begun, not yet on the node: it lands once the host wakes
-            os.kill(os.getpid(), signal.SIGSTOP)
-            return original(self, image_id, reference)
-        original(self, image_id, reference)
         os.kill(os.getpid(), signal.SIGSTOP)
-        return None
-    return original(self, image_id, reference)
 Engine.tag = tag_and_stop
 sys.exit(main(sys.argv[1:]))
 """
@@ -215,7 +210,8 @@ def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig
     locks and reverts. Host 1 is woken by SIGCONT. Returns the fleet before, as host 2's revert left it, host 1's exit
     code and error, the nodes' audit logs after the revert, and host 2's deployment file. The nodes start new to
     kvbake, so that the baseline deploy records no previous release."""
-    return deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, RUNNER.replace("WHEN", repr(when)).replace("LATE", repr(late)))
+    runner = late_runner("Engine", "tag", f"args[2].endswith({when!r})") if late else RUNNER.replace("WHEN", repr(when))
+    return deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner)
 
 
 def deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner_text: str):
