@@ -213,11 +213,13 @@ def headings(page: Path) -> list[str]:
     return [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
 
 
+@pytest.mark.reads_source
 def test_no_message_points_to_a_readme_section() -> None:
     found = [str(path.relative_to(ROOT)) for path in POINTER_SOURCES if path.suffix != ".md" and "see README" in path.read_text()]
     assert not found, f"the README keeps no reference sections any more; point to the docs page instead: {found}"
 
 
+@pytest.mark.reads_source
 def test_every_docs_page_a_message_or_script_names_exists() -> None:
     named = {match for path in POINTER_SOURCES for match in re.findall(r"\bdocs/([\w/.-]+?\.md)\b", path.read_text())}
     assert {"deploy.md", "launcher.md", "kv_arith.md"} <= named
@@ -225,6 +227,7 @@ def test_every_docs_page_a_message_or_script_names_exists() -> None:
     assert not missing, f"pointers to pages that do not exist: {missing}"
 
 
+@pytest.mark.reads_source
 def test_every_section_a_message_points_to_exists() -> None:
     pointers = {(page, section) for path in POINTER_SOURCES if path.suffix != ".md"
                 for page, section in re.findall(r"see docs/([\w/.-]+\.md): ([^)\"]+)\)", path.read_text())}

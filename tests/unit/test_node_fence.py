@@ -40,6 +40,7 @@ def fences(world: World, node: str = "a") -> list[str]:
 
 # ---- the pure part ----
 
+@pytest.mark.reads_source
 def test_every_engine_call_is_either_a_write_or_a_read():
     calls = {name for name, value in inspect.getmembers(Engine) if callable(value) and not name.startswith("_")}
     assert not WRITES & READS
