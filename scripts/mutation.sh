@@ -19,6 +19,10 @@
 #                       copied over it again and mutmut goes on: a mutant keeps its result while the function it
 #                       mutates is unchanged, so a long run can be stopped and resumed
 #   --report-only       with --workdir: print the figures of what DIR holds, run nothing
+#   --results FILE      with --workdir: carry mutmut's results between machines in FILE (a .tar.gz of its per-module
+#                       .meta files). Before the run, a module DIR holds no result for takes FILE's; after the run
+#                       (or --report-only), FILE is written again from DIR. A result stays valid while the function
+#                       it mutates is unchanged: mutmut checks each function's hash and runs a changed one's mutants again
 #   --keep              keep the temporary scratch copy and print where it is
 #   --children N        mutmut workers at a time (default 1: the machine is shared)
 #   --min-score P       exit 3 when the total score is below P percent
@@ -42,6 +46,7 @@ keep=0
 children=1
 min_score=""
 report_only=0
+results=""
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -55,6 +60,8 @@ while [[ $# -gt 0 ]]; do
     --min-score) min_score="$2"; shift 2 ;;
     --min-score=*) min_score="${1#*=}"; shift ;;
     --report-only) report_only=1; shift ;;
+    --results) results="$2"; shift 2 ;;
+    --results=*) results="${1#*=}"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "mutation.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -87,6 +94,20 @@ if [[ ! -x "$venv/bin/mutmut" ]] || [[ "$("$venv/bin/python" -c 'import importli
   "$venv/bin/pip" uninstall -q -y kvbake
 fi
 
+if [[ -n "$results" ]]; then
+  [[ -n "$workdir" ]] || { echo "mutation.sh: --results needs --workdir" >&2; exit 2; }
+  results="$(cd "$(dirname "$results")" && pwd)/$(basename "$results")"
+fi
+
+# the .meta files of DIR/mutants (mutmut's results, per module), packed the same way every time
+save_results() {
+  [[ -n "$results" && -d "$scratch/mutants/kvbake" ]] || return 0
+  (cd "$scratch" && find mutants/kvbake -name '*.py.meta' -print0 | sort -z \
+    | tar --null -T - --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - | gzip -n >"$results.part")
+  mv "$results.part" "$results"
+  echo "== results of $(tar -tzf "$results" | wc -l) module(s) saved to $results"
+}
+
 # --- the scratch copy ------------------------------------------------------------------------
 resuming=0
 if [[ -n "$workdir" ]]; then
@@ -102,6 +123,7 @@ if [[ -n "$workdir" ]]; then
   scratch="$(cd "$workdir" && pwd)"
   if [[ $report_only -eq 1 ]]; then
     [[ $resuming -eq 1 ]] || { echo "mutation.sh: --report-only needs a --workdir with an earlier run" >&2; exit 2; }
+    save_results
     cd "$scratch" && exec "$venv/bin/python" "$repo/scripts/mutation_report.py" --stages "${chosen[@]}"
   fi
   if [[ $resuming -eq 1 ]]; then
@@ -119,6 +141,12 @@ echo "== copying the work tree (tracked and untracked, not ignored) into the scr
 (cd "$repo" && git ls-files -z --cached --others --exclude-standard \
   | while IFS= read -r -d '' path; do [[ -e "$path" ]] && printf '%s\0' "$path"; done \
   | tar --null -T - -cf -) | (cd "$scratch" && tar -xf -)
+
+if [[ -n "$results" && -f "$results" ]]; then
+  echo "== results carried in from $results (a module that $scratch already holds keeps its own)"
+  mkdir -p "$scratch/mutants"
+  tar -xzf "$results" -C "$scratch" --skip-old-files
+fi
 
 echo "== baseline: tests/unit on the unmutated copy"
 baseline="$scratch/.mutation-baseline"
@@ -165,6 +193,7 @@ started=$(date +%s)
 status=0
 (cd "$scratch" && "$venv/bin/mutmut" run --max-children "$children") || status=$?
 finished=$(date +%s)
+save_results
 if [[ $status -ne 0 ]]; then
   echo "mutation.sh: mutmut run exited $status" >&2
   exit $status
