@@ -18,7 +18,8 @@
 #   --workdir DIR       use DIR as the scratch copy and keep it. When DIR holds an earlier run, the work tree is
 #                       copied over it again and mutmut goes on: a mutant keeps its result while the function it
 #                       mutates is unchanged, so a long run can be stopped and resumed
-#   --report-only       with --workdir: print the figures of what DIR holds, run nothing
+#   --report-only       with --workdir: print the figures of what DIR holds (and write them to
+#                       DIR/mutants/mutation-summary.json, for scripts/mutation_whole.py), run nothing
 #   --results FILE      with --workdir: carry mutmut's results between machines in FILE (a .tar.gz of its per-module
 #                       .meta files). Before the run, a module DIR holds no result for takes FILE's; after the run
 #                       (or --report-only), FILE is written again from DIR. A result stays valid while the function
@@ -124,7 +125,8 @@ if [[ -n "$workdir" ]]; then
   if [[ $report_only -eq 1 ]]; then
     [[ $resuming -eq 1 ]] || { echo "mutation.sh: --report-only needs a --workdir with an earlier run" >&2; exit 2; }
     save_results
-    cd "$scratch" && exec "$venv/bin/python" "$repo/scripts/mutation_report.py" --stages "${chosen[@]}"
+    cd "$scratch" && exec "$venv/bin/python" "$repo/scripts/mutation_report.py" --stages --json mutants/mutation-summary.json \
+      "${chosen[@]}"
   fi
   if [[ $resuming -eq 1 ]]; then
     echo "== going on with the run in $scratch: its copy of the work tree is replaced, mutmut's results are kept"

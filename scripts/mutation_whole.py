@@ -17,7 +17,6 @@ import argparse
 import ast
 import json
 import re
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -115,13 +114,12 @@ def only_a_signature(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 def modules_with_code() -> list[str]:
     """Every module of kvbake/ with a function body to mutate (mutmut mutates function bodies only)."""
-    listed = subprocess.run(["git", "ls-files", "kvbake/*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
     found = []
-    for path in listed.stdout.split():
-        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    for path in (ROOT / "kvbake").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         if any(not only_a_signature(function) for function in functions):
-            found.append(path.removeprefix("kvbake/").removesuffix(".py"))
+            found.append(path.relative_to(ROOT / "kvbake").with_suffix("").as_posix())
     return sorted(found)
 
 
