@@ -110,7 +110,22 @@ def prose_only(diff: str) -> bool:
     if len(changed) != 1:
         return False
     old, new = changed[0][0][1:-1], changed[0][1][1:-1]
+    return reworded(old, new) or reworded_inside(old, new)
+
+
+def reworded(old: str, new: str) -> bool:
+    """True when `new` is the sentence `old` wrapped in XX or in upper or lower case."""
     return old.count(" ") >= 2 and new in (f"XX{old}XX", old.upper(), old.lower())
+
+
+def reworded_inside(old: str, new: str) -> bool:
+    """True when an f-string's text differs only in one literal nested in it (`{x or 'a sentence'}`) and that
+    literal is reworded."""
+    before, after = STRING_LITERAL.findall(old), STRING_LITERAL.findall(new)
+    if len(before) != len(after) or STRING_LITERAL.sub("S", old) != STRING_LITERAL.sub("S", new):
+        return False
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    return len(changed) == 1 and reworded(changed[0][0][1:-1], changed[0][1][1:-1])
 
 
 def diff_of(mutant: str, module_path: Path) -> str:

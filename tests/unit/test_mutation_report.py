@@ -44,3 +44,23 @@ def test_anything_else_is_not(before: str, after: str) -> None:
 def test_a_mutant_of_two_lines_is_not_prose_only() -> None:
     two = "--- a.py\n+++ a.py\n@@\n-x = 'a b c'\n-y = 1\n+x = 'A B C'\n+y = 2\n"
     assert not prose_only(two)
+
+
+NESTED = """    lines = [f"served: {f.path} ({'image ' + f.base if f.base else 'not in the image'})" for f in files]"""
+
+
+@pytest.mark.parametrize("after", [
+    NESTED.replace("'not in the image'", "'XXnot in the imageXX'"),
+    NESTED.replace("'not in the image'", "'NOT IN THE IMAGE'"),
+])
+def test_a_reworded_sentence_nested_in_an_f_string_is_prose_only(after: str) -> None:
+    assert prose_only(diff(NESTED, after))
+
+
+@pytest.mark.parametrize("after", [
+    NESTED.replace("'image '", "'XXimage XX'"),
+    NESTED.replace("'not in the image'", "'XXnot in the imageXX'").replace("'image '", "'IMAGE '"),
+    NESTED.replace("'not in the image'", "None"),
+])
+def test_a_nested_word_or_two_nested_changes_or_a_dropped_sentence_are_not(after: str) -> None:
+    assert not prose_only(diff(NESTED, after))
