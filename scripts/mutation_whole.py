@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from mutation_report import stage_of  # the same stage folders as the per-run report
+
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `(?P<module>[\w/]+)\.py` \|(?P<cells>.*)\|\s*$")
 NUMBER = re.compile(r"^[\d,]+$")
@@ -121,11 +123,6 @@ def modules_with_code() -> list[str]:
         if any(not only_a_signature(function) for function in functions):
             found.append(path.relative_to(ROOT / "kvbake").with_suffix("").as_posix())
     return sorted(found)
-
-
-def stage_of(module: str) -> str:
-    folder, _, rest = module.partition("/")
-    return f"{folder}/" if rest else "top level"
 
 
 def total(rows: list[Figures], label: str) -> Figures:
