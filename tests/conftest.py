@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import locale
 import os
 import shutil
 import tempfile
@@ -59,6 +60,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if SKIPPED_DOCKER or skipped:
         terminalreporter.write_sep("!", f"DOCKER TESTS SKIPPED ({SKIP_ENV}=1): this run is NOT a pass", red=True, bold=True)
         terminalreporter.write_line("the integration tests did not run; run `bash scripts/test.sh` for the real suite")
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """Switch the character locale to C (ASCII unless Python runs in UTF-8 mode), then put it back."""
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
 
 
 @pytest.fixture(scope="session")

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import locale
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kvbake.operate.core.corpus import load_corpus
 from tests.doubles import write_tiny_corpus
-
-
-@pytest.fixture
-def ascii_locale() -> Iterator[None]:
-    """Switch the character locale to C (ASCII unless Python runs in UTF-8 mode), then put it back."""
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
 
 
 @pytest.mark.usefixtures("ascii_locale")

@@ -9,6 +9,7 @@ import pytest
 from kvbake.ship.core.html_status import status_html
 from tests.unit.message_words import says
 from tests.unit.test_html_reports import X, parsed, release
+from tests.unit.xhtml_reading import children, loose_text, tag
 
 HEADERS = ["node", "role", "current release", "previous release", "runs", "switches"]
 
@@ -25,20 +26,6 @@ def node(**fields: object) -> dict:
 def status(*nodes: dict, diverged: bool = False, marked: dict | None = None, pending: str | None = None) -> ET.Element:
     return parsed(status_html({"nodes": list(nodes), "diverged": diverged, "marked_diverged": marked,
                                "pending_journal": pending}))
-
-
-def tag(element: ET.Element) -> str:
-    return element.tag.rpartition("}")[2]
-
-
-def children(element: ET.Element) -> list[tuple[str, str | None]]:
-    """The element's children as (tag, class)."""
-    return [(tag(child), child.get("class")) for child in element]
-
-
-def loose_text(element: ET.Element) -> str:
-    """The text that stands in the element outside its children."""
-    return (element.text or "") + "".join(child.tail or "" for child in element)
 
 
 def cells(root: ET.Element) -> list[list[ET.Element]]:
