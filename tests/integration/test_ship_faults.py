@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -385,11 +386,12 @@ def test_a_launcher_run_a_stopped_host_had_begun_lands_late_and_the_documented_r
     """Stopped just before it runs the launcher for node a (the fence advanced), host 1 wakes after host 2 broke the
     locks and reverted: the launcher recreates node a's serving container with packing's switches over the release the
     records name, and host 1 stops at its next write. verify-running finds the rank that differs and names the repair;
-    the redeploy it names mends the fleet."""
+    the redeploy it names mends the fleet. Host 1 names the first broken lock it notices: its next check renews node a's
+    lock first, but its heartbeat, stopped between its renewals of a and b, may notice node b's first."""
     launcher_for_a = "(kwargs.get('env') or {}).get('KVBAKE_NODE') == 'spark-a'"
     before, reverted, (code, err), audits, host2 = deploy_stopped_then_reverted_by_another_host(
         capsys, shipped, rig, tmp_path, late_runner("subprocess", "run", launcher_for_a))
-    assert code == 12 and "node spark-a: this host no longer holds its lock" in err and "broke it as stale" in err, err
+    assert code == 12 and re.search(r"node spark-[ab]: this host no longer holds its lock", err) and "broke it as stale" in err, err
     after = fleet_snapshot(rig, shipped, host2)
     assert after["b"] == reverted["b"] and {**after["a"], "serving": None} == {**reverted["a"], "serving": None}, "records and tags stay"
     assert set(after["a"]["serving"][1]) == PACKING_ENV, "the late launcher started packing's switches on node a"
