@@ -27,6 +27,10 @@
 #   --keep              keep the temporary scratch copy and print where it is
 #   --children N        mutmut workers at a time (default 1: the machine is shared)
 #   --min-score P       exit 3 when the total score is below P percent
+#   --timeout-multiplier X  a mutant times out (and counts as killed) after X times its tests' time plus X seconds
+#                       (default 15, mutmut's own). A lower X shortens the mutants that loop for ever (a loop bound
+#                       mutated); keep it the same across a resumed run: mutmut runs every timed-out mutant again
+#                       when it changes
 # Environment:
 #   KVBAKE_MUTATION_VENV  the virtual environment holding mutmut (default: ~/.cache/kvbake/mutation-venv);
 #                         created and filled on first use.
@@ -37,8 +41,6 @@ set -euo pipefail
 MUTMUT_VERSION="3.8.1"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# every module of the package, as paths below kvbake/ without ".py"
-mapfile -t MODULES < <(cd "$repo" && git ls-files 'kvbake/*.py' | sed -e 's|^kvbake/||' -e 's|\.py$||' | sort)
 export KVBAKE_MODEL_STEPS="${KVBAKE_MODEL_STEPS:-400}"
 venv="${KVBAKE_MUTATION_VENV:-$HOME/.cache/kvbake/mutation-venv}"
 selected=""
@@ -46,6 +48,7 @@ workdir=""
 keep=0
 children=1
 min_score=""
+timeout_multiplier="15.0"
 report_only=0
 results=""
 
@@ -60,6 +63,8 @@ while [[ $# -gt 0 ]]; do
     --children=*) children="${1#*=}"; shift ;;
     --min-score) min_score="$2"; shift 2 ;;
     --min-score=*) min_score="${1#*=}"; shift ;;
+    --timeout-multiplier) timeout_multiplier="$2"; shift 2 ;;
+    --timeout-multiplier=*) timeout_multiplier="${1#*=}"; shift ;;
     --report-only) report_only=1; shift ;;
     --results) results="$2"; shift 2 ;;
     --results=*) results="${1#*=}"; shift ;;
@@ -67,6 +72,11 @@ while [[ $# -gt 0 ]]; do
     *) echo "mutation.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+[[ "$timeout_multiplier" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "mutation.sh: --timeout-multiplier takes a number, not $timeout_multiplier" >&2; exit 2; }
+
+# every module of the package, as paths below kvbake/ without ".py"
+mapfile -t MODULES < <(cd "$repo" && git ls-files 'kvbake/*.py' | sed -e 's|^kvbake/||' -e 's|\.py$||' | sort)
 
 if [[ -n "$selected" ]]; then
   IFS=',' read -r -a chosen <<<"$selected"
@@ -187,6 +197,7 @@ also_copy = [${also_copy%, }]
 pytest_add_cli_args_test_selection = ["tests/unit", "-m", "not reads_source", ${leave_out%, }]
 pytest_add_cli_args = ["-p", "no:cacheprovider"]
 use_git_change_detection = false
+timeout_multiplier = $timeout_multiplier
 EOF
 
 # --- the run ---------------------------------------------------------------------------------

@@ -81,15 +81,37 @@ def test_a_module_that_no_figures_cover_is_named_with_exit_code_4(tmp_path: Path
     assert "ship/core/fencing" in capsys.readouterr().err
 
 
-def test_fresh_figures_replace_the_recorded_row_of_their_module(tmp_path: Path, capsys) -> None:
+def every_module_recorded_and_one_fresh(tmp_path: Path, names_counts: dict, prose: int = 0) -> tuple[int, Path, Path]:
+    """A record holding 10 killed mutants for every module with code, and a fresh run over `names.py`."""
     modules = modules_with_code()
     rows = "\n".join(f"| `{module}.py` | 10 | 10 | 0 | 100.0 % | 0 | 0 | 100.0 % |" for module in modules)
     doc = tmp_path / "m.md"
     doc.write_text("## Old (2026-01-01)\n" + rows + "\n")
     fresh = tmp_path / "fresh.json"
-    fresh.write_text(json.dumps({"modules": {"names": {"killed": 3, "survived": 1}}, "prose_only": {"names": 1}}))
+    fresh.write_text(json.dumps({"modules": {"names": names_counts}, "prose_only": {"names": prose}}))
+    return len(modules), doc, fresh
+
+
+def test_fresh_figures_replace_the_recorded_row_of_their_module(tmp_path: Path, capsys) -> None:
+    count, doc, fresh = every_module_recorded_and_one_fresh(tmp_path, {"killed": 3, "survived": 1}, prose=1)
     assert main(["--doc", str(doc), "--earlier", "Old", "--fresh", f"new={fresh}"]) == 0
     out = capsys.readouterr().out
     assert "| `names.py` | new | 4 | 3 | 1 | 75.0 % | 0 | 1 | 100.0 % |" in out
-    assert f"the whole code: {10 * (len(modules) - 1) + 4:,} mutants" in out
+    assert f"the whole code: {10 * (count - 1) + 4:,} mutants" in out
 
+
+def test_so_far_counts_a_runs_checked_mutants_and_keeps_its_unchecked_apart() -> None:
+    row = fresh_rows({"modules": {"ship/core/x": {"killed": 4, "survived": 1, "unchecked": 7}}}, "today", so_far=True)["ship/core/x"]
+    assert row == Figures(5, 4, 1, 0, 0, "today", 7)
+    assert row.score == pytest.approx(80.0)
+
+
+def test_so_far_names_the_unchecked_mutants_on_the_last_line(tmp_path: Path, capsys) -> None:
+    count, doc, fresh = every_module_recorded_and_one_fresh(tmp_path, {"killed": 3, "survived": 1, "unchecked": 6})
+    with pytest.raises(SystemExit, match="6 mutant"):
+        main(["--doc", str(doc), "--earlier", "Old", "--fresh", f"new={fresh}"])
+    capsys.readouterr()
+    assert main(["--doc", str(doc), "--earlier", "Old", "--fresh", f"new={fresh}", "--so-far"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"the whole code: {10 * (count - 1) + 4:,} mutants")
+    assert last.endswith("; so far: 6 mutants not checked yet are counted nowhere")

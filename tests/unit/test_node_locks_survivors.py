@@ -1,30 +1,43 @@
-"""What a host that lost its lock is told about the holder when the holder's claim names no deploy."""
+"""A host's locks fence only the nodes they were taken on (another node's engine is handed back as it is), and a lock
+this host never took, or released, is LockLost with a fix. A lock taken carries the start time of its holder's process."""
 
 from __future__ import annotations
 
-from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
-from kvbake.ship.core.lock_claims import LABEL
+import os
+
+import pytest
+
+from kvbake.errors import LockLost
+from kvbake.ship.adapters.node_fence import FencedEngine
+from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock, process_start
+from kvbake.ship.core.lock_claims import claim_from_labels
 
 from fake_engine import FakeEngine
-from test_node_locks import STALE, no_note
 
 
-def holder_lock(engine: FakeEngine, deploy: str) -> NodeLock:
+def no_audit(engine, image: str, line: str) -> None:
+    raise AssertionError("nothing is audited here")
+
+
+def test_only_the_nodes_locked_get_a_fenced_engine():
+    engine_a, engine_b = object(), object()
+    held = HeldLocks([NodeLock("a", engine_a, 30.0, no_audit)], 30.0)  # type: ignore[arg-type]
+    fenced = held.fenced({"a": engine_a, "b": engine_b})  # type: ignore[dict-item]
+    assert isinstance(fenced["a"], FencedEngine) and fenced["b"] is engine_b
+
+
+def test_a_lock_never_taken_is_lost_with_a_fix():
+    lock = NodeLock("a", object(), 30.0, no_audit)  # type: ignore[arg-type]
+    with pytest.raises(LockLost) as lost:
+        lock.prove_held()
+    assert lost.value.message.startswith("node a: this host no longer holds its lock")
+    assert lost.value.fix and "take it first" in lost.value.fix
+
+
+def test_a_lock_taken_records_the_start_time_of_the_process_that_holds_it():
+    engine = FakeEngine("a")
     engine.images.setdefault("base:1", {"Id": "base:1"})
-    lock = NodeLock("a", engine, STALE, lambda engine, image, line: None)
-    lock.acquire("base:1", deploy, False, no_note)
-    return lock
-
-
-def test_a_holder_whose_claim_names_no_deploy_is_said_to_hold_it_for_a_deploy():
-    engine = FakeEngine("a")
-    lock = holder_lock(engine, "deploy-2")
-    del engine.container_inspect(LOCK_NAME)["Config"]["Labels"][LABEL + "deploy"]
-    told = lock.holder_now()
-    assert told.endswith("broke it as stale and holds it for a deploy")
-
-
-def test_a_holder_whose_claim_names_its_deploy_is_said_to_hold_it_for_that_deploy():
-    engine = FakeEngine("a")
-    lock = holder_lock(engine, "deploy-2")
-    assert lock.holder_now().endswith("holds it for deploy-2")
+    lock = NodeLock("a", engine, 30.0, lambda engine, image, line: None)
+    lock.acquire("base:1", "deploy-1", False, lambda line: None)
+    claim = claim_from_labels(engine.containers[LOCK_NAME]["Config"]["Labels"])
+    assert claim.started and claim.started == process_start(os.getpid())
