@@ -1,5 +1,6 @@
-"""A host's locks fence only the nodes they were taken on (another node's engine is handed back as it is), and a lock
-this host never took, or released, is LockLost with a fix. A lock taken carries the start time of its holder's process."""
+"""What a host that lost its lock is told about the holder (with or without the deploy its claim names); a host's
+locks fence only the nodes they were taken on; a lock this host never took, or released, is LockLost with a fix; and a
+lock taken carries the start time of its holder's process."""
 
 from __future__ import annotations
 
@@ -10,9 +11,31 @@ import pytest
 from kvbake.errors import LockLost
 from kvbake.ship.adapters.node_fence import FencedEngine
 from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock, process_start
-from kvbake.ship.core.lock_claims import claim_from_labels
+from kvbake.ship.core.lock_claims import LABEL, claim_from_labels
 
 from fake_engine import FakeEngine
+from test_node_locks import STALE, no_note
+
+
+def holder_lock(engine: FakeEngine, deploy: str) -> NodeLock:
+    engine.images.setdefault("base:1", {"Id": "base:1"})
+    lock = NodeLock("a", engine, STALE, lambda engine, image, line: None)
+    lock.acquire("base:1", deploy, False, no_note)
+    return lock
+
+
+def test_a_holder_whose_claim_names_no_deploy_is_said_to_hold_it_for_a_deploy():
+    engine = FakeEngine("a")
+    lock = holder_lock(engine, "deploy-2")
+    del engine.container_inspect(LOCK_NAME)["Config"]["Labels"][LABEL + "deploy"]
+    told = lock.holder_now()
+    assert told.endswith("broke it as stale and holds it for a deploy")
+
+
+def test_a_holder_whose_claim_names_its_deploy_is_said_to_hold_it_for_that_deploy():
+    engine = FakeEngine("a")
+    lock = holder_lock(engine, "deploy-2")
+    assert lock.holder_now().endswith("holds it for deploy-2")
 
 
 def no_audit(engine, image: str, line: str) -> None:
@@ -36,8 +59,6 @@ def test_a_lock_never_taken_is_lost_with_a_fix():
 
 def test_a_lock_taken_records_the_start_time_of_the_process_that_holds_it():
     engine = FakeEngine("a")
-    engine.images.setdefault("base:1", {"Id": "base:1"})
-    lock = NodeLock("a", engine, 30.0, lambda engine, image, line: None)
-    lock.acquire("base:1", "deploy-1", False, lambda line: None)
+    holder_lock(engine, "deploy-1")
     claim = claim_from_labels(engine.containers[LOCK_NAME]["Config"]["Labels"])
     assert claim.started and claim.started == process_start(os.getpid())

@@ -38,17 +38,22 @@ def test_containers_are_serving_only_when_a_process_of_theirs_is_a_vllm_serve(wo
     assert other_serves(world.fleet, "b", NodeState("b", world.engines["b"]).read()) == []
 
 
-def test_a_container_without_python3_runs_no_vllm_serve(world, monkeypatch):
-    second_serve(world, "a", "no-python")
-    engine = world.engines["a"]
+def without_python3(engine, name: str, monkeypatch) -> None:
+    """The process probe fails in the container `name`, as it does where there is no python3."""
     real = engine.processes
 
     def probe(container: str):
-        if engine._name_of(container) == "no-python":
-            raise EngineError("a: reading its processes in no-python failed (exec: python3: not found)", "x")
+        if engine._name_of(container) == name:
+            raise EngineError(f"a: reading its processes in {name} failed (exec: python3: not found)", "x")
         return real(container)
 
     monkeypatch.setattr(engine, "processes", probe)
+
+
+def test_a_container_without_python3_runs_no_vllm_serve(world, monkeypatch):
+    second_serve(world, "a", "no-python")
+    engine = world.engines["a"]
+    without_python3(engine, "no-python", monkeypatch)
     assert serving_containers(engine) == {}
 
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kvbake.errors import EngineError, RolloutError
+from kvbake.errors import RolloutError
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import known_serves, refuse_other_serves, serving_containers
 
 from fake_fleet import CONTROL, World, deploy, make_world
+from test_other_serves import without_python3
 
 
 @pytest.fixture()
@@ -26,14 +27,7 @@ def test_a_container_whose_processes_cannot_be_read_does_not_hide_the_serves_aft
     engine = world.engines["a"]
     engine.run_serving("aaa-no-python", "base:1", [], ("--max-model-len", "4096"))
     engine.run_serving("zzz-serve", "base:1", [], ("--max-model-len", "4096"))
-    real = engine.processes
-
-    def probe(container: str):
-        if engine._name_of(container) == "aaa-no-python":
-            raise EngineError("a: reading its processes in aaa-no-python failed (exec: python3: not found)", "x")
-        return real(container)
-
-    monkeypatch.setattr(engine, "processes", probe)
+    without_python3(engine, "aaa-no-python", monkeypatch)
     assert set(serving_containers(engine).values()) == {"zzz-serve"}
 
 
