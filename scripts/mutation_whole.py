@@ -129,9 +129,8 @@ def modules_with_code() -> list[str]:
 
 
 def total(rows: list[Figures], label: str) -> Figures:
-    return Figures(*(sum(getattr(row, field) for row in rows) for field in ("mutants", "killed", "survived",
-                                                                           "equivalent", "prose")), label,
-                   sum(row.unchecked for row in rows))
+    counted = ("mutants", "killed", "survived", "equivalent", "prose", "unchecked")
+    return Figures(**{field: sum(getattr(row, field) for row in rows) for field in counted}, measured=label)
 
 
 def table_line(name: str, row: Figures) -> str:

@@ -4,20 +4,16 @@ does not hold are each named with the node."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 
 from kvbake.ship.adapters.serve_reader import read_rank
 
 from fake_fleet import CONTAINER, CONTROL, SOURCE_ROOT
+from helpers_manifest import sha
 from test_fleet_check_rank_mutants import ADOPTED, serving, world  # noqa: F401  (world is the fixture)
 
 EDITED = SOURCE_ROOT + "/vllm/mod.py"
 HOOK = "/usr/lib/python3/dist-packages/kvhook.pth"
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def failures_now(world, release):

@@ -4,7 +4,6 @@ start-up hooks that names every one and says how to go on."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,11 +16,9 @@ from kvbake.serve.core.serve_reading import read_serve
 from kvbake.ship.adapters.serve_reader import RankServe
 from kvbake.ship.adapters.served_files import foreign_hooks, image_digests, layer_digests, refuse_foreign_hooks
 
+from helpers_manifest import sha
+
 HOOK = "/usr/lib/python3/dist-packages/kvhook.pth"
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class Node:
