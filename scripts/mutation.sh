@@ -36,12 +36,15 @@
 #                         created and filled on first use.
 #   KVBAKE_MODEL_STEPS    the rollout model's steps per mutant (default here 400, not CI's 10,000: every ship
 #                         mutant runs it)
+#   KVBAKE_MODEL_SHRINK   0 by default here: a model run that fails stops at the failure it found, with no search for
+#                         a shorter one (that search can outlast a mutant's timeout; a kill needs only the failure)
 set -euo pipefail
 
 MUTMUT_VERSION="3.8.1"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export KVBAKE_MODEL_STEPS="${KVBAKE_MODEL_STEPS:-400}"
+export KVBAKE_MODEL_SHRINK="${KVBAKE_MODEL_SHRINK:-0}"
 venv="${KVBAKE_MUTATION_VENV:-$HOME/.cache/kvbake/mutation-venv}"
 selected=""
 workdir=""

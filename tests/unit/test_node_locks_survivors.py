@@ -1,6 +1,7 @@
 """What a host that lost its lock is told about the holder (with or without the deploy its claim names); a host's
 locks fence only the nodes they were taken on; a lock this host never took, or released, is LockLost with a fix; and a
-lock taken carries the start time of its holder's process."""
+lock taken carries the start time of its holder's process. A machine without a boot id gives none, and a holder on it is
+never judged gone from here."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from kvbake.errors import LockLost
 from kvbake.ship.adapters.node_fence import FencedEngine
-from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock, process_start
-from kvbake.ship.core.lock_claims import LABEL, claim_from_labels
+from kvbake.ship.adapters import node_locks
+from kvbake.ship.adapters.node_locks import LOCK_NAME, HeldLocks, NodeLock, boot_id, holder_gone, process_start, this_host
+from kvbake.ship.core.lock_claims import LABEL, LockClaim, claim_from_labels
 
 from fake_engine import FakeEngine
 from test_node_locks import STALE, no_note
@@ -62,3 +64,12 @@ def test_a_lock_taken_records_the_start_time_of_the_process_that_holds_it():
     holder_lock(engine, "deploy-1")
     claim = claim_from_labels(engine.containers[LOCK_NAME]["Config"]["Labels"])
     assert claim.started and claim.started == process_start(os.getpid())
+
+
+def test_a_machine_without_a_boot_id_gives_none_and_its_holders_are_never_judged_gone(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_locks, "BOOT_ID_FILE", str(tmp_path / "no-boot-id"))
+    assert boot_id() == ""
+    here = this_host()
+    gone_pid = 2 ** 22 + 1  # above any PID the kernel hands out
+    claim = LockClaim("t", f"ops@{here.host}:{gone_pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, "1")
+    assert claim.pid == gone_pid and not holder_gone(claim)

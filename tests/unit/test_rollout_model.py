@@ -9,7 +9,8 @@
 # with its own clock jumped ahead, still or back, while the other host breaks its locks.
 # The invariants (model_oracle.py) are checked after every step; one of them, that no audit line is ever lost.
 # KVBAKE_MODEL_STEPS sets the number of steps (default 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI
-# replays the same run; `random`).
+# replays the same run; `random`). KVBAKE_MODEL_SHRINK=0 reports a failure as found, without searching for a shorter
+# one (a mutation run needs only that the model failed).
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from hypothesis import HealthCheck, seed, settings, strategies as st
+from hypothesis import HealthCheck, Phase, seed, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 import model_commands as commands
@@ -37,6 +38,17 @@ STEPS = int(os.environ.get("KVBAKE_MODEL_STEPS", "10000"))
 MEMORY_FOLDER = Path("/dev/shm")  # Linux's memory-backed folder: each step writes and syncs many small files
 STEPS_PER_RUN = 40
 PRESETS = ("control", "packing", "other")
+
+
+def model_phases(environ) -> tuple[Phase, ...]:
+    """Hypothesis's phases for the model: all of them, or with KVBAKE_MODEL_SHRINK=0 all but the search for a shorter failure."""
+    return tuple(phase for phase in Phase if phase != Phase.shrink or environ.get("KVBAKE_MODEL_SHRINK", "1") != "0")
+
+
+def test_a_mutation_run_skips_the_search_for_a_shorter_failure_and_ci_keeps_it():
+    assert Phase.shrink not in model_phases({"KVBAKE_MODEL_SHRINK": "0"})
+    assert model_phases({}) == model_phases({"KVBAKE_MODEL_SHRINK": "1"}) == tuple(Phase)
+
 
 # What a fault at an engine call does: kill, error and lost are twice as likely as the other host running a command meanwhile.
 ENGINE_FAULTS = ("kill", "error", "lost", "kill", "error", "lost", "meanwhile-deploy", "meanwhile-revert", "meanwhile-resume",
@@ -233,7 +245,7 @@ def test_the_rollout_model_keeps_its_invariants_through_any_commands_and_faults(
     chosen = model_seed()
     model = seed(chosen)(lambda: RolloutModel())
     options = settings(max_examples=max(1, -(-STEPS * 5 // (STEPS_PER_RUN * 4))), stateful_step_count=STEPS_PER_RUN, deadline=None, print_blob=True,
-                       database=None, suppress_health_check=list(HealthCheck))
+                       database=None, suppress_health_check=list(HealthCheck), phases=model_phases(os.environ))
     ran[0] = fixes[0] = 0
     try:
         with temporary_files_in_memory(), patched():
