@@ -5,8 +5,6 @@ container, and of a start-up hook the image does not hold, name adopt."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,20 +12,16 @@ from kvbake.errors import IntegrityError, RolloutError
 from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.status import verify_running
 
-from fake_fleet import CONTAINER, SOURCE_ROOT, SWITCH, World, make_world, start_serves
+from fake_fleet import CONTAINER, SOURCE_ROOT, SWITCH, World, start_serves
 from helpers_manifest import sha
+from test_adoption import world  # noqa: F401  (a fixture)
+from test_fleet_adopted_survivors import HOOK, hook_in_the_layer
 
 RAYLET = ["/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/raylet/raylet", "--node_ip_address=127.0.0.1",
           "--static_resource_list=CPU,2,GPU,1.0", "--gcs-address=127.0.0.1:6379"]
 RAY_START = ["ray", "start", "--address=127.0.0.1:6379", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=1"]
 CHANGED = f"{SOURCE_ROOT}/vllm/mod.py"
 DELETED = f"{SOURCE_ROOT}/vllm/old.py"
-HOOK = "/usr/lib/python3/dist-packages/kvhook.pth"
-
-
-@pytest.fixture()
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    return make_world(tmp_path, monkeypatch)
 
 
 def start_execd_ray_cluster(world: World) -> None:
@@ -75,10 +69,7 @@ def test_a_second_serve_in_a_container_is_refused_as_adopt_s_refusal(world):
 
 def test_a_start_up_hook_the_image_does_not_hold_is_refused_as_adopt_s_refusal(world):
     start_serves(world)
-    engine = world.engines["a"]
-    origin = replace(engine.origin, hooks=((HOOK, sha(b"hook")),))
-    engine.containers[CONTAINER]["Origins"] = {process.pid: origin for process in engine.processes(CONTAINER)}
-    engine.containers[CONTAINER]["Changes"] = {HOOK: "A"}
+    hook_in_the_layer(world.engines["a"])
     with pytest.raises(IntegrityError) as caught:
         adopt(world.fleet, "hooked serve", False)
     assert str(caught.value).startswith(f"adopt: a: its interpreter runs the start-up hook {HOOK}")

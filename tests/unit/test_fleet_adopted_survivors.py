@@ -16,6 +16,13 @@ EDITED = SOURCE_ROOT + "/vllm/mod.py"
 HOOK = "/usr/lib/python3/dist-packages/kvhook.pth"
 
 
+def hook_in_the_layer(engine) -> None:
+    """The serve's interpreter runs HOOK, a start-up hook copied into the container's writable layer."""
+    origin = replace(engine.origin, hooks=((HOOK, sha(b"hook")),))
+    engine.containers[CONTAINER]["Origins"] = {process.pid: origin for process in engine.processes(CONTAINER)}
+    engine.containers[CONTAINER]["Changes"] = {HOOK: "A"}
+
+
 def failures_now(world, release):
     """Rank a's process failures against `release` as its container is now."""
     engine = world.engines["a"]
@@ -43,8 +50,6 @@ def test_a_file_added_under_the_source_root_after_adopt_is_named_with_its_node(w
 def test_a_start_up_hook_the_image_does_not_hold_is_named_with_its_node(world):
     serving(world, [])
     engine = world.engines["a"]
-    origin = replace(engine.origin, hooks=((HOOK, sha(b"hook")),))
-    engine.containers[CONTAINER]["Origins"] = {process.pid: origin for process in engine.processes(CONTAINER)}
-    engine.containers[CONTAINER]["Changes"] = {HOOK: "A"}
+    hook_in_the_layer(engine)
     failures = failures_now(world, ADOPTED)
     assert len(failures) == 1 and failures[0].startswith(f"a: its interpreter runs the start-up hook {HOOK} (in the container's writable layer)")

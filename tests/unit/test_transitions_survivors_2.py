@@ -5,8 +5,6 @@ an adopted Ray cluster, every old Ray node stops before the first new node start
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kvbake.errors import LockLost
@@ -15,14 +13,9 @@ from kvbake.ship.adapters.adoption import adopt
 from kvbake.ship.adapters.node_fence import NodeFence
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 
-from fake_fleet import CONTAINER, CONTROL, PACKING, World, deploy, make_world
-from test_adoption import start_ray_cluster
+from fake_fleet import CONTAINER, CONTROL, PACKING, deploy
+from test_adoption import start_ray_cluster, world  # noqa: F401  (world is the fixture)
 from test_mutants_transitions import adopted_release, ready_fleet, serving_container
-
-
-@pytest.fixture()
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    return make_world(tmp_path, monkeypatch)
 
 
 def test_a_node_claimed_by_another_host_just_before_its_launch_is_not_launched(world, monkeypatch):
