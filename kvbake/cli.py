@@ -195,6 +195,9 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     validate.add_argument("--model", default=None, help="model id (default: the first one GET /v1/models lists)")
     validate.add_argument("--corpus", type=Path, default=None, metavar="DIR", help="public corpus folder (default: the built-in synthetic filler)")
     validate.add_argument("--deploy", type=Path, default=None, help="deployment file: nodes to watch, container, release record")
+    validate.add_argument("--api-key-env", default="VLLM_API_KEY", metavar="NAME",
+                          help="the variable holding the serve's API key where kvbake runs, sent as a Bearer token and written "
+                               "nowhere (default VLLM_API_KEY, vLLM's own); required when the deployment's SECRET_ENV names it")
     validate.add_argument("--depths", default=None, help="needle depths in tokens, e.g. 450000,500000 (default: two inside max-model-len)")
     validate.add_argument("--prefix-tokens", type=int, default=8000, metavar="N", help="prefix-identity prompt length (default 8000)")
     validate.add_argument("--corruption-tokens", type=int, default=8000, metavar="N", help="length of each corruption-set prompt (default 8000)")

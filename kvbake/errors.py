@@ -33,7 +33,8 @@ class UsageError(KvbakeError):
     title = "usage"
     cases = ("an unknown command or option, a missing or conflicting argument (`deploy` without `--preset`, `deploy "
              "--resume` with `--revert`, `config` without a preset, `--rollback-on-failure` without `--deploy`), "
-             "`--out` that is not a folder, `deploy --image` given by tag (a digest reference only)")
+             "`--out` that is not a folder, `deploy --image` given by tag (a digest reference only), `validate` against "
+             "a serve that refuses its API key (HTTP 401/403) or whose key the environment lacks")
 
 
 class ManifestError(KvbakeError):

@@ -190,7 +190,7 @@ def _write_tree(folder: Path, tree: dict[str, str]) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> Result:
     from kvbake.deployfile import load_deployment
-    from kvbake.operate.adapters.validation_run import ValidateRequest, check_written_options, run_validation
+    from kvbake.operate.adapters.validation_run import ValidateRequest, api_key_of, check_written_options, run_validation
     from kvbake.serve.core.presets import choose_preset
     from kvbake.operate.core.validate_plan import parse_depths, report_text, report_to_dict
 
@@ -201,7 +201,8 @@ def cmd_validate(args: argparse.Namespace) -> Result:
     deployment = load_deployment(args.deploy) if args.deploy else None
     request = ValidateRequest(manifest, chosen, args.endpoint, args.model, args.corpus, deployment, parse_depths(args.depths),
                               args.prefix_tokens, args.corruption_tokens, args.pressure, args.pressure_tokens, args.seed,
-                              args.mem_floor, args.mem_interval, args.meminfo_path, oracle=args.oracle)
+                              args.mem_floor, args.mem_interval, args.meminfo_path, oracle=args.oracle,
+                              api_key=api_key_of(args.api_key_env, deployment))
     report, path = run_validation(request, _validate_rollback(args, manifest, deployment))
     shown = path.relative_to(manifest.root)
     return report_to_dict(report) | {"report": str(shown)}, report_text(report) + f"report:   {shown} (and .txt)"

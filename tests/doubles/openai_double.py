@@ -70,7 +70,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _refused(self) -> bool:
+        """vLLM started with an API key answers 401 to a /v1 request without `Authorization: Bearer KEY`."""
+        key = self.server.double.api_key
+        if key is None or not self.path.startswith("/v1") or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._send((401, {"error": "Unauthorized"}))
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self._refused():
+            return
         if self.path == "/v1/models":
             self._send(self.server.double.handle_models())
         elif self.path == "/metrics":
@@ -80,8 +90,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        if self._refused():
+            return
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             self._send(_error(400, "body is not JSON"))
             return
@@ -105,10 +118,11 @@ class OpenAIDouble:
     """Runs the test double on 127.0.0.1 on a free port; use it as a context manager."""
 
     def __init__(self, model: str = DEFAULT_MODEL, block: int = DEFAULT_BLOCK, faults: Misbehaviour | None = None,
-                 tokenizer: str = "estimate", max_model_len: int | None = None) -> None:
+                 tokenizer: str = "estimate", max_model_len: int | None = None, api_key: str | None = None) -> None:
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer {tokenizer!r} is not one of {sorted(TOKENIZERS)}")
         self.model, self.tokenizer, self.max_model_len = model, tokenizer, max_model_len
+        self.api_key = api_key  # as vLLM's --api-key: every /v1 request must carry it
         self.cache = PrefixCacheModel(block)
         self.gate = BatchGate()
         self.faults = faults or Misbehaviour()

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kvbake.ship.adapters import drafter_probe
-from kvbake.ship.adapters.drafter_probe import served_positions
+from kvbake.ship.adapters import served_length as drafter_probe
+from kvbake.ship.adapters.served_length import serve_length, served_positions
 from tests.doubles.openai_double import OpenAIDouble
 
 
@@ -63,3 +63,26 @@ def test_the_probe_waits_at_most_its_timeout(monkeypatch):
 def test_a_running_drafter_named_with_a_trailing_slash_is_read():
     with OpenAIDouble(max_model_len=327680) as drafter:
         assert served_positions(drafter.url + "/") == 327680
+
+
+# ---- the serve's own length, when it was started without --max-model-len ----
+
+def test_a_serve_says_its_length_when_asked_with_its_api_key():
+    with OpenAIDouble(max_model_len=4096, api_key="sk-rig-only") as serve:
+        assert serve_length(serve.url, "sk-rig-only") == (4096, "")
+        assert serve_length(serve.url + "/", None) == (None, f"{serve.url}/v1/models answered HTTP 401")
+        assert serve_length(serve.url, "another key") == (None, f"{serve.url}/v1/models answered HTTP 401")
+
+
+def test_a_serve_that_names_no_length_or_does_not_answer_says_so():
+    with OpenAIDouble() as serve:
+        assert serve_length(serve.url, None) == (None, f"{serve.url}/v1/models names no max_model_len")
+        url = serve.url
+    assert serve_length(url, None) == (None, f"{url}/v1/models did not answer (ConnectError)")
+
+
+def test_the_serves_probe_uses_no_proxy_of_the_environment(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "")
+    with OpenAIDouble(max_model_len=2048) as serve:
+        assert serve_length(serve.url, None) == (2048, "")

@@ -16,9 +16,10 @@ from kvbake.errors import IntegrityError, RolloutError
 from kvbake.cli import main
 from kvbake.manifest import Preset
 from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
+from message_words import says
 from kvbake.ship.core.init_documents import InitOptions, deploy_document, launcher_env, manifest_document, placeholders
 from kvbake.serve.core.serve_description import (NodeServe, base_pin, choose_container, classify_mounts, describe, find_drafter,
-                                                implied_preset, privileged_line, require_serving, serve_env)
+                                                implied_preset, privileged_line, require_serving, serve_env, with_served_length)
 from kvbake.serve.core.serve_reading import read_serve
 from kvbake.serve.core.vllm_argv import parse_serve_args
 
@@ -107,11 +108,34 @@ def test_ranks_that_disagree_beyond_the_per_node_options_are_refused():
     assert "--enforce-eager" in caught.value.message
 
 
-def test_a_serve_without_max_model_len_or_without_one_head_is_refused():
-    with pytest.raises(RolloutError):
-        describe([node("spark-a", ("vllm", "serve", "/models/dsv41", *HEAD))], SWITCHES, ROOT)
+def test_a_serve_without_max_model_len_takes_the_length_its_api_says_and_without_one_head_is_refused():
+    described = describe([node("spark-a", ("vllm", "serve", "/models/dsv41", *HEAD))], SWITCHES, ROOT)
+    assert described.max_model_len == 0, "no length yet: init asks the serve's /v1/models"
+    served = with_served_length(described, 131072, "")
+    assert (served.max_model_len, served.length_from_api) == (131072, True)
+    control = manifest_document(TEMPLATE, served, InitOptions())["presets"]["control"]
+    assert control["max_model_len"] == 131072 and "its /v1/models said" in control["note"]
+    given = describe(pair(), SWITCHES, ROOT)
+    assert with_served_length(given, 4096, "") is given, "a serve's own --max-model-len wins over what its API says"
     with pytest.raises(RolloutError):
         describe([node("spark-a", serve_argv(*WORKER)), node("spark-b", serve_argv(*WORKER))], SWITCHES, ROOT)
+
+
+@pytest.mark.parametrize(("why", "fix"), [
+    ("http://10.0.0.11:8000/v1/models answered HTTP 401", "export the serve's API key as VLLM_API_KEY where init runs"),
+    ("http://10.0.0.11:8000/v1/models did not answer (ConnectError)", "run init while the serve answers its API"),
+])
+def test_a_serve_that_gives_no_length_and_whose_api_says_none_is_refused_naming_what_it_answered(why, fix):
+    described = describe([node("spark-a", ("vllm", "serve", "/models/dsv41", *HEAD))], SWITCHES, ROOT)
+    with pytest.raises(RolloutError) as refused:
+        with_served_length(described, None, why)
+    assert says(refused.value.message, "the serve on spark-a gives no --max-model-len") and says(refused.value.message, why)
+    assert refused.value.fix.startswith(fix)
+
+
+def test_a_length_that_is_no_number_is_refused():
+    with pytest.raises(RolloutError, match="gives --max-model-len 128k, which is no number"):
+        describe([node("spark-a", ("vllm", "serve", "/models/dsv41", "--max-model-len", "128k", *HEAD))], SWITCHES, ROOT)
 
 
 RAY_HEAD = ("ray", "start", "--block", "--head", "--port=6380")
@@ -302,7 +326,7 @@ def test_the_drafter_option_is_left_to_the_launcher_and_its_json_value_becomes_a
 
 
 def test_the_drafters_own_limit_is_read_from_its_models_list_and_none_when_it_does_not_answer():
-    from kvbake.ship.adapters.drafter_probe import served_positions
+    from kvbake.ship.adapters.served_length import served_positions
     from tests.doubles.openai_double import OpenAIDouble
 
     with OpenAIDouble(max_model_len=327680) as drafter:
@@ -341,9 +365,28 @@ def test_a_ray_workers_own_address_interfaces_and_ray_start_options_are_read_fro
     env = launcher_env(described, ROOT)
     assert json.loads(env["RAY_START_ARGS"]) == ["--node-ip-address={node_address}", "--object-store-memory=8000000000"]
     assert json.loads(env["CONTAINER_ENV"])["VLLM_HOST_IP"] == "{node_address}"
+    assert all("ray_start" not in launch for launch in described.node_launch.values()), "the nodes agree: nothing of their own"
     other = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), (*worker_ray[:-1], "--num-cpus=4"), worker.ray_env)
-    with pytest.raises(RolloutError, match="the Ray nodes of spark-a and spark-b are started with other options"):
-        describe([head, other], SWITCHES, ROOT)
+    described = describe([head, other], SWITCHES, ROOT)
+    assert json.loads(launcher_env(described, ROOT)["RAY_START_ARGS"]) == ["--node-ip-address={node_address}"]
+    assert described.node_launch["spark-a"]["ray_start"] == ["--object-store-memory=8000000000"]
+    assert described.node_launch["spark-b"]["ray_start"] == ["--num-cpus=4"]
+
+
+def test_run_cluster_sh_gives_the_node_ip_address_to_the_head_alone_and_each_node_keeps_what_it_was_given():
+    """vLLM's run_cluster.sh as written: `--node-ip-address` on the head's `ray start` only; the worker's address comes
+    from RAY_NODE_IP_ADDRESS, which the script sets in its container from VLLM_HOST_IP."""
+    head_ray = ("ray", "start", "--block", "--head", "--head", "--node-ip-address=10.0.0.11", "--port=6379")
+    worker_ray = ("ray", "start", "--block", "--address=10.0.0.11:6379")
+    head = node("spark-a", serve_argv(), execd=True, ray=head_ray, env={"VLLM_HOST_IP": "10.0.0.11", "RAY_NODE_IP_ADDRESS": "10.0.0.11"})
+    worker = node("spark-b", None, ray=worker_ray)
+    worker = NodeServe(worker.node, worker.host, worker.container, None, worker.image, (), worker_ray,
+                       {"PATH": "/usr/bin", "VLLM_HOST_IP": "10.0.0.12", "RAY_NODE_IP_ADDRESS": "10.0.0.12"})
+    described = describe([head, worker], SWITCHES, ROOT)
+    assert described.ray_start == () and "RAY_START_ARGS" not in launcher_env(described, ROOT)
+    assert described.node_launch["spark-a"]["ray_start"] == ["--node-ip-address={node_address}"]
+    assert "ray_start" not in described.node_launch["spark-b"], "the worker's ray start gets no option it was not given"
+    assert described.addresses == {"spark-a": "10.0.0.11", "spark-b": "10.0.0.12"}
 
 
 def test_a_host_ip_only_the_head_sets_stays_the_heads_and_is_no_template_for_the_worker():
@@ -355,6 +398,21 @@ def test_a_host_ip_only_the_head_sets_stays_the_heads_and_is_no_template_for_the
     described = describe([head, worker], SWITCHES, ROOT)
     assert not described.host_ip_by_address and "CONTAINER_ENV" not in launcher_env(described, ROOT)
     assert described.node_launch["spark-a"]["env"] == {"NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1"}
+
+
+@pytest.mark.parametrize(("head_extra", "worker_extra", "expected"), [
+    ((), (), "1"),  # no --tensor-parallel-size: vLLM ran a group of one, the launcher would give one rank per node
+    (("--tensor-parallel-size", "2"), ("--tensor-parallel-size", "2"), None),  # given: it is in the preset's arguments
+    (("-tp", "2"), ("-tp", "2"), None),
+])
+def test_a_pair_whose_serve_gives_no_tensor_parallel_size_tells_the_launcher_vllms_default(head_extra, worker_extra, expected):
+    described = describe([node("spark-a", serve_argv(*HEAD, *head_extra)), node("spark-b", serve_argv(*WORKER, *worker_extra))], SWITCHES, ROOT)
+    assert launcher_env(described, ROOT).get("TENSOR_PARALLEL_SIZE") == expected
+
+
+def test_one_node_leaves_the_tensor_parallel_size_to_the_launcher():
+    described = describe([node("spark-a", serve_argv())], SWITCHES, ROOT)
+    assert "TENSOR_PARALLEL_SIZE" not in launcher_env(described, ROOT)
 
 
 # ---- --privileged made explicit ----

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kvbake.launcher.core import launch_plan as core
-from kvbake.launcher.core.node_launch import LaunchInputError
+from kvbake.launcher.core.node_launch import LaunchInputError, NodeLaunch
 
 from message_words import says
 from test_launcher import env_for
@@ -66,20 +66,20 @@ def test_a_model_that_is_no_hub_id_or_given_twice_says_which_setting_to_change()
 # ---- RAY_START_ARGS ----
 
 def test_ray_start_options_outside_the_ray_shape_say_to_pick_it():
-    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": '["--num-cpus=4"]'}, "main", "10.0.0.11"))
+    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": '["--num-cpus=4"]'}, "main", NodeLaunch(), "10.0.0.11"))
     assert says(error.cause, "SHAPE is main") and error.fix.startswith("set SHAPE=ray")
 
 
 @pytest.mark.parametrize("option", ["--port=6380", "--address=10.0.0.11:6379", "--head", "num-cpus=4"])
 def test_a_ray_start_option_the_launcher_gives_itself_is_refused_naming_every_such_option(option):
-    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": json.dumps([option])}, "ray", "10.0.0.11"))
+    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": json.dumps([option])}, "ray", NodeLaunch(), "10.0.0.11"))
     assert says(error.cause, option) and error.fix.startswith("give only options of your own")
     assert all(says(error.fix, own) for own in core.RAY_OWN_OPTIONS)
 
 
 def test_ray_start_options_need_a_node_address_only_where_they_use_it():
-    assert core.read_ray_start({"RAY_START_ARGS": '["--num-cpus=4"]'}, "ray", "") == ("--num-cpus=4",)
-    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": '["--node-ip-address={node_address}"]'}, "ray", ""))
+    assert core.read_ray_start({"RAY_START_ARGS": '["--num-cpus=4"]'}, "ray", NodeLaunch(), "") == ("--num-cpus=4",)
+    error = refused(lambda: core.read_ray_start({"RAY_START_ARGS": '["--node-ip-address={node_address}"]'}, "ray", NodeLaunch(), ""))
     assert says(error.cause, "KVBAKE_NODE_ADDRESS") and error.fix.startswith("give every node an address:")
 
 

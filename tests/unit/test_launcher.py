@@ -576,6 +576,37 @@ def test_a_hub_model_is_served_by_its_id_with_no_model_mount() -> None:
             core.plan(bad)
 
 
+def test_the_ray_shape_gives_rays_backend_to_a_group_of_several_ranks_only() -> None:
+    """vLLM on the CPU refuses Ray's executor: a serve of one rank on a Ray head runs as its preset says."""
+    backend = ["--distributed-executor-backend", "ray"]
+    two = core.plan(env_for(SHAPE="ray"))
+    assert " ".join(backend) in " ".join(two.vllm_args)
+    for env in (env_for(SHAPE="ray", TENSOR_PARALLEL_SIZE="1"),
+                env_for(preset_args=("--max-model-len", "4096", "-tp", "1"), SHAPE="ray")):
+        assert backend[0] not in core.plan(env).vllm_args
+    one = core.plan(env_for(preset_args=("--max-model-len", "4096", "--distributed-executor-backend", "mp"), SHAPE="ray",
+                            TENSOR_PARALLEL_SIZE="1"))
+    assert core.option_values(one.vllm_args, backend[0]) == ["mp"], "the preset's own backend, once"
+    with pytest.raises(core.LaunchInputError, match=re.escape("SHAPE=ray but the preset gives --distributed-executor-backend mp")):
+        core.plan(env_for(preset_args=("--max-model-len", "4096", "--distributed-executor-backend", "mp", "-tp", "2"), SHAPE="ray",
+                          TENSOR_PARALLEL_SIZE="1"))
+
+
+def test_a_nodes_own_ray_start_options_follow_the_shared_ones_each_node_its_own() -> None:
+    """run_cluster.sh's pair as init reads it: `--node-ip-address` on the head's `ray start` alone."""
+    head_launch = json.dumps({"ray_start": ["--node-ip-address={node_address}"]})
+    head = core.plan({**env_for(SHAPE="ray", KVBAKE_NODE_LAUNCH_JSON=head_launch), "KVBAKE_NODE_ADDRESS": "10.0.0.11"})
+    assert head.cluster_command == ("ray", "start", "--block", "--head", "--port=6379", "--node-ip-address=10.0.0.11")
+    worker = core.plan({**env_for(role="worker", SHAPE="ray", RAY_START_ARGS='["--num-cpus=2"]'), "KVBAKE_NODE_ADDRESS": "10.0.0.12"})
+    assert worker.cluster_command == ("ray", "start", "--block", "--address=10.0.0.11:6379", "--num-cpus=2")
+    for launch, message in (({"ray_start": ["--port=6380"]}, "KVBAKE_NODE_LAUNCH_JSON.ray_start gives --port=6380"),
+                            ({"ray_start": "--num-cpus=2"}, "KVBAKE_NODE_LAUNCH_JSON.ray_start is not a list")):
+        with pytest.raises(core.LaunchInputError, match=re.escape(message)):
+            core.plan({**env_for(SHAPE="ray"), "KVBAKE_NODE_LAUNCH_JSON": json.dumps(launch)})
+    with pytest.raises(core.LaunchInputError, match=re.escape("KVBAKE_NODE_LAUNCH_JSON.ray_start is set but SHAPE is main")):
+        core.plan({**env_for(), "KVBAKE_NODE_LAUNCH_JSON": head_launch})
+
+
 def test_ray_start_options_of_the_operators_own_follow_the_launchers_with_the_nodes_address() -> None:
     options = '["--object-store-memory=8000000000", "--node-ip-address={node_address}"]'
     head = core.plan({**env_for(SHAPE="ray", RAY_START_ARGS=options), "KVBAKE_NODE_ADDRESS": "10.0.0.11"})

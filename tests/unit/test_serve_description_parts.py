@@ -94,10 +94,11 @@ def test_two_candidate_containers_are_named_in_order():
     assert failure.value.fix.startswith("start the serve there first") and failure.value.fix.endswith("with --container")
 
 
-def test_control_needs_a_length_and_ranks_that_agree():
+def test_control_takes_the_length_given_or_none_and_needs_ranks_that_agree():
+    assert control_args(serve_node("a", "--port", "8000"), []) == (0, ("--port", "8000")), "no length: init asks the API"
     with pytest.raises(RolloutError) as failure:
-        control_args(serve_node("a", "--port", "8000"), [])
-    assert "gives no --max-model-len" in failure.value.message and failure.value.fix.startswith("start the serve with --max-model-len N")
+        control_args(serve_node("a", "--max-model-len", "32k"), [])
+    assert "gives --max-model-len 32k" in failure.value.message and failure.value.fix.startswith("start the serve with --max-model-len N")
     head = serve_node("a", "--max-model-len", "8", "--port", "8000")
     with pytest.raises(RolloutError) as failure:
         control_args(head, [head, serve_node("b", "--max-model-len", "16", "--port", "8000", "--headless")])

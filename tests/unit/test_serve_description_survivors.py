@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbake.errors import RolloutError
 from kvbake.serve.core.serve_description import NodeServe, classify_mounts, node_address_of, ray_options, ray_start_options
-
-from message_words import says
 
 
 def ray_node(name: str, *options: str, env: dict | None = None) -> NodeServe:
@@ -38,22 +35,34 @@ def test_a_ranks_address_is_vllm_host_ip_else_rays_override_else_its_node_ip_add
 
 def test_only_the_node_ip_address_option_holding_the_nodes_own_address_becomes_a_placeholder():
     head = ray_node("a", "--block", "--head", "--node-ip-address=10.0.0.11", "--dashboard-host=10.0.0.11", "--disable-usage-stats")
-    assert ray_start_options([head], head) == ("--node-ip-address={node_address}", "--dashboard-host=10.0.0.11", "--disable-usage-stats")
+    assert ray_start_options([head], head) == (("--node-ip-address={node_address}", "--dashboard-host=10.0.0.11", "--disable-usage-stats"), {})
 
 
 def test_a_node_ip_address_other_than_the_nodes_own_is_kept_as_given():
     head = ray_node("a", "--block", "--head", "--node-ip-address=10.0.0.99", env={"VLLM_HOST_IP": "10.0.0.11"})
-    assert ray_start_options([head], head) == ("--node-ip-address=10.0.0.99",)
+    assert ray_start_options([head], head) == (("--node-ip-address=10.0.0.99",), {})
 
 
-def test_ray_nodes_started_with_other_options_are_refused_listing_each_sides_options_and_a_fix():
-    head = ray_node("a", "--block", "--head", "--num-cpus=4", "--dashboard-host=0.0.0.0")
-    worker = ray_node("b", "--block", "--address=10.0.0.11:6380", "--num-cpus=8", "--dashboard-host=0.0.0.0")
-    with pytest.raises(RolloutError) as refused:
-        ray_start_options([head, worker], head)
-    assert says(refused.value.message, "--num-cpus=8 --dashboard-host=0.0.0.0")
-    assert says(refused.value.message, "--num-cpus=4 --dashboard-host=0.0.0.0")
-    assert refused.value.fix
+def test_ray_nodes_started_with_other_options_share_what_they_agree_on_and_each_keeps_its_own_in_order():
+    """eugr's run-cluster-node.sh: the dashboard's options on the head only; both give their own --node-ip-address."""
+    head = ray_node("a", "--block", "--head", "--port", "6379", "--node-ip-address", "10.0.0.11", "--include-dashboard=True",
+                    "--dashboard-host", "0.0.0.0", "--dashboard-port", "8265", "--disable-usage-stats")
+    worker = ray_node("b", "--block", "--address=10.0.0.11:6379", "--node-ip-address", "10.0.0.12")
+    shared, own = ray_start_options([head, worker], head)
+    assert shared == ("--node-ip-address={node_address}",)
+    assert own == {"a": ("--include-dashboard=True", "--dashboard-host=0.0.0.0", "--dashboard-port=8265", "--disable-usage-stats")}
+
+
+def test_a_worker_may_give_options_the_head_does_not():
+    head = ray_node("a", "--block", "--head", "--num-cpus=4")
+    worker = ray_node("b", "--block", "--address=10.0.0.11:6380", "--num-cpus=8", "--object-store-memory=1000")
+    assert ray_start_options([head, worker], head) == ((), {"a": ("--num-cpus=4",), "b": ("--num-cpus=8", "--object-store-memory=1000")})
+
+
+def test_a_serve_whose_head_is_no_ray_node_has_no_ray_options():
+    head = NodeServe("a", "ssh://a", {"Name": "/a"}, None, {})
+    worker = ray_node("b", "--block", "--address=10.0.0.11:6380", "--num-cpus=8")
+    assert ray_start_options([head, worker], head) == ((), {})
 
 
 @pytest.mark.parametrize(("source", "model_dir"), [

@@ -9,8 +9,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, LaunchInputError, Mount, NodeLaunch, absolute_path,
-                                         read_node_launch, refuse_over_source_root, refuse_protected_target, refuse_shadowing_target)
+from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, RAY_OWN_OPTIONS, LaunchInputError, Mount, NodeLaunch,
+                                         absolute_path, read_node_launch, read_ray_start_options, refuse_over_source_root,
+                                         refuse_protected_target, refuse_shadowing_target)
 
 # The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
 # script: in vLLM 0.32.0 and 0.33.0 only that entry acts on --headless (the api_server module parses it, then starts
@@ -90,7 +91,7 @@ class LaunchSettings:
     ray_port: int = int(DEFAULTS["RAY_PORT"])
     secret_env: tuple[str, ...] = ()
     hub_model: str = ""  # MODEL: a Hugging Face id vLLM fetches, in place of a mounted MODEL_DIR
-    ray_start: tuple[str, ...] = ()  # RAY_START_ARGS, `{node_address}` filled in
+    ray_start: tuple[str, ...] = ()  # RAY_START_ARGS, then the node's launch.ray_start, `{node_address}` filled in
 
 
 @dataclass(frozen=True)
@@ -415,10 +416,18 @@ def option_values(args: Sequence[str], wanted: str) -> list[str]:
     return values
 
 
-def refuse_other_backend(shape: str, preset_args: Sequence[str]) -> None:
-    """The ray shape serves through Ray: a preset that picks another distributed executor would serve on one node."""
+def group_size(preset_args: Sequence[str], tensor_parallel_size: int) -> int:
+    """The serve's tensor-parallel size: the preset's own `--tensor-parallel-size` (or `-tp`) when it gives one, else
+    the launcher's."""
+    given = option_values(preset_args, "--tensor-parallel-size")
+    return int(given[-1]) if given and given[-1].isdigit() else tensor_parallel_size
+
+
+def refuse_other_backend(shape: str, preset_args: Sequence[str], tensor_parallel_size: int) -> None:
+    """The ray shape serves a group of several ranks through Ray: a preset that picks another distributed executor
+    would serve on one node. A group of one rank has no worker for Ray to place: its backend is the preset's."""
     others = [value for value in option_values(preset_args, RAY_BACKEND[0]) if value != RAY_BACKEND[1]]
-    if shape == "ray" and others:
+    if shape == "ray" and others and group_size(preset_args, tensor_parallel_size) > 1:
         raise LaunchInputError(f"SHAPE=ray but the preset gives {RAY_BACKEND[0]} {others[0]}",
                                f"drop {RAY_BACKEND[0]} from the preset's launcher_args (the ray shape sets it to ray), or use SHAPE=main")
 
@@ -471,39 +480,35 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
                        "set SERVED_MODEL_NAME to one name without whitespace")
     host = _one_word("VLLM_HOST", env.get("VLLM_HOST") or DEFAULTS["VLLM_HOST"], "set VLLM_HOST to the address the API listens on, e.g. 0.0.0.0")
     shape = read_shape(env)
-    refuse_other_backend(shape, preset_args)
+    tensor_parallel_size = read_tensor_parallel_size(env, topology.nnodes)
+    refuse_other_backend(shape, preset_args, tensor_parallel_size)
     port, master_port, ray_port = read_ports(env, shape)
     source_root = read_source_root(env)
     extra_mounts = read_extra_mounts(env, source_root)
     container_env = read_container_env(env, topology, env.get("KVBAKE_NODE_ADDRESS", ""))
+    node = read_node_settings(env, source_root, extra_mounts, container_env)
     return LaunchSettings(
         image=image, container=container, env_file=env_file, preset=env.get("KVBAKE_PRESET", ""), node=env.get("KVBAKE_NODE", ""),
         topology=topology, preset_args=preset_args, model_dir=model_dir, hub_model=hub_model, served_model_name=served, host=host, port=port,
-        tensor_parallel_size=read_tensor_parallel_size(env, topology.nnodes), master_port=master_port, gpus=read_gpus(env),
+        tensor_parallel_size=tensor_parallel_size, master_port=master_port, gpus=read_gpus(env),
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
-        node_launch=read_node_settings(env, source_root, extra_mounts, container_env), ray_port=ray_port,
-        secret_env=read_secret_env(env, container_env), ray_start=read_ray_start(env, shape, env.get("KVBAKE_NODE_ADDRESS", "")))
+        node_launch=node, ray_port=ray_port, secret_env=read_secret_env(env, container_env),
+        ray_start=read_ray_start(env, shape, node, env.get("KVBAKE_NODE_ADDRESS", "")))
 
 
-RAY_OWN_OPTIONS = ("--block", "--head", "--port", "--address")
-
-
-def read_ray_start(env: Mapping[str, str], shape: str, node_address: str) -> tuple[str, ...]:
-    """RAY_START_ARGS (ray shape): the Ray nodes' own `ray start` options beyond the launcher's, `{node_address}` replaced
-    by this node's address."""
-    if not env.get("RAY_START_ARGS"):
-        return ()
-    if shape != "ray":
-        raise LaunchInputError(f"RAY_START_ARGS is set but SHAPE is {shape}", "set SHAPE=ray, or drop RAY_START_ARGS")
-    options = _string_list(env, "RAY_START_ARGS")
-    for option in options:
-        if option.partition("=")[0] in RAY_OWN_OPTIONS or not option.startswith("--"):
-            raise LaunchInputError(f"RAY_START_ARGS gives {option}", f"give only options of your own; the launcher gives {', '.join(RAY_OWN_OPTIONS)}")
-        if "{node_address}" in option and not node_address:
-            raise LaunchInputError(f"RAY_START_ARGS {option} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
-                                   "give every node an address: in the deployment file")
-    return tuple(option.replace("{node_address}", node_address) for option in options)
+def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_address: str) -> tuple[str, ...]:
+    """The Ray node's own `ray start` options beyond the launcher's (ray shape): RAY_START_ARGS, which every node shares,
+    then this node's launch.ray_start; `{node_address}` replaced by this node's address."""
+    shared = read_ray_start_options(_string_list(env, "RAY_START_ARGS"), "RAY_START_ARGS") if env.get("RAY_START_ARGS") else ()
+    for name, options in (("RAY_START_ARGS", shared), ("KVBAKE_NODE_LAUNCH_JSON.ray_start", node.ray_start)):
+        if options and shape != "ray":
+            raise LaunchInputError(f"{name} is set but SHAPE is {shape}", f"set SHAPE=ray, or drop {name}")
+        for option in options:
+            if "{node_address}" in option and not node_address:
+                raise LaunchInputError(f"{name} {option} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
+                                       "give every node an address: in the deployment file")
+    return tuple(option.replace("{node_address}", node_address) for option in (*shared, *node.ray_start))
 
 
 def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
@@ -567,8 +572,8 @@ def own_options(s: LaunchSettings) -> list[str]:
     model = [served] if s.topology.role == "worker" else ["--model", served]
     wanted = [("--served-model-name", s.served_model_name), ("--host", s.host), ("--port", str(s.port)),
               ("--tensor-parallel-size", str(s.tensor_parallel_size))]
-    if s.shape == "ray":
-        wanted.append(RAY_BACKEND)
+    if s.shape == "ray" and group_size(s.preset_args, s.tensor_parallel_size) > 1:
+        wanted.append(RAY_BACKEND)  # a group of one rank runs on the head alone: nothing for Ray to place
     given = given_options(s.preset_args)
     return model + [item for option, value in wanted if option not in given for item in (option, value)]
 

@@ -18,7 +18,10 @@ INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 # The resource names docker's --ulimit accepts.
 ULIMIT_NAMES = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss", "rtprio",
                 "rttime", "sigpending", "stack")
-KEYS = ("env", "devices", "cap_add", "ulimits", "shm_size", "cache_mounts")
+KEYS = ("env", "devices", "cap_add", "ulimits", "shm_size", "cache_mounts", "ray_start")
+# What the launcher gives `ray start` itself: the operator's own options (RAY_START_ARGS, a node's launch.ray_start) may
+# not give them.
+RAY_OWN_OPTIONS = ("--block", "--head", "--port", "--address")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SHM_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
 CAPABILITY = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]*$")
@@ -62,12 +65,14 @@ class NodeLaunch:
     ulimits: Mapping[str, str] = field(default_factory=dict)
     shm_size: str = ""
     cache_mounts: tuple[Mount, ...] = ()
+    ray_start: tuple[str, ...] = ()  # this node's own `ray start` options beyond RAY_START_ARGS (ray shape)
 
     def to_json(self) -> str:
         """The value of KVBAKE_NODE_LAUNCH_JSON: every key, in one line."""
         return json.dumps({"env": dict(self.env), "devices": list(self.devices), "cap_add": list(self.cap_add),
                            "ulimits": dict(self.ulimits), "shm_size": self.shm_size,
-                           "cache_mounts": [f"{m.source}:{m.target}" for m in self.cache_mounts]}, sort_keys=True)
+                           "cache_mounts": [f"{m.source}:{m.target}" for m in self.cache_mounts],
+                           "ray_start": list(self.ray_start)}, sort_keys=True)
 
     def ulimit_options(self) -> list[str]:
         """docker's --ulimit values, NAME=SOFT[:HARD]."""
@@ -230,6 +235,18 @@ def read_cache_mounts(raw: object, where: str) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
+def read_ray_start_options(raw: object, where: str) -> tuple[str, ...]:
+    """`ray start` options of the operator's own: each `--name` or `--name=value`, none of the launcher's RAY_OWN_OPTIONS;
+    `{node_address}` stands for the node's address."""
+    fix = f"give only options of your own; the launcher gives {', '.join(RAY_OWN_OPTIONS)}"
+    if not isinstance(raw, list | tuple) or not all(isinstance(option, str) for option in raw):
+        raise LaunchInputError(f"{where} is not a list of \"--option=value\" strings", fix)
+    for option in raw:
+        if not option.startswith("--") or option.partition("=")[0] in RAY_OWN_OPTIONS:
+            raise LaunchInputError(f"{where} gives {option}", fix)
+    return tuple(raw)
+
+
 def read_node_launch(raw: object, where: str) -> NodeLaunch:
     """One node's `launch:` object (or the launcher's KVBAKE_NODE_LAUNCH_JSON), every value checked."""
     if raw is None:
@@ -243,7 +260,8 @@ def read_node_launch(raw: object, where: str) -> NodeLaunch:
         env=read_env(raw.get("env", {}), where), devices=read_devices(raw.get("devices", []), where),
         cap_add=read_cap_add(raw.get("cap_add", []), where), ulimits=read_ulimits(raw.get("ulimits", {}), where),
         shm_size=read_shm_size(raw["shm_size"], where) if raw.get("shm_size") not in (None, "") else "",
-        cache_mounts=read_cache_mounts(raw.get("cache_mounts", []), where))
+        cache_mounts=read_cache_mounts(raw.get("cache_mounts", []), where),
+        ray_start=read_ray_start_options(raw.get("ray_start", []), f"{where}.ray_start"))
 
 
 # ---- what only the manifest knows: its switches and the image's source root ----

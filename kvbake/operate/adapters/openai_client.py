@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 
-from kvbake.errors import ValidationStop
+from kvbake.errors import UsageError, ValidationStop
 from kvbake.operate.core.completions import Completion, CompletionRequest
 
 DEFAULT_TIMEOUT_S = 900.0
 BODY_EXCERPT_CHARS = 200
+REFUSED_ACCESS = (401, 403)  # vLLM's answer to a /v1 request without its --api-key
 BARRIER_TIMEOUT_S = 30.0  # how long the threads of concurrent requests wait for each other before sending
 
 
@@ -85,6 +86,7 @@ class OpenAIClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.sends_key = bool(api_key)
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers, verify=_tls_context())
         self._model = model
 
@@ -109,6 +111,12 @@ class OpenAIClient:
                 f"cannot reach {url}: {type(err).__name__}: {err}",
                 fix="start the serve, check the endpoint URL and that it listens on that address",
             ) from err
+        if response.status_code in REFUSED_ACCESS:
+            # no validation failure: the run cannot ask the serve anything, so it stops before judging (and never rolls back)
+            sent = "the API key sent is not the serve's own" if self.sends_key else "no API key was sent"
+            raise UsageError(f"{url} refused the request (HTTP {response.status_code}): {sent}",
+                             fix="export the serve's API key where kvbake runs, as VLLM_API_KEY (or the variable "
+                                 "--api-key-env names), then run validate again")
         if response.is_error:
             excerpt = " ".join(response.text.split())[:BODY_EXCERPT_CHARS]
             raise ValidationStop(

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvbake.atomicfile import write_atomic
 from kvbake.deployfile import Deployment
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import KvbakeError, RolloutError, ValidationStop
+from kvbake.errors import KvbakeError, RolloutError, UsageError, ValidationStop
 from kvbake.manifest import Manifest
 from kvbake.operate.adapters.memwatch import GIB, DEFAULT_MEMINFO, MemoryWatcher, NodeMemoryReader, Reader
 from kvbake.operate.adapters.openai_client import DEFAULT_TIMEOUT_S, Completion, CompletionRequest, OpenAIClient
@@ -64,6 +66,7 @@ class ValidateRequest:
     meminfo_path: str = DEFAULT_MEMINFO
     timeout_s: float = DEFAULT_TIMEOUT_S  # per request; a request that takes longer stops the run
     oracle: str = "auto"  # auto (the recall probe chooses), recall or identity
+    api_key: str | None = field(default=None, repr=False)  # the serve's API key, sent as a Bearer token, written nowhere
 
 
 def _complete(client: OpenAIClient, prompt: str, salt: str) -> Completion:
@@ -228,7 +231,7 @@ def run_steps(run: PlanRun, watcher: MemoryWatcher) -> tuple[StepResult, ...]:
             watcher.sample()
         except Exception as err:  # noqa: BLE001 - a watcher breach closes the client, which fails the request in flight
             cause = watcher.stop_reason or err
-            if not isinstance(cause, ValidationStop):
+            if not isinstance(cause, ValidationStop):  # a serve that refuses the API key (UsageError): nothing is judged
                 raise
             result = stopped(name, cause.message, cause.fix)
         results.append(result)
@@ -279,6 +282,26 @@ def _roll_back(rollback: Callable[[], str] | None) -> tuple[str, KvbakeError | N
         return f"failed: {err.one_line()}", err
 
 
+API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads its --api-key from
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def api_key_of(name: str, deployment: Deployment | None, env: Mapping[str, str] = os.environ) -> str | None:
+    """The serve's API key, by name from the environment kvbake runs in, as the launcher gives it to the serve; None
+    when unset. A deployment whose serve takes its key from that variable (launcher.env SECRET_ENV) refuses a run
+    without it: every request would be refused (HTTP 401), and a stop for that reason must not roll the window back."""
+    if not ENV_NAME.match(name):
+        raise UsageError(f"--api-key-env {name!r} is not a variable name", "give the name of the variable that holds the key, e.g. VLLM_API_KEY")
+    if env.get(name):
+        return env[name]
+    needed = json.loads((deployment.launcher.env.get("SECRET_ENV") or "[]")) if deployment is not None else []
+    if name in needed:
+        raise UsageError(f"the serve takes its API key from {name} (the deployment's SECRET_ENV), which is not set where kvbake runs",
+                         f"export {name} with the serve's key (kvbake sends it to the endpoint only), then run validate again; "
+                         "nothing was sent")
+    return None
+
+
 def check_written_options(endpoint: str, model: str | None) -> None:
     """The endpoint and the model id are written into the report: neither may carry a credential (nothing is sent)."""
     for option, text in (("--endpoint", endpoint), ("--model", model)):
@@ -298,7 +321,7 @@ def run_validation(request: ValidateRequest, rollback: Callable[[], str] | None 
                            request.seed, request.depths, request.prefix_tokens, request.corruption_tokens,
                            request.pressure, request.pressure_tokens, request.oracle)
     corpus, corpus_label = _corpus(request)
-    with OpenAIClient(request.endpoint, request.model, request.timeout_s) as client:
+    with OpenAIClient(request.endpoint, request.model, request.timeout_s, api_key=request.api_key) as client:
         watcher = MemoryWatcher(reader or memory_reader(request), int(request.mem_floor_gib * GIB),
                                 request.mem_interval_s, on_breach=client.close)
         plan = PlanRun(client, options, corpus)

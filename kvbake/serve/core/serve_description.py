@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import IntegrityError, RolloutError
@@ -121,9 +121,11 @@ class ServeDescription:
     node_launch: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ray_port: str = ""
     secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
-    ray_start: tuple[str, ...] = ()  # the Ray nodes' own `ray start` options, `{node_address}` for each node's address
+    ray_start: tuple[str, ...] = ()  # the `ray start` options every Ray node shares, `{node_address}` for each node's address
     host_ip_by_address: bool = False  # every rank sets its own VLLM_HOST_IP: CONTAINER_ENV gives it as {node_address}
     privileged: tuple[str, ...] = ()  # the nodes whose serve ran --privileged: kvbake's gets explicit settings instead
+    length_from_api: bool = False  # control's length is what the serve's /v1/models said (it gave no --max-model-len)
+    tensor_parallel_size: str = ""  # "1" for a pair whose serve gave none (vLLM's default), where the launcher's is the nodes'
 
 
 RAY_OWN = ("--block", "--head", "--port", "--address")  # what the launcher gives `ray start` itself
@@ -145,22 +147,21 @@ def ray_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     return found
 
 
-def ray_start_options(nodes: Sequence[NodeServe], head: NodeServe) -> tuple[str, ...]:
+def ray_start_options(nodes: Sequence[NodeServe], head: NodeServe) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
     """The `ray start` options the Ray nodes were given beyond the launcher's own (the object store, CPUs, the node's
-    address as `{node_address}`), as the head gives them; the nodes must agree once their own address is set aside."""
+    address as `{node_address}`): (those every Ray node shares, in the head's order; each node's own others, in its
+    order). Each node keeps its options as read: `run_cluster.sh` gives `--node-ip-address` to the head alone, eugr's
+    node script gives the dashboard's options to the head alone."""
     def options_of(node: NodeServe) -> tuple[str, ...]:
         own = node_address_of(node)
         return tuple(f"{name}={'{node_address}' if name in RAY_ADDRESS_OPTIONS and value == own else value}" if value is not None else name
                      for name, value in ray_options(node.ray_node) if name not in RAY_OWN)
     if not head.ray_node:
-        return ()
-    wanted = options_of(head)
-    for node in nodes:
-        if node.ray_node and sorted(options_of(node)) != sorted(wanted):
-            raise RolloutError(f"init: the Ray nodes of {head.node} and {node.node} are started with other options "
-                               f"({' '.join(options_of(node))} vs {' '.join(wanted)})",
-                               "start every Ray node with the same options (only its own address differs), then run init again")
-    return wanted
+        return (), {}
+    by_node = {node.node: options_of(node) for node in nodes if node.ray_node}
+    shared = tuple(option for option in by_node[head.node] if all(option in given for given in by_node.values()))
+    own = {node: tuple(option for option in given if option not in shared) for node, given in by_node.items()}
+    return shared, {node: given for node, given in own.items() if given}
 
 
 def node_address_of(node: NodeServe) -> str:
@@ -249,12 +250,13 @@ def secret_options(args: ServeArgs) -> tuple[str, ...]:
 
 
 def control_args(head: NodeServe, nodes: Sequence[NodeServe]) -> tuple[int, tuple[str, ...]]:
-    """control's length and launcher arguments: the head's serve, less what the launcher owns; every rank must agree."""
+    """control's length (0 when the serve gives none: vLLM then takes the model's own limit, which its /v1/models
+    says) and launcher arguments: the head's serve, less what the launcher owns; every rank must agree."""
     args = head.serving.serve.args
     length = args.value(LENGTH_OPTION)
-    if length is None or not length.isdigit():
-        raise RolloutError(f"init: the serve on {head.node} gives no --max-model-len (vLLM then takes the model's own limit)",
-                           "start the serve with --max-model-len N: every kvbake preset pins its length; then run init again")
+    if length is not None and not length.isdigit():
+        raise RolloutError(f"init: the serve on {head.node} gives --max-model-len {length}, which is no number of tokens",
+                           "start the serve with --max-model-len N (an integer): every kvbake preset pins its length; then run init again")
     shared = shared_args(args)
     for other in nodes:
         if other.serving is not None and other is not head:
@@ -266,7 +268,20 @@ def control_args(head: NodeServe, nodes: Sequence[NodeServe]) -> tuple[int, tupl
             if other.serving.serve.args.value(LENGTH_OPTION) != length:
                 raise RolloutError(f"init: --max-model-len differs between {head.node} and {other.node}",
                                    "give every rank the same --max-model-len, then run init again")
-    return int(length), tuple(shared.argv())
+    return int(length or 0), tuple(shared.argv())
+
+
+def with_served_length(described: ServeDescription, length: int | None, why: str) -> ServeDescription:
+    """The description with control's length: the serve's --max-model-len, else the length its /v1/models says it
+    serves (`length`); a serve that says neither is refused, `why` naming what its API answered."""
+    if described.max_model_len:
+        return described
+    if length:
+        return replace(described, max_model_len=length, length_from_api=True)
+    fix = ("export the serve's API key as VLLM_API_KEY where init runs (init asks with it and writes it nowhere), then run "
+           "init again" if "HTTP 401" in why else
+           "run init while the serve answers its API, or start the serve with --max-model-len N; then run init again")
+    raise RolloutError(f"init: the serve on {described.head} gives no --max-model-len and {why}", fix)
 
 
 def serve_env(process_env: Mapping[str, str], image_env: Sequence[str], switch_names: Sequence[str]) -> tuple[dict, dict, dict]:
@@ -345,16 +360,25 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     secrets = tuple(sorted({name for _, names in own_env.values() for name in names} | set(secret_options(head.serving.serve.args))))
     mounts = classify_mounts(head.container, head.serving.serve.model, source_root)
     host_config = head.container.get("HostConfig") or {}
+    shared_ray_start, own_ray_start = ray_start_options(nodes, head)
+    host_ip = host_ip_everywhere(nodes, node_env)
     return ServeDescription(
         base=base, head=head.node, max_model_len=length, launcher_args=launcher_args, switches=switches, env=env,
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
-        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), ray_start=ray_start_options(nodes, head),
+        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), ray_start=shared_ray_start,
         model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
-        host_ip_by_address=host_ip_everywhere(nodes, node_env), privileged=tuple(n.node for n in nodes if is_privileged(n.container)),
+        tensor_parallel_size=default_group_size(head, nodes),
+        host_ip_by_address=host_ip, privileged=tuple(n.node for n in nodes if is_privileged(n.container)),
         node_launch={n.node: launch for n in nodes
-                     if (launch := node_launch(n, node_env.get(n.node, {}), source_root, host_ip_everywhere(nodes, node_env)))})
+                     if (launch := node_launch(n, node_env.get(n.node, {}), source_root, host_ip, own_ray_start.get(n.node, ())))})
+
+
+def default_group_size(head: NodeServe, nodes: Sequence[NodeServe]) -> str:
+    """The tensor-parallel size the launcher must be told: "1" when a serve of several nodes gives none (vLLM then runs a
+    group of one; the launcher's own default is one rank per node), else "" (the serve's option is in its arguments)."""
+    return "" if head.serving.serve.args.given("--tensor-parallel-size") or len(nodes) == 1 else "1"
 
 
 def host_ip_everywhere(nodes: Sequence[NodeServe], node_env: Mapping[str, Mapping[str, str]]) -> bool:
@@ -373,10 +397,12 @@ def is_privileged(container: Mapping[str, Any]) -> bool:
     return bool((container.get("HostConfig") or {}).get("Privileged"))
 
 
-def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str, host_ip_by_address: bool = True) -> dict[str, Any]:
+def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str, host_ip_by_address: bool = True,
+                ray_start: Sequence[str] = ()) -> dict[str, Any]:
     """A node's own container settings as deploy.yaml's `launch:` gives them: its per-node environment (less
-    VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts;
-    a privileged serve's explicit equivalents are added to its own (PRIVILEGED_*)."""
+    VLLM_HOST_IP, which the launcher fills from the node's address), devices, capabilities, ulimits, writable mounts,
+    its Ray node's own `ray start` options; a privileged serve's explicit equivalents are added to its own
+    (PRIVILEGED_*)."""
     host = node.container.get("HostConfig") or {}
     model = node.serving.serve.model if node.serving else ""
     privileged = is_privileged(node.container)
@@ -388,6 +414,7 @@ def node_launch(node: NodeServe, env: Mapping[str, str], source_root: str, host_
         "cap_add": sorted({str(c) for c in host.get("CapAdd") or ()} | (set(PRIVILEGED_CAPABILITIES) if privileged else set())),
         "ulimits": {**(PRIVILEGED_ULIMITS if privileged else {}), **ulimits},
         "cache_mounts": list(classify_mounts(node.container, model, source_root).writable),
+        "ray_start": list(ray_start),
     }
     return {key: value for key, value in launch.items() if value}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -18,13 +19,14 @@ from kvbake.bake.core.served_overlay import (SERVED_FILES, SERVED_RECORD, SERVED
                                              misplaced_code_mounts, record_dict, source_root_of)
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError, UsageError
-from kvbake.ship.adapters.drafter_probe import served_positions
+from kvbake.secret_env import SECRET_OPTIONS
+from kvbake.ship.adapters.served_length import serve_length, served_positions
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay, refuse_foreign_hooks
-from kvbake.ship.core.init_documents import InitOptions, Placeholder, deploy_document, manifest_document, placeholders
+from kvbake.ship.core.init_documents import InitOptions, Placeholder, api_url, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.serve.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
-                                               is_privileged, refuse_second_serves, require_serving)
+                                               is_privileged, refuse_second_serves, require_serving, with_served_length)
 from kvbake.serve.core.serve_reading import read_serve
 from kvbake.yaml_documents import parse_yaml
 
@@ -200,7 +202,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     check_template_base(document, source_root, platform, options.capture)
     refuse_misplaced_mounts(readings, source_root)
     overlay, served_bytes = read_overlays(readings, source_root)
-    described = with_drafter_answer(describe(read, switch_names, source_root))
+    described = with_drafter_answer(with_api_length(describe(read, switch_names, source_root)))
     kept = kept_base(str(document["base"]["image"]), described.base.image_id, host_of(nodes, described.head))
     document["base"] = {**document["base"], "source_root": source_root,
                         "platform": document["base"]["platform"] if document["base"]["platform"] == "native" else platform}
@@ -213,6 +215,14 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
         write_atomic(path, dump(written))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),
                       tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture)
+
+
+def with_api_length(described: ServeDescription) -> ServeDescription:
+    """The description with control's length: a serve without --max-model-len is asked what it serves, with the API key
+    VLLM_API_KEY holds where init runs (the serve's own, by name)."""
+    if described.max_model_len:
+        return described
+    return with_served_length(described, *serve_length(api_url(described), os.environ.get(SECRET_OPTIONS["--api-key"])))
 
 
 def with_drafter_answer(described: ServeDescription) -> ServeDescription:

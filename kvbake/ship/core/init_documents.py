@@ -50,7 +50,8 @@ def manifest_document(template: Mapping[str, Any], described: ServeDescription, 
         preset["launcher_args"] = list(described.launcher_args)
         if name == CONTROL:
             preset["max_model_len"] = described.max_model_len
-            preset["note"] = "the serve the nodes ran when init read them: its arguments, no switch set"
+            preset["note"] = "the serve the nodes ran when init read them: its arguments, no switch set" + (
+                "; its length as its /v1/models said (it was started without --max-model-len)" if described.length_from_api else "")
     if described.drafter is not None:
         document["drafter"] = {"max_positions": drafter_limit(described), "note": drafter_note(described.drafter)}
     if options.registry:
@@ -92,6 +93,11 @@ def serve_port(described: ServeDescription) -> str:
     return parse_serve_args(["model", *described.launcher_args]).value("--port") or DEFAULT_PORT
 
 
+def api_url(described: ServeDescription) -> str:
+    """Where the head's API answers: its address (loopback when the serve named none) and the serve's port."""
+    return f"http://{described.addresses.get(described.head) or '127.0.0.1'}:{serve_port(described)}"
+
+
 def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str]:
     """The reference launcher's variables that start the same serve: model folder, ports, shape, env, mounts, drafter."""
     env = {**model_settings(described), "VLLM_PORT": serve_port(described), "SOURCE_ROOT": source_root,
@@ -106,6 +112,8 @@ def launcher_env(described: ServeDescription, source_root: str) -> dict[str, str
         env["RAY_START_ARGS"] = json.dumps(list(described.ray_start))
     if described.shm_size:
         env["SHM_SIZE"] = described.shm_size
+    if described.tensor_parallel_size:
+        env["TENSOR_PARALLEL_SIZE"] = described.tensor_parallel_size
     container_env = dict(described.env)
     if described.host_ip_by_address:
         container_env["VLLM_HOST_IP"] = "{node_address}"
@@ -134,13 +142,12 @@ def deploy_document(nodes: Sequence[NodeServe], described: ServeDescription, sou
         if described.node_launch.get(node.node):
             entry["launch"] = dict(described.node_launch[node.node])
         entries.append(entry)
-    head_address = described.addresses.get(described.head) or "127.0.0.1"
     document: dict[str, Any] = {
         "format": 1, "nodes": entries,
         "launcher": {"command": list(launcher), "container": LAUNCHER_CONTAINER, "timeout_s": 600,
                      "env": {k: v for k, v in launcher_env(described, source_root).items() if v}},
         "start": "workers-first" if len(entries) > 1 and described.shape != "ray" else "in-order",  # a Ray head first: workers join it
-        "readiness": {"url": f"http://{head_address}:{serve_port(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
+        "readiness": {"url": f"{api_url(described)}/health", "status": 200, "timeout_s": 1800, "interval_s": 2},
     }
     if described.drafter is not None:
         document["drafter"] = {"url": described.drafter.url, "max_positions": drafter_limit(described)}
