@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from kvbake.engines.core.procfs import ImportOrigin, Process, environment
 from kvbake.errors import EngineError
+from kvbake.launcher.core.launch_plan import MAIN_LOG_SCRIPT
 from kvbake.engines.core.detection import EngineProfile
 
 
@@ -222,7 +223,8 @@ class FakeEngine:
         self.execs = [*getattr(self, "execs", []), (str(self._name_of(container)), list(argv), dict(env), workdir, user)]
         pid = max((p.pid for p in found.get("Processes", ())), default=1) + 1
         merged = {**environment((found.get("Config") or {}).get("Env") or []), **env}
-        found["Processes"] = (*found.get("Processes", ()), Process(pid, 0, tuple(argv), merged, workdir or "/", "/usr/bin/python3", int(user or 0)))
+        runs = argv[4:] if argv[:3] == ["sh", "-c", MAIN_LOG_SCRIPT] else argv  # the shell execs the command it is given
+        found["Processes"] = (*found.get("Processes", ()), Process(pid, 0, tuple(runs), merged, workdir or "/", "/usr/bin/python3", int(user or 0)))
 
     def copy_in(self, source: Path, container: str, path: str) -> None:
         """Like `docker cp` of folder `source` (one level, as kvbake writes): into `path`/<its name> when the container

@@ -8,6 +8,7 @@ from fake_engine import FakeEngine
 from kvbake.errors import RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.core.create_spec import create_spec
+from kvbake.launcher.core.launch_plan import to_main_log
 from message_words import says
 
 NAME = "vllm_node"
@@ -47,7 +48,7 @@ def test_the_command_is_execd_once_the_container_runs_with_its_environment_direc
     engine = stopped_node()
     clock = clocked(monkeypatch, engine, (100.0,), starts_on_sleep=True)
     adopted_serve.exec_again(engine, "a", NAME, COMMAND)
-    assert engine.execs == [(NAME, COMMAND["argv"], COMMAND["env"], "/srv/run", "1000")]
+    assert engine.execs == [(NAME, to_main_log(COMMAND["argv"]), COMMAND["env"], "/srv/run", "1000")], "its output goes to docker logs"
     assert clock.slept == [0.2]
 
 

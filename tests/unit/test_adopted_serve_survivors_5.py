@@ -11,6 +11,7 @@ from kvbake.errors import RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.core.create_spec import create_spec
 from kvbake.ship.core.release import Release
+from kvbake.launcher.core.launch_plan import to_main_log
 
 from message_words import says
 
@@ -79,7 +80,7 @@ def test_the_ray_node_is_exec_d_again_and_waited_for_before_vllm_is_exec_d_detac
     assert engine.containers[NAME]["State"]["Running"] is True
     assert engine.runs == [
         (NAME, RAY["argv"], RAY["env"], "/ray", "1000", True),
-        (NAME, VLLM["argv"], VLLM["env"], "/srv", None, False),
+        (NAME, to_main_log(VLLM["argv"]), VLLM["env"], "/srv", None, False),  # its output to docker logs
     ]
     assert type(engine.runs[0][-1]) is bool
 

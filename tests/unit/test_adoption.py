@@ -105,7 +105,7 @@ def test_a_first_deploy_that_fails_brings_back_a_rm_exec_serve(world):
     with pytest.raises(RolloutError, match="launcher on b exited 1"):
         deploy(world, CONTROL)
     assert serve_state(world) == serving
-    assert [e[1][1] for e in world.engines["a"].execs] == ["/usr/local/bin/vllm", "/usr/local/bin/vllm"], "exec'd again once"
+    assert [e[1][-5] for e in world.engines["a"].execs] == ["/usr/local/bin/vllm", "/usr/local/bin/vllm"], "exec'd again once"
 
 
 ADOPT_STEPS = 3  # this host's journal, then one retag per node

@@ -16,6 +16,7 @@ import record_vllm_cli as recorder  # noqa: E402
 from kvbake.launcher import cli as launcher  # noqa: E402
 from kvbake.launcher.core import launch_plan as core  # noqa: E402
 from kvbake.launcher.core.node_launch import LaunchInputError, Mount, NodeLaunch, read_node_launch, refuse_switches  # noqa: E402
+from kvbake.launcher.core.launch_plan import to_main_log
 
 SPARK = {"env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_HCA": "rocep1s0f0"},
          "devices": ["/dev/infiniband"], "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1, "stack": 67108864},
@@ -103,10 +104,10 @@ def test_the_exec_shape_waits_then_starts_vllm_by_docker_exec() -> None:
     assert run_line[run_line.index("--entrypoint") + 1:] == ["sleep", execd.image, "infinity"]
     assert "--env-file" not in run_line
     assert exec_line[:6] == ["docker", "exec", "--detach", "--env-file", "/run/kvbake/ranks.env", "vllm-serve"]
-    assert exec_line[6:] == ["python3", *main.command]
+    assert exec_line[6:] == to_main_log(["python3", *main.command]), "vLLM's output goes to docker logs"
     assert values_of(run_line, "--label")[-1] == "kvbake.launcher.shape=exec"
     assert execd.whales_options()["env_files"] == [] and execd.whales_options()["entrypoint"] == "sleep"
-    assert execd.whales_exec() == {"command": ["python3", *main.command], "detach": True, "env_files": ["/run/kvbake/ranks.env"]}
+    assert execd.whales_exec() == {"command": to_main_log(["python3", *main.command]), "detach": True, "env_files": ["/run/kvbake/ranks.env"]}
 
 
 def test_both_shapes_give_the_container_the_same_options_but_the_env_file() -> None:
@@ -120,7 +121,7 @@ def test_the_ray_shape_runs_a_ray_node_on_every_rank_and_vllm_on_the_head_alone(
     head, worker = run_of(SPARK, SHAPE="ray", RAY_PORT="6380"), run_of(SPARK, role="worker", SHAPE="ray", RAY_PORT="6380")
     head_run, head_exec = head.argv_lines()
     assert head_run[head_run.index("--entrypoint") + 1:] == ["ray", head.image, "start", "--block", "--head", "--port=6380"]
-    assert head_exec[6:9] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert head_exec[6:13] == to_main_log(["python3", "-m", "vllm.entrypoints.openai.api_server"])
     assert values_of(head_exec, "--distributed-executor-backend") == ["ray"]
     assert "--nnodes" not in head.vllm_args and "--master-addr" not in head.vllm_args, "Ray places the workers"
     assert values_of(list(head.vllm_args), "--tensor-parallel-size") == ["2"]

@@ -650,7 +650,7 @@ def test_readiness_is_awaited_once_with_a_probe_that_names_a_dead_rank(tmp_path:
     fleet = ready_fleet(tmp_path)
     seen = []
 
-    def waiting(readiness, dead_rank):
+    def waiting(readiness, dead_rank, **_):
         seen.append((readiness.url, dead_rank()))
         fleet.engines["b"].containers[CONTAINER]["State"] = {"Running": False, "ExitCode": 137}
         seen.append((readiness.url, dead_rank()))
@@ -672,7 +672,7 @@ def test_an_adopted_serve_under_its_own_name_is_probed_for_death_by_that_name(tm
     fleet = ready_fleet(tmp_path)
     adopted = dataclasses.replace(adopted_release(), adopted={"container_id": "n-1", "kept_as": "node-kvbake-adopted", "name": "node"})
     seen = []
-    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank: seen.append(dead_rank()) or 0.0)
+    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank, **_: seen.append(dead_rank()) or 0.0)
     for key in ("a", "b"):
         serving_container(fleet.engines[key], f"{key}-node", name="node")
     transitions.await_readiness(fleet, {"a": adopted, "b": adopted})
@@ -681,10 +681,27 @@ def test_an_adopted_serve_under_its_own_name_is_probed_for_death_by_that_name(tm
     assert seen == [None, "the serving container node on b is not running (exit code 1: no output)"]
 
 
+def test_the_wait_quotes_the_heads_serving_container_log_and_nothing_of_a_silent_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM exec'd into a container that keeps running logs there (its output goes to docker logs): a readiness
+    timeout names its exception, read from the head's serving container, never from a worker's."""
+    fleet = ready_fleet(tmp_path)
+    heard = []
+    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank, last_words: heard.append(last_words()) or 0.0)
+    for key in ("a", "b"):
+        serving_container(fleet.engines[key], f"{key}-1")
+    fleet.engines["b"].containers[CONTAINER]["Log"] = ["RuntimeError: the worker's own"]
+    transitions.await_readiness(fleet, {"a": PACKING, "b": PACKING})
+    fleet.engines["a"].containers[CONTAINER]["Log"] = ["INFO starting", "ValueError: current platform cpu does not support ray.",
+                                                       "RuntimeError: Engine core initialization failed. See root cause above."]
+    transitions.await_readiness(fleet, {"a": PACKING, "b": PACKING})
+    transitions.await_readiness(fleet, {"a": None, "b": PACKING})
+    assert heard == ["", "ValueError: current platform cpu does not support ray.", ""]
+
+
 def test_a_rank_without_a_release_is_not_probed_for_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet = ready_fleet(tmp_path)
     seen = []
-    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank: seen.append(dead_rank()) or 0.0)
+    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank, **_: seen.append(dead_rank()) or 0.0)
     serving_container(fleet.engines["a"], "a-1")
     transitions.await_readiness(fleet, {"a": PACKING, "b": None})
     assert seen == [None]

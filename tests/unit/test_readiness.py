@@ -72,3 +72,21 @@ def test_a_dead_rank_ends_the_wait_at_once() -> None:
     assert all(field in caught.value.message for field in ("died before it was ready", "serve on b", "exit code 1: boom"))
     assert "log" in caught.value.fix
     assert clock.now == 0
+
+
+def test_a_timeout_quotes_what_the_serves_log_says_last() -> None:
+    """vLLM exec'd into a container that keeps running (exec and ray shapes) dies without a dead rank: the timeout
+    names its exception, which its log (now docker logs) holds."""
+    clock = Clock()
+    with pytest.raises(RolloutError) as caught:
+        wait_until_ready(Readiness(URL, 200, 5, 1), lambda: None, clock=clock, sleep=clock.sleep, transport=answering(None),
+                         last_words=lambda: "ValueError: current platform cpu does not support ray.")
+    assert caught.value.message.endswith("within 5 s; its log ends: ValueError: current platform cpu does not support ray.")
+
+
+def test_a_timeout_with_a_silent_log_says_nothing_of_it() -> None:
+    clock = Clock()
+    with pytest.raises(RolloutError) as caught:
+        wait_until_ready(Readiness(URL, 200, 5, 1), lambda: None, clock=clock, sleep=clock.sleep, transport=answering(None),
+                         last_words=lambda: "")
+    assert caught.value.message.endswith("within 5 s") and "log" not in caught.value.message

@@ -38,7 +38,7 @@ def test_a_node_claimed_by_another_host_just_before_its_launch_is_not_launched(w
 def test_an_adopted_serve_restarted_by_its_own_policy_is_no_dead_rank_and_a_release_so_restarted_is(tmp_path, monkeypatch):
     fleet = ready_fleet(tmp_path)
     seen = []
-    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank: seen.append(dead_rank()) or 0.0)
+    monkeypatch.setattr(transitions, "wait_until_ready", lambda readiness, dead_rank, **_: seen.append(dead_rank()) or 0.0)
     for key in ("a", "b"):
         serving_container(fleet.engines[key], f"{key}-1")
         fleet.engines[key].containers[CONTAINER]["RestartCount"] = 1

@@ -21,6 +21,15 @@ WORKER_ENTRY = ("-m", "vllm.entrypoints.cli.main", "serve")
 ENTRYPOINT = "python3"
 # The exec shape's container: a main process that only waits, so that vLLM can be started in it by docker exec.
 CLUSTER_COMMAND = ("sleep", "infinity")
+# `docker exec --detach` discards what the command prints: vLLM started that way writes to the container's main process
+# output instead, which `docker logs` shows (the shell execs vLLM, so its process is vLLM's own). A user who cannot
+# write there (the main process is another user's) keeps the engine's default.
+MAIN_LOG_SCRIPT = 'if [ -w /proc/1/fd/1 ] && [ -w /proc/1/fd/2 ]; then exec "$@" >>/proc/1/fd/1 2>>/proc/1/fd/2; fi; exec "$@"'
+
+
+def to_main_log(argv: Sequence[str]) -> list[str]:
+    """A command line for `docker exec --detach` whose output reaches `docker logs` of its container."""
+    return ["sh", "-c", MAIN_LOG_SCRIPT, "sh", *argv]
 # The ray shape's container runs a Ray node (`ray start --block`): the head's vLLM, started in it by docker exec, places
 # its tensor-parallel workers on the other nodes' Ray nodes as actors; a worker node runs no vLLM process of its own.
 RAY_BACKEND = ("--distributed-executor-backend", "ray")
@@ -166,7 +175,7 @@ class DockerRun:
 
     def exec_argv(self) -> list[str]:
         """The exec shape's `docker exec` command line that starts vLLM in the waiting container."""
-        return ["docker", "exec", "--detach", "--env-file", self.env_file, self.name, ENTRYPOINT, *self.command]
+        return ["docker", "exec", "--detach", "--env-file", self.env_file, self.name, *to_main_log([ENTRYPOINT, *self.command])]
 
     def argv_lines(self) -> list[list[str]]:
         """Every engine call, in order (what --print shows, one per line)."""
@@ -182,7 +191,7 @@ class DockerRun:
 
     def whales_exec(self) -> dict:
         """The exec shape's docker exec as python-on-whales' container.execute keyword arguments."""
-        return {"command": [ENTRYPOINT, *self.command], "detach": True, "env_files": [self.env_file]}
+        return {"command": to_main_log([ENTRYPOINT, *self.command]), "detach": True, "env_files": [self.env_file]}
 
 
 @dataclass(frozen=True)

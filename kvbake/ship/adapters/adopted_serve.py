@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
+from kvbake.launcher.core.launch_plan import to_main_log
 from kvbake.secret_env import missing_secrets, restore_args
 from kvbake.ship.core.create_spec import create_spec, spec_differences, with_secrets
 from kvbake.ship.core.release import Release
@@ -138,7 +139,8 @@ def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any],
         time.sleep(0.2)
     secrets = {secret: os.environ[secret] for secret in command.get("secret_env") or ()}
     argv = restore_args(command["argv"], {secret: os.environ[secret] for secret in command.get("secret_args") or ()})
-    engine.exec_detached(name, argv, {**(command.get("env") or {}), **secrets}, command.get("cwd"), command.get("user"), wait=wait)
+    engine.exec_detached(name, argv if wait else to_main_log(argv), {**(command.get("env") or {}), **secrets}, command.get("cwd"),
+                         command.get("user"), wait=wait)
 
 
 def secrets_needed(adopted: Release) -> tuple[str, ...]:

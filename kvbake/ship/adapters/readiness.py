@@ -21,9 +21,11 @@ def probe(client: httpx.Client, url: str) -> str:
 
 
 def wait_until_ready(readiness: Readiness, dead_rank: Callable[[], str | None], clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None) -> float:
+                     sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None,
+                     last_words: Callable[[], str] = lambda: "") -> float:
     """Poll GET `readiness.url` until it answers `readiness.status`; returns the seconds it took. `dead_rank` names a
-    serving container that is no longer running (or None): that ends the wait at once, as does the timeout."""
+    serving container that is no longer running (or None): that ends the wait at once, as does the timeout, whose
+    message quotes `last_words` (what the serve's log says last) when it says anything."""
     start = clock()
     last = "not probed"
     with (httpx.Client(timeout=min(10.0, readiness.timeout_s), trust_env=False, follow_redirects=False, transport=transport) as client,
@@ -37,7 +39,8 @@ def wait_until_ready(readiness: Readiness, dead_rank: Callable[[], str | None], 
             if dead:
                 raise RolloutError(f"the serve died before it was ready: {dead}", "read the container's log on that node; every node was reverted")
             if clock() - start >= readiness.timeout_s:
+                words = last_words()
                 raise RolloutError(f"the serve never became ready: GET {readiness.url} answered {last}, not {readiness.status}, "
-                                   f"within {readiness.timeout_s:g} s", "check the launcher and the readiness URL in the deployment file; "
-                                   "every node was reverted")
+                                   f"within {readiness.timeout_s:g} s" + (f"; its log ends: {words}" if words else ""),
+                                   "check the launcher and the readiness URL in the deployment file; every node was reverted")
             sleep(readiness.interval_s)

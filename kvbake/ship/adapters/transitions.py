@@ -142,7 +142,15 @@ def await_readiness(fleet: Fleet, releases: dict[str, Release | None]) -> None:
                      if release is not None and (reason := not_running(fleet, name, container=fleet.serving_container_name(release),
                                                                        own_policy=bool(release.adopted)))), None)
 
-    waited = wait_until_ready(readiness, dead_rank)
+    def last_words() -> str:
+        """What the head's serving container logged last (vLLM's exception, when it failed while starting)."""
+        head = next((name for name in releases if fleet.node(name).role == "head" and releases[name] is not None), None)
+        if head is None:
+            return ""
+        log = fleet.engines[head].container_log_tail(fleet.serving_container_name(releases[head]), TAIL_LINES)
+        return telling_line(log) if log.strip() else ""
+
+    waited = wait_until_ready(readiness, dead_rank, last_words=last_words)
     log.info("the serve answered %s after %.1f s", readiness.url, waited)
 
 
