@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -42,10 +43,12 @@ def require_base(engine: Engine) -> None:
         raise BaseImageError(f"{BASE} is not on this engine", "build it with python scripts/standin_vllm_base.py (cached afterwards)")
 
 
-def tiny_model(corpus: Path) -> TinyModel:
-    """The cached tiny model (generated in the base when missing) and its corpus, written to `corpus`."""
+def tiny_model(corpus: Path, docker_host: str | None = None) -> TinyModel:
+    """The cached tiny model (generated in the base, on the engine `docker_host` or DOCKER_HOST's, when missing) and its
+    corpus, written to `corpus`."""
+    env = {**os.environ, **({"DOCKER_HOST": docker_host} if docker_host else {})}
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiny_model.py"), "--corpus", str(corpus)],
-                            capture_output=True, text=True, check=False)
+                            capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         raise KvbakeError(f"scripts/tiny_model.py failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}",
                           "run python scripts/tiny_model.py by hand and read its error")

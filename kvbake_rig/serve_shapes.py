@@ -33,10 +33,11 @@ def chain_overlay(folder: Path | None = None) -> tuple[tuple[str, str], ...]:
     return tuple((str(path), f"{SOURCE_ROOT}/{path.relative_to(root).as_posix()}") for path in sorted(root.rglob("*")) if path.is_file())
 
 
-def donor_clone(folder: Path) -> tuple[Path, str]:
-    """A clean git clone holding the stand-in chain's patches, committed; its revision is the reviewed donor commit."""
+def donor_clone(folder: Path, example: Path = STANDIN) -> tuple[Path, str]:
+    """A clean git clone holding an example chain's patches (the stand-in's unless named), committed; its revision is
+    the reviewed donor commit."""
     (folder / "patches").mkdir(parents=True)
-    for patch in (STANDIN / "patches").glob("*.patch"):
+    for patch in (example / "patches").glob("*.patch"):
         shutil.copyfile(patch, folder / "patches" / patch.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",

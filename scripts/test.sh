@@ -15,6 +15,7 @@ bash scripts/docs.sh --check  # the docs site: generated pages current, mkdocs b
 .venv/bin/python scripts/standin_base.py --vllm-version 0.34.0  # the next release: rebase's target in the tests
 .venv/bin/python scripts/standin_base_arm64.py
 .venv/bin/python scripts/standin_vllm_base.py
+.venv/bin/python scripts/standin_vllm_ray_base.py  # ray[default] on the serving base: the community launchers' walks
 export KVBAKE_REQUIRE_DOCKER=1
 default=$(.venv/bin/python -c 'from kvbake.engines.adapters.client import Engine; print(Engine().profile().name)')
 # Every other profile runs the docker tests (all but those marked default_engine_only), each with its own engines and

@@ -16,6 +16,7 @@ from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.names import check_container_name, check_node_name
 from kvbake.serve.core.presets import check_reason
+from kvbake.serve.core.serve_reading import RAY_WORKER
 
 
 def cmd_push(args: argparse.Namespace) -> Result:
@@ -268,8 +269,9 @@ def adopt_report(releases: dict) -> Result:
     lines = []
     for node, r in releases.items():
         a = r.adopted
-        lines.append(f"{node}: adopted {a['name']} ({a['container_id'][:12]}, {a['shape']} shape: "
-                     f"{'vLLM started by docker exec' if a['exec'] else 'vLLM runs as its main process'}) serving {r.image} "
+        runs = ("a Ray node that runs no vLLM of its own" if a["shape"] == RAY_WORKER else
+                "vLLM started by docker exec" if a["exec"] else "vLLM runs as its main process")
+        lines.append(f"{node}: adopted {a['name']} ({a['container_id'][:12]}, {a['shape']} shape: {runs}) serving {r.image} "
                      f"with {dict(r.switches) or 'no switches'}, max-model-len {r.max_model_len}, as release {r.id}")
         if a.get("changes"):
             lines.append(f"{node}: its writable layer changes {len(a['changes'])} file(s) under the source root ({', '.join(a['changes'][:3])}"

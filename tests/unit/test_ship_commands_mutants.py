@@ -146,6 +146,13 @@ def test_adopt_report_names_how_vllm_runs(execd, shape):
     assert says(text, shape)
 
 
+def test_adopt_report_says_a_ray_worker_runs_no_vllm_of_its_own():
+    worker = adopted_release([])
+    worker.adopted["shape"] = "ray-worker"
+    _, text = commands.adopt_report({"b": worker})
+    assert says(text, "ray-worker shape: a Ray node that runs no vLLM of its own") and not says(text, "vLLM runs as its main process")
+
+
 def test_adopt_report_of_a_serve_without_switches_says_so():
     _, text = commands.adopt_report({"a": adopted_release([])})
     assert says(text, "with no switches")

@@ -1,0 +1,208 @@
+"""The community launchers of tests/launchers, run as their authors wrote them against the rig's node engines."""
+
+# What a test may change around the scripts, and nothing else (tests/launchers/README.md): a `docker` first on PATH
+# that drops `--gpus all`, the scripts' own options and knobs, ssh to the worker through the rig's gateway, and the
+# image. The head's Ray node takes 127.0.0.2 and the worker's 127.0.0.3 (Ray turns 127.0.0.1 into the machine's
+# outward address); both listen on loopback only, on the scripts' fixed ports (Ray 6379, the dashboard 8265).
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from kvbake.engines.adapters.client import Engine
+from kvbake.errors import KvbakeError
+from kvbake_rig.serve_shapes import RAY_NO_EGRESS
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHERS = ROOT / "tests" / "launchers"
+RUN_CLUSTER = LAUNCHERS / "vllm" / "run_cluster.sh"
+EUGR = LAUNCHERS / "eugr" / "launch-cluster.sh"
+SERVING_RAY_BASE = "kvbake-standin/vllm-cpu-base:0.32.0-ray"  # scripts/standin_vllm_ray_base.py
+ADDRESSES = {"a": "127.0.0.2", "b": "127.0.0.3"}  # the head's and the worker's
+RAY_PORT = 6379  # run_cluster.sh's and eugr's fixed Ray port
+MODEL_IN_CONTAINER = "/models/tiny"
+READY_SECONDS = 120.0
+# `docker` as the scripts call it, less `--gpus all` (the engines here have no GPU); every other argument unchanged.
+DOCKER_WRAPPER = """#!/bin/sh
+# kvbake rig: the real docker client without --gpus (no GPU here); every other argument passes unchanged.
+n=$#
+while [ "$n" -gt 0 ]; do
+  a=$1; shift; n=$((n - 1))
+  case "$a" in
+    --gpus) shift; n=$((n - 1)) ;;
+    --gpus=*) ;;
+    *) set -- "$@" "$a" ;;
+  esac
+done
+exec {docker} "$@"
+"""
+
+
+def docker_wrapper(folder: Path) -> Path:
+    """A folder holding the `docker` wrapper, to put first on PATH."""
+    real = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True, check=True).stdout.strip()
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "docker"
+    wrapper.write_text(DOCKER_WRAPPER.format(docker=shlex.quote(real)))
+    wrapper.chmod(0o755)
+    return folder
+
+
+def egress_args() -> list[str]:
+    """run_cluster.sh's extra `-e` arguments that keep Ray's HTTP on loopback (no usage stats, no cloud probes)."""
+    return [item for name, value in RAY_NO_EGRESS.items() for item in ("-e", f"{name}={value}")]
+
+
+@dataclass
+class RunClusterNode:
+    """One `bash run_cluster.sh IMAGE HEAD --head|--worker HF_HOME ARGS…` in its own session, as in an operator's
+    terminal; its output goes to `log`."""
+
+    key: str
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def container(self, timeout_s: float = 60.0) -> str:
+        """The `node-<random>` container the script started on its engine."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            names = [c.name for c in Engine(self.host).client.container.list() if c.name.startswith("node-")]
+            if len(names) == 1:
+                return names[0]
+            if self.process is not None and self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise KvbakeError(f"run_cluster.sh on node {self.key} started no node-* container", f"read {self.log}")
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def detach(self) -> None:
+        """What the runbook says to do before kvbake adopts: end the script without its EXIT trap (SIGKILL runs no
+        trap), so the container it started keeps serving and is no longer stopped and removed when the script ends."""
+        if self.running():
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def interrupt(self, timeout_s: float = 120.0) -> int:
+        """Ctrl-C in the script's terminal (SIGINT to its process group): the container stops, the trap removes it."""
+        if not self.running():
+            return self.process.returncode if self.process else 0
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout=timeout_s)
+
+
+@dataclass
+class RunClusterPair:
+    """vLLM's run_cluster.sh on two node engines: the head on node a, the worker on node b, each with its own
+    VLLM_HOST_IP, the model mounted on the head; vLLM exec'd on the head by an attached `docker exec`, as in a
+    second terminal."""
+
+    hosts: dict[str, str]
+    folder: Path
+    model_dir: Path
+    image: str = SERVING_RAY_BASE
+    nodes: dict[str, RunClusterNode] = field(default_factory=dict)
+    serve: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        wrapper = docker_wrapper(self.folder / "bin")
+        hf_home = self.folder / "huggingface"
+        hf_home.mkdir(exist_ok=True)
+        for key, role in (("a", "--head"), ("b", "--worker")):
+            env = {**os.environ, "PATH": f"{wrapper}{os.pathsep}{os.environ['PATH']}", "DOCKER_HOST": self.hosts[key]}
+            extra = ["-e", f"VLLM_HOST_IP={ADDRESSES[key]}", *egress_args()]
+            if key == "a":
+                extra += ["-v", f"{self.model_dir}:{MODEL_IN_CONTAINER}:ro"]
+            argv = ["bash", str(RUN_CLUSTER), self.image, ADDRESSES["a"], role, str(hf_home), *extra]
+            self.nodes[key] = RunClusterNode(key, self.hosts[key], argv, env, self.folder / f"run_cluster-{key}.log")
+
+    def start(self) -> dict[str, str]:
+        """Both scripts, the head first; each node's container name once the Ray cluster has both nodes."""
+        self.nodes["a"].start()
+        head = self.nodes["a"].container()
+        wait_for_ray_nodes(self.hosts["a"], head, 1)
+        self.nodes["b"].start()
+        names = {"a": head, "b": self.nodes["b"].container()}
+        wait_for_ray_nodes(self.hosts["a"], head, 2)
+        return names
+
+    def exec_serve(self, container: str, args: Sequence[str]) -> None:
+        """`docker exec NODE python3 -m vllm.entrypoints.openai.api_server ARGS` in the foreground of a terminal of its
+        own (its output in serve.log), as the script's usage says to run vLLM on the head."""
+        env = {"PATH": os.environ["PATH"], "DOCKER_HOST": self.hosts["a"]}
+        with (self.folder / "serve.log").open("ab") as out:
+            self.serve = subprocess.Popen(["docker", "exec", container, "python3", "-m", "vllm.entrypoints.openai.api_server", *args],
+                                          env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def detach(self) -> None:
+        for node in self.nodes.values():
+            node.detach()
+
+    def interrupt(self) -> None:
+        for key in ("b", "a"):
+            self.nodes[key].interrupt()
+        if self.serve is not None and self.serve.poll() is None:
+            self.serve.kill()
+
+
+def ray_nodes_alive(host: str, container: str) -> int:
+    """How many Ray nodes `ray status` in the head's container counts active (0 while its GCS is not up)."""
+    try:
+        output = str(Engine(host).client.container.execute(container, ["ray", "status"]))
+    except Exception:  # noqa: BLE001 - the GCS is not up yet, or the container is starting
+        return 0
+    active = output.partition("Active:")[2].partition("Pending:")[0]
+    return sum(1 for line in active.splitlines() if "node_" in line)
+
+
+def wait_for_ray_nodes(host: str, container: str, count: int, timeout_s: float = READY_SECONDS) -> None:
+    deadline = time.monotonic() + timeout_s
+    while ray_nodes_alive(host, container) < count:
+        if time.monotonic() > deadline:
+            raise KvbakeError(f"the Ray cluster of {container} did not reach {count} nodes in {timeout_s:.0f} s",
+                              "read the run_cluster.sh logs of the rig folder")
+        time.sleep(2)
+
+
+def seed_nodes(source: Engine, registry: str, hosts: Sequence[str], image: str = SERVING_RAY_BASE) -> str:
+    """The serving base with Ray where it is needed, as operators get a community image: pushed once from the engine
+    that built it (`source`) into the rig's registry (whose blobs are kept between runs), then pulled by every other
+    engine of `hosts` at once (a node pulls a release built on it as its thin layer alone); the reference they hold."""
+    if source.inspect_image(image) is None:
+        raise KvbakeError(f"{image} is not on the default engine", "build it with python scripts/standin_vllm_ray_base.py (cached afterwards)")
+    reference = f"{registry}/{image}"
+    source.client.image.tag(image, reference)
+    source.client.image.push(reference, quiet=True)
+    errors: list[BaseException] = []
+
+    def pull(host: str) -> None:
+        try:
+            Engine(host).client.image.pull(reference, quiet=True)
+        except BaseException as err:  # noqa: BLE001 - raised below, in this thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=pull, args=(host,)) for host in hosts if host != source.host]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return reference
