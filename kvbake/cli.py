@@ -43,6 +43,7 @@ COMMANDS_HELP = """commands:
   adopt             record the serve every node of --deploy runs now (kvbake did not deploy it) as the current release
   deploy            roll the release out to every node of --deploy (two phases; reverted on failure)
   rollback          go back to the previous release on every node (tag swap, nothing pulled)
+  hand-back         after rollback --to adopted: give every node back to your launcher (kvbake's state and tags removed)
   verify-running    check every rank: layers, labels, exact switch set, no bind mount over baked files
   status            a table of nodes, releases, what runs and divergence
   config PRESET     write the runtime configuration of a preset for every rank (--all; --check for drift)
@@ -53,7 +54,7 @@ COMMANDS_HELP = """commands:
 
 # Which stage's commands module runs each command (its function is `cmd_<command>`, dashes as underscores).
 COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "bake", "dockerfile": "bake",
-                  "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship",
+                  "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship", "hand-back": "ship",
                   "verify-running": "ship", "status": "ship",
                   "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase",
                   "keys": "provenance", "sign": "provenance", "trace": "provenance"}
@@ -163,6 +164,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     adopt.add_argument("--reason", default="adopted the running serve", help="why (recorded in the release record and the audit logs)")
     adopt.add_argument("--container", default=None, metavar="NAME", help="the serving container on every node (default: each node's "
                        "container: in the deployment file, else launcher.container)")
+    adopt.add_argument("--launcher-retired", action="store_true",
+                       help="the launcher that started the serve is retired (docs/production.md, Retire your launcher): adopt a "
+                            "serve started in the foreground or by an attached docker exec")
     adoption = adopt.add_mutually_exclusive_group()
     adoption.add_argument("--resume", action="store_true", help="finish an interrupted adopt from its journal")
     adoption.add_argument("--revert", action="store_true", help="undo an interrupted adopt from its journal")
@@ -170,6 +174,9 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     rollback = sub.add_parser("rollback", parents=[common, ship, changes], help="swap current and previous on every rank, restart, verify")
     rollback.add_argument("--to", choices=("adopted",), default=None,
                           help="adopted: go back to the serve adopt recorded, whatever serves now (a rollback then returns)")
+    sub.add_parser("hand-back", parents=[common, ship, changes], help="after rollback --to adopted: give every node back to the "
+                   "launcher that started its serve: its restart policy back, kvbake's tags, containers and state removed, "
+                   "the audit logs copied here; the serve keeps running")
     running = sub.add_parser("verify-running", parents=[common, ship], help="check what every rank runs")
     running.add_argument("--expect", default=None, help='exact switch set "NAME=VALUE,…"; "" means none (default: the recorded release)')
     status = sub.add_parser("status", parents=[common, ship], help="nodes, current and previous release, what runs, divergence")

@@ -16,6 +16,7 @@ from kvbake.lock import read_lock
 from kvbake.manifest import load_manifest
 from kvbake.names import check_container_name, check_node_name
 from kvbake.serve.core.presets import check_reason
+from kvbake.serve.core.launcher_ties import RUNBOOK
 from kvbake.serve.core.serve_reading import RAY_WORKER
 
 
@@ -200,6 +201,7 @@ def init_report(result) -> Result:
         lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(d.secrets)}")
     lines += [privileged_line(node, d.node_launch.get(node) or {}) for node in d.privileged]
     lines += served_lines(result)
+    lines += [f"tied to its launcher: {tie}; retire the launcher before adopt ({RUNBOOK})" for tie in result.ties]
     lines.append(f"wrote {', '.join(str(p) for p in result.written)}")
     lines += [f"to fill: {p.where}: {p.fix}" for p in result.left]
     lines.append("next: python build.py config --check --deploy deploy.yaml (proves control is the serve that runs)")
@@ -210,7 +212,7 @@ def init_report(result) -> Result:
             "served": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in result.served.files],
             "served_record": str(result.served_record),
             "privileged": {node: {key: (d.node_launch.get(node) or {}).get(key) for key in ("devices", "cap_add", "ulimits")}
-                           for node in d.privileged}}
+                           for node in d.privileged}, "launcher_ties": list(result.ties)}
     return data, "\n".join(lines)
 
 
@@ -261,7 +263,7 @@ def cmd_adopt(args: argparse.Namespace) -> Result:
     if args.release:
         nodes = release_adoption(fleet, args.break_lock)
         return {"released": nodes}, f"forgot the adopted serve on {', '.join(nodes)} and removed its kept containers"
-    releases = adopt(fleet, args.reason, args.break_lock, args.container)
+    releases = adopt(fleet, args.reason, args.break_lock, args.container, args.launcher_retired)
     return adopt_report(releases)
 
 
@@ -284,6 +286,29 @@ def adopt_report(releases: dict) -> Result:
     data = {"release": next(iter(releases.values())).id,
             "nodes": {node: {"container": r.adopted["container_id"], "name": r.adopted["name"], "shape": r.adopted["shape"],
                              "changes": r.adopted["changes"]} for node, r in releases.items()}}
+    return data, "\n".join(lines)
+
+
+def cmd_hand_back(args: argparse.Namespace) -> Result:
+    from kvbake.ship.adapters.hand_back import hand_back
+
+    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
+    handed = hand_back(fleet, args.break_lock)
+    return hand_back_report(handed, deployment.path.parent)
+
+
+def hand_back_report(handed: list, folder: Path) -> Result:
+    """What hand-back did per node, and what the operator does next."""
+    data = {"nodes": {h.node: {"serve": h.serve, "audit": str(h.audit.relative_to(folder)) if h.audit else None,
+                               "removed": list(h.removed)} for h in handed}}
+    if not handed:
+        return data, "nothing of kvbake's is left on any node: they are your launcher's already"
+    lines = []
+    for h in handed:
+        serve = f"{h.serve} runs on, under its own restart policy" if h.serve else "no serve of kvbake's"
+        audit = f"; its audit log is in {h.audit.relative_to(folder)}" if h.audit else ""
+        lines.append(f"{h.node}: {serve}; removed {', '.join(h.removed)}{audit}")
+    lines.append("the nodes are your launcher's again (stop and start the serve as before kvbake); adopt works again")
     return data, "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """The community launchers as their authors wrote them (tests/launchers), with real Ray and real vLLM (the CPU build):
-each starts today's serve on two node engines, then an operator walks the runbook's commands over it: init, lock from
-the donor with the served-bytes proof, build, push --sign, adopt, deploy, verify-running, validate against a serve that
-needs its API key, rollback, rollback --to adopted; the launcher's own serve comes back under its own names.
+each starts today's serve on two node engines, then an operator walks the runbook's commands over it: init (which names
+the launcher's ties), the launcher retired, lock from the donor with the served-bytes proof, build, push --sign, adopt,
+deploy, verify-running, validate against a serve that needs its API key, rollback, rollback --to adopted (the
+launcher's own serve under its own names), hand-back; then the launcher runs as before kvbake and adopt works again.
 
 vLLM's CPU build cannot run one tensor-parallel group across two nodes, so real vLLM serves on the head alone (a group
 of one rank) and the worker is a real Ray node that joins the head's cluster; kvbake still restarts both as a gang.
@@ -30,6 +31,8 @@ from kvbake_rig.profile_engine import DEFAULT_HOST
 from kvbake_rig.serve_shapes import RIG_API_KEY, donor_clone
 
 from conftest import run
+from kvbake_rig.gcs_polls import gang_down_seen, stop_order_failures, timeline
+from raywatch import GcsWatch
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
 NODES = {"a": "spark-a", "b": "spark-b"}
@@ -90,13 +93,18 @@ class Operator:
     def ship(self, *argv: str) -> str:
         return self.in_project(*argv, "--deploy", str(self.project / "deploy.yaml"))
 
-    def init(self) -> dict:
+    def init(self) -> tuple[dict, str]:
         self("keys", "--out", str(self.reviewer), "--name", "reviewer")
         nodes = [f"--node={name}={self.rig.hosts[key]}" for key, name in NODES.items()]
-        self("init", *nodes, "--template", str(rs.EXAMPLE / "manifest.yaml"), "--out", str(self.project),
-             "--registry", self.rig.registry, "--donor-revision", self.revision, "--launcher", rs.launch_vllm_command(),
-             "--signing-key", str(self.reviewer / "reviewer.pub"))
-        return {name: yaml.safe_load((self.project / name).read_text()) for name in ("manifest.yaml", "deploy.yaml")}
+        out = self("init", *nodes, "--template", str(rs.EXAMPLE / "manifest.yaml"), "--out", str(self.project),
+                   "--registry", self.rig.registry, "--donor-revision", self.revision, "--launcher", rs.launch_vllm_command(),
+                   "--signing-key", str(self.reviewer / "reviewer.pub"))
+        return {name: yaml.safe_load((self.project / name).read_text()) for name in ("manifest.yaml", "deploy.yaml")}, out
+
+    def refused(self, *argv: str) -> tuple[int, str]:
+        code, out, err = run(self.capsys, *argv, "--manifest", str(self.project / "manifest.yaml"), "--deploy", str(self.project / "deploy.yaml"))
+        assert code != 0 and out == "" and err.count("\n") == 1, (code, out, err)
+        return code, err
 
     def digest(self) -> str:
         (record,) = (self.project / ".kvbake" / "pushes").glob("*.json")
@@ -151,8 +159,23 @@ def run_cluster(launcher_rig: LauncherRig, tmp_path: Path) -> Iterator[tuple[Run
                 Engine(host).remove_container(container.id)
 
 
+def gang_restarts(engine: Engine, steps: dict) -> list[str]:
+    """Run each step (a deploy or rollback) under a watch on the head's GCS: every old Ray node is gone before the
+    first new one runs, and each new cluster forms of both nodes at their own addresses (Ray's own node table); the
+    new clusters' ids."""
+    formed = []
+    with GcsWatch(engine, f"{ADDRESSES['a']}:{RAY_PORT}") as watch:
+        for name, step in steps.items():
+            old, new, polls = watch.gang_restart(step)
+            assert stop_order_failures(old, new, polls) == [], f"{name}: {timeline(polls)}"
+            assert gang_down_seen(new, polls), f"{name}: the old gang was down first: {timeline(polls)}"
+            assert {info["ip"] for info in new["nodes"].values()} == set(ADDRESSES.values()), name
+            formed.append(new["cluster"])
+    return formed
+
+
 def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_under_its_own_names(
-        capsys, launcher_rig, run_cluster, tmp_path, monkeypatch):
+        capsys, engine, launcher_rig, run_cluster, tmp_path, monkeypatch):
     pair, names, port = run_cluster
     assert ray_nodes_alive(launcher_rig.hosts["a"], names["a"]) == 2, "the worker's Ray node joined the head's"
     assert serves(port) and not serves(port, key=None), "the serve needs its API key"
@@ -161,8 +184,11 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     assert serves(port) and {key: containers(host) for key, host in launcher_rig.hosts.items()} == before
     ops = Operator(capsys, launcher_rig, tmp_path, monkeypatch)
 
-    written = ops.init()
+    written, said = ops.init()
     deploy = written["deploy.yaml"]
+    assert f"tied to its launcher: spark-a: {names['a']} was started by `docker run` in the foreground" in said
+    assert f"tied to its launcher: spark-b: {names['b']} was started by `docker run` in the foreground" in said
+    assert "spark-a: its vLLM (pid " in said and "writes to the `docker exec` that started it" in said
     assert {key: containers(host) for key, host in launcher_rig.hosts.items()} == before, "init changes nothing on the nodes"
     assert [(n["name"], n["container"], n.get("address")) for n in deploy["nodes"]] == [
         ("spark-a", names["a"], ADDRESSES["a"]), ("spark-b", names["b"], ADDRESSES["b"])]
@@ -180,11 +206,15 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     ops.in_project("build")
     ops.in_project("push", "--sign", str(ops.reviewer / "reviewer.key"))
     ops.ship("base", "sync")
-    ops.ship("adopt", "--reason", "run_cluster.sh pair")
+    code, err = ops.refused("adopt", "--reason", "run_cluster.sh pair")
+    assert code == 12 and "still tied to its launcher" in err and "adopt --launcher-retired" in err
+    assert {key: containers(host) for key, host in launcher_rig.hosts.items()} == before, "a refused adopt changes nothing"
+    ops.ship("adopt", "--reason", "run_cluster.sh pair", "--launcher-retired")  # its scripts were ended without their traps
     ops.ship("verify-running")
 
-    ops.deploy("control")
-    ops.deploy("packing-x2")
+    steps = {"deploy control over the adopted cluster": lambda: ops.deploy("control"),
+             "deploy packing over kvbake's cluster": lambda: ops.deploy("packing-x2")}
+    clusters = gang_restarts(engine, steps)
     head = Engine(launcher_rig.hosts["a"])
     assert "KV cache size" in head.container_logs(LAUNCHER_CONTAINER), "vLLM's output is in docker logs of kvbake's serve"
     assert not any(name.startswith("node-") and state[0] for key in NODES for name, state in containers(launcher_rig.hosts[key]).items())
@@ -192,11 +222,35 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     assert "all ranks agree" in out
     ops.in_project("validate", "--preset", "packing-x2", "--endpoint", f"http://{ADDRESSES['a']}:{port}",
                    "--deploy", str(ops.project / "deploy.yaml"), "--corpus", str(launcher_rig.model.corpus), *VALIDATE)
-    ops.ship("rollback")
-    ops.ship("rollback", "--to", "adopted")
+    clusters += gang_restarts(engine, {"rollback to control": lambda: ops.ship("rollback"),
+                                       "rollback --to adopted": lambda: ops.ship("rollback", "--to", "adopted")})
+    assert len(set(clusters)) == len(clusters), "every step formed a cluster of its own"
     ops.ship("verify-running")
     back = {key: containers(host) for key, host in launcher_rig.hosts.items()}
     for key in NODES:
         assert back[key][names[key]] == before[key][names[key]], "the launcher's own container, under its own name, runs again"
         assert LAUNCHER_CONTAINER not in back[key], "kvbake's serve is gone"
     assert serves(port) and ray_nodes_alive(launcher_rig.hosts["a"], names["a"]) == 2
+
+    out = ops.ship("hand-back")
+    home = {key: containers(host) for key, host in launcher_rig.hosts.items()}
+    assert home == {key: {names[key]: before[key][names[key]]} for key in NODES}, "the launcher's containers alone, kvbake's gone"
+    for key, node in NODES.items():
+        assert Engine(launcher_rig.hosts[key]).image_id_of(f"{written['manifest.yaml']['output']['repository']}:current") is None
+        assert f"{node}: {names[key]} runs on" in out
+        assert "deploy" in (ops.project / ".kvbake" / "home" / f"{node}.audit.log").read_text(), "the audit log is kept here"
+    assert serves(port), "hand-back never touches the serve"
+    assert "nothing of kvbake's is left" in ops.ship("hand-back"), "a second run is harmless"
+
+    # the launcher as before kvbake: its serve stopped as its own trap stops it, then run_cluster.sh started again
+    for key in ("b", "a"):
+        Engine(launcher_rig.hosts[key]).client.container.stop(names[key])
+        Engine(launcher_rig.hosts[key]).client.container.remove(names[key])
+    again = pair.start()
+    pair.exec_serve(again["a"], ["--model", MODEL_IN_CONTAINER, "--port", str(port), *SERVE_ARGS, "--api-key", RIG_API_KEY])
+    wait_serving(port)
+    assert set(again.values()).isdisjoint(names.values()) and ray_nodes_alive(launcher_rig.hosts["a"], again["a"]) == 2
+    pair.detach()
+    out = ops.ship("adopt", "--reason", "the launcher's new run", "--launcher-retired")  # new node-<n> names, found by processes
+    assert all(f"{node}: adopted {again[key]} " in out for key, node in NODES.items()), out
+    ops.ship("verify-running")

@@ -1,7 +1,12 @@
 """The serve shapes on real Ray: the Ray stand-in base on both nodes, head (127.0.0.2) and worker (127.0.0.3) joined on
-loopback. kvbake reads run_cluster.sh's cluster, adopts it, deploys, rolls back and returns to it; a watch on the GCS
-proves from Ray's own node table that every old Ray node is gone before the first new one runs, and that every new
-cluster forms of its two new nodes."""
+loopback. kvbake reads the cluster, adopts it, deploys, rolls back and returns to it; a watch on the GCS proves from
+Ray's own node table that every old Ray node is gone before the first new one runs, and that every new cluster forms of
+its two new nodes.
+
+Only current eugr's shape (`ray start` by docker exec beside `sleep infinity`, in a --rm container) runs here as the
+rig starts it: the kept copy of eugr's launch-cluster.sh always runs its Ray node as the container's main process, so
+no real script starts this shape. vLLM's run_cluster.sh runs as written, with real vLLM, in
+test_community_launchers.py, under the same watch."""
 
 from __future__ import annotations
 
@@ -21,7 +26,6 @@ from shiprig import reset_nodes
 from test_serve_shapes import Walk
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
-RUN_CLUSTER = "ray cluster, real ray"
 EUGR_CURRENT = "eugr current, real ray"
 
 
@@ -56,10 +60,10 @@ def ray_rig(rig, ray_shipped, monkeypatch) -> Iterator[None]:
     reset_nodes(rig, ray_shipped["repository"])
 
 
-# run_cluster.sh's cluster (`ray start --block` as each container's main process) and current eugr's (`ray start` by
-# docker exec beside `sleep infinity`, --rm: only its raylet shows the node, and bringing it back recreates the container
-# and runs `ray start` again, rebuilt from the raylet's own arguments, before the head's vLLM)
-@pytest.mark.parametrize("shape", [RUN_CLUSTER, EUGR_CURRENT])
+# current eugr's cluster (`ray start` by docker exec beside `sleep infinity`, --rm: only its raylet shows the node, and
+# bringing it back recreates the container and runs `ray start` again, rebuilt from the raylet's own arguments, before
+# the head's vLLM)
+@pytest.mark.parametrize("shape", [EUGR_CURRENT])
 def test_a_ray_cluster_on_real_ray_restarts_as_a_gang_as_its_gcs_shows(capsys, engine, rig, tmp_path, ray_shipped, ray_rig, ray_reviewer, shape):
     walk = Walk(capsys, ray_shipped, rig, tmp_path, shape)
     original = walk.original

@@ -9,6 +9,7 @@ import pytest
 
 from kvbake.bake.core.served_overlay import ServedFile, ServedOverlay
 from kvbake.ship.commands import init_report
+from message_words import says
 
 SERVED = "a1" * 32
 IMAGE = "b2" * 32
@@ -21,7 +22,7 @@ def result(drafter=None, privileged=(), node_launch=None, files=()) -> SimpleNam
     described = SimpleNamespace(base=SimpleNamespace(image="base:1", by_digest=True), max_model_len=4096, launcher_args=(), switches={},
                                 changes={}, overrides=(), drafter=drafter, secrets=(), privileged=privileged, node_launch=node_launch or {})
     return SimpleNamespace(described=described, nodes=(), implied=None, written=(Path("manifest.yaml"),), left=(), captured=False,
-                           served=ServedOverlay("/src", "sha256:image", tuple(files)), served_record=RECORD)
+                           served=ServedOverlay("/src", "sha256:image", tuple(files)), served_record=RECORD, ties=())
 
 
 def drafter(served_positions: int | None, limit: int | None) -> SimpleNamespace:
@@ -64,3 +65,13 @@ def test_each_served_file_is_reported_with_its_hash_and_the_image_s_and_the_reco
     assert f"sha256 {SERVED[:16]}… (image {IMAGE[:16]}…)" in line
     assert IMAGE[:16] not in line_of(text, "served: vllm/new.py ")
     assert str(RECORD) in text
+
+
+def test_init_names_each_tie_to_a_launcher_and_where_the_runbook_says_how_to_retire_it():
+    tied = result()
+    tied.ties = ("a: node-23127 was started by `docker run` in the foreground",)
+    data, text = init_report(tied)
+    assert data["launcher_ties"] == list(tied.ties)
+    line = next(line for line in text.splitlines() if line.startswith("tied to its launcher: "))
+    assert says(line, "node-23127 was started by `docker run` in the foreground") and says(line, "Retire your launcher")
+    assert "tied to its launcher" not in init_report(result())[1]

@@ -86,3 +86,15 @@ def test_every_integration_module_is_a_docker_test_so_the_pass_without_an_engine
     modules = sorted((ROOT / "tests" / "integration").glob("test_*.py"))
     assert modules and all("pytest.mark.docker" in path.read_text() for path in modules), \
         [path.name for path in modules if "pytest.mark.docker" not in path.read_text()]
+
+
+REAL_RAY = ("kvbake_rig.launchers", "REAL_RAY_SHAPES", "GcsWatch")
+
+
+def test_every_module_that_runs_real_ray_runs_in_one_pass():
+    """Real Ray binds fixed ports on the host network (the launchers' 6379 and 8265, Ray's client server 10001 on the
+    head's address): two passes that both run it at once would take each other's ports, so it all runs on one store."""
+    ray_modules = {path.name: marks_of(path) for path in sorted((ROOT / "tests" / "integration").glob("test_*.py"))
+                   if any(word in path.read_text() for word in REAL_RAY)}
+    assert {"test_community_launchers.py", "test_real_ray_shapes.py"} <= set(ray_modules)
+    assert all(marks == {"once_on_classic"} for marks in ray_modules.values()), ray_modules

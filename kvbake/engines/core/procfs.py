@@ -12,9 +12,10 @@ from typing import Any, Mapping, Sequence
 
 PROBE_MARK = "kvbake-procfs-probe"
 
-# Every process: pid, parent, argv, environment, working directory and executable. Root in a container without
-# CAP_SYS_PTRACE cannot read another user's environment or working directory (a serve started by gosu or su): such a
-# process is listed as unread with its user, and the probe runs again as that user (`unread_users`).
+# Every process: pid, parent, argv, environment, working directory, executable and where its output goes. Root in a
+# container without CAP_SYS_PTRACE cannot read another user's environment or working directory (a serve started by
+# gosu or su): such a process is listed as unread with its user, and the probe runs again as that user
+# (`unread_users`).
 PROCESSES = f"""
 import os, sys
 MARK = {PROBE_MARK!r}
@@ -43,7 +44,11 @@ for name in os.listdir("/proc"):
     except OSError:
         found.append({{"pid": int(name), "uid": uid, "unread": True}})
         continue
-    found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe}})
+    try:
+        stdout = os.readlink(base + "/fd/1")
+    except OSError:
+        stdout = ""
+    found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe, "stdout": stdout}})
 print(repr(sorted(found, key=lambda p: p["pid"])))
 """
 
@@ -103,6 +108,7 @@ class Process:
     cwd: str
     exe: str
     uid: int = 0
+    stdout: str = ""  # where its output goes (the target of fd 1: `pipe:[N]`, `/dev/null`, a file), "" when unread
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def environment(entries: Sequence[str]) -> dict[str, str]:
 def parse_processes(text: str) -> tuple[Process, ...]:
     """The PROCESSES probe's answer as values, less the processes it could not read; ValueError for anything else."""
     return tuple(Process(int(p["pid"]), int(p["ppid"]), tuple(str(a) for a in p["argv"]), environment(p["env"]), str(p["cwd"]),
-                         str(p["exe"]), int(p.get("uid", 0))) for p in _probe_list(text) if not p.get("unread"))
+                         str(p["exe"]), int(p.get("uid", 0)), str(p.get("stdout", ""))) for p in _probe_list(text) if not p.get("unread"))
 
 
 def unread_users(text: str) -> tuple[int, ...]:

@@ -19,7 +19,8 @@ from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.rollout import NodeView, check_views, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
-from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.serve.core.launcher_ties import RUNBOOK, launcher_ties
+from kvbake.ship.adapters.serve_reader import RankServe, read_rank, serving_container
 from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hooks
 from kvbake.ship.adapters.transitions import records_of, run_transition
 from kvbake.ship.core.create_spec import create_spec, unrestorable
@@ -47,11 +48,24 @@ def serve_name(fleet: Fleet, node: str, override: str | None) -> str:
     return override or fleet.node(node).container or fleet.deployment.launcher.container
 
 
+def running_serve_name(fleet: Fleet, node: str, override: str | None) -> str:
+    """The serving container's name: --container, else the node's named one while it runs; once that is gone (a
+    launcher that names every run anew: run_cluster.sh's `node-<random>`), the one running container with a vLLM serve or
+    a Ray node, found by its processes as init finds it."""
+    name = serve_name(fleet, node, override)
+    if override or ((fleet.engines[node].container_inspect(name) or {}).get("State") or {}).get("Running"):
+        return name
+    try:
+        return serving_container(fleet.engines[node], node, None)
+    except RolloutError:
+        return name  # none, or several: refused below, naming the container the deployment file names
+
+
 def find_serves(fleet: Fleet, override: str | None = None) -> dict[str, FoundServe]:
     """Each node's running serving container and its vLLM serve; a node without either stops `adopt` before any change."""
     found, missing = {}, []
     for node, engine in fleet.engines.items():
-        name = serve_name(fleet, node, override)
+        name = running_serve_name(fleet, node, override)
         container = engine.container_inspect(name)
         if not (container and (container.get("State") or {}).get("Running")):
             missing.append((node, name))
@@ -111,13 +125,23 @@ def adopt_plan(v: NodeView, release: Release) -> NodePlan:
                     records_of(v.records.current, v.records.previous, v.records.adopted), records_of(release, None, release))
 
 
-def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = None) -> dict[str, Release]:
+def refuse_launcher_ties(found: dict[str, FoundServe]) -> None:
+    """A serve still tied to the launcher that started it is not adopted until the operator says it is retired."""
+    ties = [tie for serve in found.values() for tie in launcher_ties(serve.node, serve.container, serve.serve.reading)]
+    if ties:
+        raise RolloutError(f"adopt: the serve is still tied to its launcher: {'; '.join(ties)}",
+                           f"retire the launcher ({RUNBOOK}), then run adopt --launcher-retired; nothing was changed")
+
+
+def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = None, launcher_retired: bool = False) -> dict[str, Release]:
     """Record every node's running serve as its current release, through the journal (a kill at any step is finished by
     `adopt --resume` or undone by `adopt --revert`), so that the first deploy keeps it as `previous` and a rollback
     restores it exactly. Every rank must run the same image with the same switch set."""
     check_reason(reason)
     refuse_pending(fleet.deployment)
     found = find_serves(fleet, container)
+    if not launcher_retired:
+        refuse_launcher_ties(found)
     journal_id = new_journal_id("adopt")
     held = locked(fleet, journal_id, break_lock, {node: serve.container["Image"] for node, serve in found.items()})
     try:

@@ -21,13 +21,13 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError, UsageError
 from kvbake.secret_env import SECRET_OPTIONS
 from kvbake.ship.adapters.served_length import serve_length, served_positions
-from kvbake.ship.adapters.serve_reader import RankServe, read_rank
+from kvbake.ship.adapters.serve_reader import RankServe, read_rank, serving_container
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay, refuse_foreign_hooks
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, api_url, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
-from kvbake.serve.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, choose_container, describe, implied_preset,
+from kvbake.serve.core.launcher_ties import launcher_ties
+from kvbake.serve.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, describe, implied_preset,
                                                is_privileged, refuse_second_serves, require_serving, with_served_length)
-from kvbake.serve.core.serve_reading import read_serve
 from kvbake.yaml_documents import parse_yaml
 
 TEMPLATE = "data/production.manifest.yaml"
@@ -46,27 +46,13 @@ class InitResult:
     served: ServedOverlay | None = None
     served_record: Path | None = None
     captured: bool = False
+    ties: tuple[str, ...] = ()  # how each serve is still tied to the launcher that started it (retire it before adopt)
 
 
 def read_template(path: Path | None) -> dict[str, Any]:
     """The manifest init starts from: --template, else the packaged production manifest (chain, switches, presets)."""
     raw = path.read_bytes() if path is not None else resources.files("kvbake").joinpath(TEMPLATE).read_bytes()
     return parse_yaml(raw, path.name if path is not None else "the packaged manifest template")
-
-
-def is_cluster_node(engine: Engine, name: str) -> bool:
-    """Whether a running container's main process is a Ray node (`ray start --block`): a worker that runs no vLLM."""
-    return read_serve(engine.processes(name)).ray is not None
-
-
-def serving_container(engine: Engine, node: str, named: str | None) -> str:
-    """The node's serving container: the one named, else the one running container with a vLLM serve (or a Ray node)."""
-    if named:
-        return named
-    running = engine.running_containers()
-    serving = [name for name in running if read_serve(engine.processes(name)).serving]
-    cluster = [] if serving else [name for name in running if is_cluster_node(engine, name)]
-    return choose_container(node, serving, cluster)
 
 
 @dataclass(frozen=True)
@@ -213,8 +199,9 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     record = write_served(out, overlay, served_bytes, [node for node, _ in nodes])
     for path, written in zip(targets, (manifest, deploy)):
         write_atomic(path, dump(written))
+    ties = tuple(tie for r in readings for tie in launcher_ties(r.node, r.container, r.rank.reading))
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),
-                      tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture)
+                      tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture, ties)
 
 
 def with_api_length(described: ServeDescription) -> ServeDescription:

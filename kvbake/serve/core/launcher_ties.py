@@ -1,0 +1,49 @@
+"""How a serve is still tied to the launcher that started it, read from its container and processes, and how to retire it."""
+
+# A serve kvbake adopts must be kvbake's to stop and start. Two ties let the operator's old launcher stop it anyway:
+# - a container started by `docker run` in the foreground (vLLM's run_cluster.sh): while the script waits on it, the
+#   script's exit (Ctrl-C, a closed terminal) stops the container, and run_cluster.sh's EXIT trap then removes it by
+#   name: the serve kvbake keeps to roll back to, or a container kvbake later gives that name;
+# - vLLM started by an attached `docker exec` (a second terminal under run_cluster.sh, eugr's `launch-cluster.sh exec`):
+#   its output goes to that client, not to the container's log; when the command ends, eugr's script stops the whole
+#   cluster, and a client that goes away leaves vLLM writing into a pipe nobody reads.
+# The engine cannot say whether the client still runs, so adopt names each tie and needs the operator's word that the
+# launcher is retired (`adopt --launcher-retired`); docs/production.md, "Retire your launcher", says how per launcher.
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from kvbake.serve.core.serve_reading import ServeReading
+
+RUNBOOK = "docs/production.md, Retire your launcher"
+INTERACTIVE_SHELLS = ("bash", "sh", "zsh")
+
+
+def started_in_foreground(container: Mapping[str, Any]) -> bool:
+    """Whether `docker run` created the container attached to its client (without --detach)."""
+    config = container.get("Config") or {}
+    return bool(config.get("AttachStdout") or config.get("AttachStderr"))
+
+
+def interactive_shell(argv: tuple[str, ...]) -> bool:
+    """`bash -i -c …` and the like: the interactive shell eugr's `launch-cluster.sh exec` runs the command in."""
+    return bool(argv) and argv[0].rsplit("/", 1)[-1] in INTERACTIVE_SHELLS and any(
+        token.startswith("-") and not token.startswith("--") and "i" in token for token in argv[1:3])
+
+
+def launcher_ties(node: str, container: Mapping[str, Any], reading: ServeReading) -> list[str]:
+    """Each way the serve is still tied to its launcher, as one line naming the container, the tie and its danger."""
+    name = str(container.get("Name", "")).lstrip("/")
+    ties = []
+    if started_in_foreground(container):
+        ties.append(f"{node}: {name} was started by `docker run` in the foreground (run_cluster.sh starts its node-<n> so): "
+                    f"the script's exit stops it and run_cluster.sh's EXIT trap removes it by name")
+    log = reading.main.stdout if reading.main is not None else ""
+    for serving in reading.serving:
+        attached = serving.execd and serving.process.stdout not in ("", "/dev/null", log)
+        if attached:
+            how = ("an interactive shell of `docker exec` (eugr's launch-cluster.sh exec: when it ends, the script stops the "
+                   "whole cluster)" if interactive_shell(serving.root.argv) else "the `docker exec` that started it")
+            ties.append(f"{node}: its vLLM (pid {serving.process.pid}) writes to {how}, not to {name}'s log")
+    return ties

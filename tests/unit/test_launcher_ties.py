@@ -1,0 +1,84 @@
+"""A serve still tied to the launcher that started it: a container `docker run` created in the foreground (vLLM's
+run_cluster.sh), a vLLM whose output goes to an attached `docker exec` (eugr's launch-cluster.sh exec, a second
+terminal); each named, and adopt refuses it until the operator says the launcher is retired."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvbake.engines.core.procfs import Process
+from kvbake.errors import RolloutError
+from kvbake.serve.core.launcher_ties import interactive_shell, launcher_ties
+from kvbake.serve.core.serve_reading import read_serve
+from kvbake.ship.adapters.adoption import adopt
+
+from fake_fleet import CONTAINER, World, make_world, start_serves
+from message_words import says
+
+LOG = "pipe:[1001]"  # the container's log: its main process's output
+VLLM = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m", "--max-model-len", "4096")
+
+
+def process(pid: int, ppid: int, argv: tuple[str, ...], stdout: str) -> Process:
+    return Process(pid, ppid, argv, {}, "/", "/usr/bin/python3", 0, stdout)
+
+
+def container(attached: bool = False) -> dict:
+    return {"Name": "/node-23127", "Config": {"AttachStdout": attached, "AttachStderr": attached}}
+
+
+def ties(processes: list[Process], attached: bool = False) -> list[str]:
+    return launcher_ties("spark-a", container(attached), read_serve(processes))
+
+
+def test_a_container_started_in_the_foreground_is_named_with_run_cluster_shs_trap():
+    (tie,) = ties([process(1, 0, ("ray", "start", "--block", "--head"), LOG)], attached=True)
+    assert says(tie, "spark-a: node-23127 was started by `docker run` in the foreground") and says(tie, "EXIT trap removes it by name")
+
+
+@pytest.mark.parametrize(("root", "how"), [
+    (("bash", "-i", "-c", "vllm serve /models/m"), "an interactive shell of `docker exec` (eugr's launch-cluster.sh exec"),
+    (VLLM, "the `docker exec` that started it"),
+])
+def test_a_vllm_writing_to_an_attached_docker_exec_is_named(root, how):
+    processes = [process(1, 0, ("sleep", "infinity"), LOG)]
+    if root == VLLM:
+        processes.append(process(40, 0, VLLM, "pipe:[2002]"))
+    else:
+        processes += [process(40, 0, root, "pipe:[2002]"), process(41, 40, VLLM, "pipe:[2002]")]
+    (tie,) = ties(processes)
+    assert says(tie, f"its vLLM (pid {processes[-1].pid}) writes to {how}") and says(tie, "not to node-23127's log")
+
+
+@pytest.mark.parametrize("stdout", [LOG, "/dev/null", ""])
+def test_a_vllm_that_writes_to_the_containers_log_or_nowhere_or_unread_is_no_tie(stdout):
+    """kvbake's own exec (its output on the main process's) and a plain `docker exec --detach` tie vLLM to nothing."""
+    assert ties([process(1, 0, ("sleep", "infinity"), LOG), process(40, 0, VLLM, stdout)]) == []
+
+
+def test_vllm_as_the_main_process_of_a_detached_container_is_no_tie():
+    assert ties([process(1, 0, VLLM, "pipe:[7]")]) == []
+
+
+@pytest.mark.parametrize(("argv", "interactive"), [(("bash", "-i", "-c", "x"), True), (("/bin/sh", "-ic", "x"), True),
+                                                    (("bash", "-c", "x"), False), (("bash", "--init-file", "x"), False), ((), False)])
+def test_an_interactive_shell_is_told_by_its_options(argv, interactive):
+    assert interactive_shell(argv) is interactive
+
+
+@pytest.fixture()
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def test_adopt_refuses_a_serve_started_in_the_foreground_until_the_launcher_is_said_retired(world):
+    start_serves(world)
+    world.engines["a"].containers[CONTAINER]["Config"]["AttachStdout"] = True
+    with pytest.raises(RolloutError) as refused:
+        adopt(world.fleet, "run_cluster.sh's serve", False)
+    assert says(refused.value.message, "still tied to its launcher") and says(refused.value.fix, "adopt --launcher-retired")
+    assert says(refused.value.fix, "nothing was changed") and all("kvbake-state" not in e.containers for e in world.engines.values())
+    releases = adopt(world.fleet, "run_cluster.sh's serve, its script retired", False, launcher_retired=True)
+    assert set(releases) == {"a", "b"}
