@@ -96,6 +96,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     sub.add_parser("plan", parents=[common], help="print the plan; change nothing")
     lock = sub.add_parser("lock", parents=[common], help="create or refresh the lock and overlay/")
     lock.add_argument("--donor", type=Path, default=None, help="import the selected patches from a clean donor checkout")
+    lock.add_argument("--code-change", default=None, metavar="REASON",
+                      help="the chain is meant to bake other code than the proof's baseline serves: say why, once; the diff is kept in code-changes/")
     lock.add_argument("--rebase-base", action="store_true",
                       help="re-pin the base even though its reference now names another image than the lock pins")
     lock.add_argument("--migrate", action="store_true",

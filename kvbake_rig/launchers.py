@@ -144,12 +144,16 @@ class RunClusterPair:
         return names
 
     def exec_serve(self, container: str, args: Sequence[str]) -> None:
-        """`docker exec NODE python3 -m vllm.entrypoints.openai.api_server ARGS` in the foreground of a terminal of its
-        own (its output in serve.log), as the script's usage says to run vLLM on the head."""
+        """The script's usage: `docker exec -it NODE /bin/bash` in a terminal of its own, then the serve command typed
+        into that shell. The rig has no terminal, so -i with a pipe it keeps open stands for it (output in serve.log)."""
         env = {"PATH": os.environ["PATH"], "DOCKER_HOST": self.hosts["a"]}
+        typed = shlex.join(["python3", "-m", "vllm.entrypoints.openai.api_server", *args]) + "\n"
         with (self.folder / "serve.log").open("ab") as out:
-            self.serve = subprocess.Popen(["docker", "exec", container, "python3", "-m", "vllm.entrypoints.openai.api_server", *args],
-                                          env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.serve = subprocess.Popen(["docker", "exec", "-i", container, "/bin/bash"], env=env, stdin=subprocess.PIPE,
+                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        assert self.serve.stdin is not None
+        self.serve.stdin.write(typed.encode())
+        self.serve.stdin.flush()
 
     def detach(self) -> None:
         for node in self.nodes.values():

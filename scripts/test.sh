@@ -47,9 +47,16 @@ store_split() {  # the -m clause that leaves out the other store's once_on_* tes
     yes:docker-26.1-containerd) echo " and not once_on_classic" ;;
   esac
 }
+timed() {  # run a pass, then write its wall time in seconds to $logs/$1.seconds; its exit status is the pass's
+  local name=$1 started=$SECONDS status=0
+  shift
+  "$@" || status=$?
+  echo $((SECONDS - started)) >"$logs/$name.seconds"
+  return "$status"
+}
 for profile in "${profiles[@]}"; do
   echo "test: the integration suite on engine profile $profile (in parallel)"
-  KVBAKE_TEST_PROFILE=$profile .venv/bin/python -m pytest -m "docker and not default_engine_only$(store_split "$profile")" \
+  KVBAKE_TEST_PROFILE=$profile timed "$profile" .venv/bin/python -m pytest -m "docker and not default_engine_only$(store_split "$profile")" \
     --durations=25 --basetemp "$logs/$profile.tmp" "$@" >"$logs/$profile.log" 2>&1 &
   pids+=($!)
 done
@@ -69,7 +76,7 @@ docker_selection() {  # the -m expression of the default engine's pass: $1 its p
 # passes, at a lower priority (nice 10): they take the CPU the engine-bound tests leave idle, and the run never ends on
 # them alone on one core. Their output comes last.
 echo "test: the tests that need no engine (in parallel, nice 10)"
-nice -n 10 .venv/bin/python -m pytest -m "not docker" --durations=10 --basetemp "$logs/no-engine.tmp" "$@" \
+timed no-engine nice -n 10 .venv/bin/python -m pytest -m "not docker" --durations=10 --basetemp "$logs/no-engine.tmp" "$@" \
   >"$logs/no-engine.log" 2>&1 &
 pids+=($!)
 profiles+=(no-engine)
@@ -77,7 +84,8 @@ echo "test: the docker tests on the default engine, profile $default"
 failed=0
 ran=0
 status=0
-.venv/bin/python -m pytest --durations=40 -m "$(docker_selection "$default" "${KVBAKE_PROFILES:-all}")" "$@" || status=$?
+timed "$default" .venv/bin/python -m pytest --durations=40 -m "$(docker_selection "$default" "${KVBAKE_PROFILES:-all}")" "$@" || status=$?
+echo "test: $default (the default engine's pass): $(cat "$logs/$default.seconds") s"
 counts() {  # fold one pass's exit status into the run's: 5 (its selection had no test) is not a failure
   if [ "$1" -eq 0 ]; then
     ran=1
@@ -90,10 +98,11 @@ counts "$status"
 for i in "${!profiles[@]}"; do
   status=0
   wait "${pids[$i]}" || status=$?
-  echo "test: ${profiles[$i]}: exit $status"
+  echo "test: ${profiles[$i]}: exit $status after $(cat "$logs/${profiles[$i]}.seconds" 2>/dev/null || echo '?') s"
   cat "$logs/${profiles[$i]}.log"
   counts "$status"
 done
+echo "test: the whole run took $SECONDS s"
 if [ "$ran" -eq 0 ]; then
   echo "test: no test matched the selection in any pass"
   exit 5

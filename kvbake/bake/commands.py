@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvbake.bake.adapters.builder import build_image, build_with_docker
-from kvbake.bake.adapters.served_proof import served_proof
+from kvbake.bake.adapters.served_proof import kept_statement, read_served, served_proof, statement_path
 from kvbake.bake.core.build_record import build_record, write_record
 from kvbake.bake.core.plan import make_plan, plan_summary, read_overlay, tag_for
 from kvbake.command_output import Result
@@ -61,7 +61,7 @@ def cmd_lock(args: argparse.Namespace) -> Result:
     manifest = load_manifest(args.manifest)
     if args.migrate:
         return _migrate_lock(args, manifest)
-    lock = create_lock(Engine(args.host), manifest, rebase=args.rebase_base, donor=args.donor)
+    lock = create_lock(Engine(args.host), manifest, rebase=args.rebase_base, donor=args.donor, code_change=args.code_change)
     imported = [patch.id for patch in manifest.chain] if args.donor else []
     data = {"lock": manifest.lock_path.name, "imported": imported, "files": len(lock.files), "patches": len(lock.patches),
             "image_id": lock.derived.image_id, "layer_diff_id": lock.derived.layer_diff_id, "tag": tag_for(manifest, lock)}
@@ -73,8 +73,23 @@ def cmd_lock(args: argparse.Namespace) -> Result:
                          {f.path: f.base_sha256 for f in lock.files})
     if proof is not None:
         data["served_proof"] = {"equal": list(proof.equal), "differences": [d.path for d in proof.differences]}
-        text += f"\nproof: {proof.line()}"
+        text += f"\nproof: {proof.line()}" if not proof.differences else ""
+        text += stated_change_line(manifest.root, lock, proof, data)
     return data, text
+
+
+def stated_change_line(project: Path, lock, proof, data: dict) -> str:
+    """The statement that let a chain differ from the proof's baseline: its file, reason and baseline."""
+    baseline = read_served(project)
+    if baseline is not None:
+        data["served_proof"]["against"] = baseline[0].label()
+    statement = kept_statement(project, lock.overlay_tree_sha256)
+    if not proof.differences or statement is None:
+        return ""
+    where = statement_path(project, lock.overlay_tree_sha256).relative_to(project)
+    data["served_proof"]["code_change"] = {"reason": statement.reason, "file": str(where), "against": statement.against}
+    return (f"\nproof: a stated code change: {len(proof.differences)} of {len(proof.equal) + len(proof.differences)} files differ from "
+            f"{statement.against} ({', '.join(statement.files)}); reason: {statement.reason}; every diff is in {where}")
 
 
 def _migrate_lock(args: argparse.Namespace, manifest: Manifest) -> Result:

@@ -66,8 +66,10 @@ def cmd_config(args: argparse.Namespace) -> Result:
             checked["nodes"], proof = _check_what_runs(manifest, args.deploy)
             lines.append("what runs matches the manifest: " + ", ".join(f"{node} serves preset {preset}" for node, preset in checked["nodes"].items()))
             if proof is not None:
-                checked["served_proof"] = {"equal": list(proof.equal), "differences": []}
-                lines.append(f"proof: {proof.line()}")
+                checked["served_proof"] = {"equal": list(proof.equal), "differences": [d.path for d in proof.differences]}
+                lines.append(f"proof: {proof.line()}" if not proof.differences else
+                             f"proof: a stated code change: {', '.join(d.path for d in proof.differences)} differ from what runs, "
+                             f"as code-changes/ says")
         return checked, "\n".join(lines)
     if args.all == bool(args.preset):
         raise UsageError("config needs exactly one of PRESET, --all or --check", f"see {args.prog} config --help")
@@ -125,7 +127,8 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> tuple[dict[str, s
 
 def _served_bytes_proof(manifest: Manifest, overlays: dict[str, tuple[ServedOverlay, dict[str, bytes]]]) -> Proof | None:
     """The locked chain's result against the bytes every rank serves; ranks that serve different bytes, or a chain that
-    bakes other bytes, refuse, naming each file."""
+    bakes other bytes (unless lock --code-change stated exactly that change), refuse, naming each file."""
+    from kvbake.bake.adapters.served_proof import kept_statement
     from kvbake.bake.core.plan import read_overlay
     from kvbake.bake.core.served_overlay import agreed, prove
     from kvbake.errors import IntegrityError
@@ -135,7 +138,8 @@ def _served_bytes_proof(manifest: Manifest, overlays: dict[str, tuple[ServedOver
     overlay = agreed({node: found for node, (found, _) in overlays.items()})
     lock = read_lock(manifest)
     proof = prove(overlay, next(iter(overlays.values()))[1], read_overlay(manifest, lock), {f.path: f.base_sha256 for f in lock.files})
-    if proof.differences:
+    statement = kept_statement(manifest.root, lock.overlay_tree_sha256)
+    if proof.differences and not (statement is not None and statement.covers(lock.overlay_tree_sha256, overlay, proof)):
         shown = "; ".join(f"{d.path}: {d.why}" for d in proof.differences[:3])
         raise IntegrityError(f"config --check: {proof.line()} ({shown})",
                              "run python build.py lock to see each diff (written beside the served record), then bake the served "

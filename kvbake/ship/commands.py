@@ -125,8 +125,25 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
                      provenance_predicate(lock, manifest.path.name)["materials"])
     text = (f"deployed release {release.id} ({release.preset}, max-model-len {release.max_model_len}) to "
             f"{', '.join(n.name for n in deployment.nodes)}; verify-running passed on every rank")
-    return {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
-            "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}, text
+    data = {"release": release.id, "journal": journal.id, "image": release.image, "preset": release.preset,
+            "switches": dict(release.switches), "nodes": [n.name for n in deployment.nodes]}
+    baseline = deployed_release_as_baseline(manifest, lock, release.id, deployment)
+    if baseline:
+        data["proof_baseline"] = baseline
+        text += f"\nproof baseline: {baseline}"
+    return data, text
+
+
+def deployed_release_as_baseline(manifest, lock, release_id: str, deployment) -> str:
+    """The release just deployed becomes the served-bytes proof's baseline, when this project keeps one: what lock
+    holds a later chain against, or "" without a proof."""
+    from kvbake.bake.adapters.served_proof import read_served, release_becomes_baseline
+
+    if read_served(manifest.root) is None:
+        return ""
+    if release_becomes_baseline(manifest.root, lock.overlay_tree_sha256, release_id, [n.name for n in deployment.nodes]) is None:
+        return "kept as it was: this lock was made on another host (run lock here to stage its files)"
+    return f"release {release_id} (a later lock is held against the files it serves)"
 
 
 def signing_key_entry(path: Path, out: Path) -> str:
@@ -313,13 +330,20 @@ def hand_back_report(handed: list, folder: Path) -> Result:
 
 
 def cmd_rollback(args: argparse.Namespace) -> Result:
+    from kvbake.bake.adapters.served_proof import BEFORE_KVBAKE, restore_baseline
     from kvbake.ship.adapters.adoption import rollback_to_adopted
     from kvbake.ship.adapters.rollout import rollback
 
-    *_, deployment, fleet = _ship_context(args, refuse_diverged=True)
+    manifest, _, deployment, fleet = _ship_context(args, refuse_diverged=True)
     journal = rollback_to_adopted(fleet, args.break_lock) if args.to == "adopted" else rollback(fleet, args.break_lock)
-    return {"journal": journal.id, "release": journal.release_id}, (
-        f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed")
+    data = {"journal": journal.id, "release": journal.release_id}
+    text = f"rolled back every rank to release {journal.release_id} (tag swap, nothing pulled); verify-running passed"
+    baseline = restore_baseline(manifest.root, BEFORE_KVBAKE if args.to == "adopted" else journal.release_id,
+                                [n.name for n in deployment.nodes])
+    if baseline is not None:
+        data["proof_baseline"] = baseline.label()
+        text += f"\nproof baseline: {baseline.label()} (a later lock is held against the files it serves)"
+    return data, text
 
 
 def cmd_verify_running(args: argparse.Namespace) -> Result:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -75,6 +77,7 @@ class Operator:
         self.capsys, self.rig, self.project = capsys, rig, folder / "project"
         self.donor, self.revision = donor_clone(folder / "donor", rs.EXAMPLE)
         self.reviewer = folder / "reviewer"
+        self.typed: list[str] = []  # each command that ran, as step_of names it
         monkeypatch.setenv("VLLM_API_KEY", RIG_API_KEY)  # the serve's key, by name, where kvbake runs
         monkeypatch.setenv("COSIGN_PASSWORD", "the reviewer's own")
         for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):  # cosign reaches the rig's registry only
@@ -85,6 +88,7 @@ class Operator:
     def __call__(self, *argv: str) -> str:
         code, out, err = run(self.capsys, *argv)
         assert code == 0, f"{argv}: {err}"
+        self.typed.append(step_of(list(argv)))
         return out
 
     def in_project(self, *argv: str) -> str:
@@ -112,6 +116,26 @@ class Operator:
 
     def deploy(self, preset: str) -> str:
         return self.ship("deploy", "--preset", preset, "--image", self.digest(), "--reason", preset)
+
+
+def step_of(argv: list[str]) -> str:
+    """A command as the runbook block and the walk are compared: its words (`base sync`, `config --check`, `push
+    --sign`, `rollback --to adopted`, `adopt --launcher-retired`) and the preset, presets named by their role."""
+    words = argv[:2] if argv[0] == "base" else argv[:1]
+    words += [option for option in ("--check", "--sign", "--launcher-retired", "--donor") if option in argv]
+    if "--to" in argv:
+        words += ["--to", argv[argv.index("--to") + 1]]
+    if "--preset" in argv:
+        words.append("packing" if argv[argv.index("--preset") + 1].startswith("packing") else argv[argv.index("--preset") + 1])
+    return " ".join(words)
+
+
+def documented_walk(heading: str) -> list[str]:
+    """The steps of the console block under `heading` in docs/launchers.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "launchers.md").read_text(encoding="utf-8")
+    body = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"^```console\n(.*?)^```$", body, re.MULTILINE | re.DOTALL)
+    return [step_of(shlex.split(line)[1:]) for line in block.splitlines() if line.strip()]
 
 
 def serves(port: int, key: str | None = RIG_API_KEY) -> bool:
@@ -159,19 +183,23 @@ def run_cluster(launcher_rig: LauncherRig, tmp_path: Path) -> Iterator[tuple[Run
                 Engine(host).remove_container(container.id)
 
 
-def gang_restarts(engine: Engine, steps: dict) -> list[str]:
+def gang_restarts(engine: Engine, steps: dict, addresses: set[str] | None = None) -> tuple[list[str], set[str]]:
     """Run each step (a deploy or rollback) under a watch on the head's GCS: every old Ray node is gone before the
-    first new one runs, and each new cluster forms of both nodes at their own addresses (Ray's own node table); the
-    new clusters' ids."""
+    first new one runs, and each new cluster forms of both nodes at the addresses the launcher's own cluster had
+    (Ray's own node table: the head at the address its script gave it; the worker, which run_cluster.sh starts with
+    `--address` only, where Ray finds it: on this rig the loopback source address, on a Spark its own). The new
+    clusters' ids, and those addresses (read from the first old cluster unless given)."""
     formed = []
     with GcsWatch(engine, f"{ADDRESSES['a']}:{RAY_PORT}") as watch:
         for name, step in steps.items():
             old, new, polls = watch.gang_restart(step)
             assert stop_order_failures(old, new, polls) == [], f"{name}: {timeline(polls)}"
             assert gang_down_seen(new, polls), f"{name}: the old gang was down first: {timeline(polls)}"
-            assert {info["ip"] for info in new["nodes"].values()} == set(ADDRESSES.values()), name
+            addresses = addresses or {info["ip"] for info in old["nodes"].values()}
+            assert ADDRESSES["a"] in addresses and len(addresses) == 2, f"the launcher's cluster: {addresses}"
+            assert {info["ip"] for info in new["nodes"].values()} == addresses, name
             formed.append(new["cluster"])
-    return formed
+    return formed, addresses or set()
 
 
 def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_under_its_own_names(
@@ -188,7 +216,7 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     deploy = written["deploy.yaml"]
     assert f"tied to its launcher: spark-a: {names['a']} was started by `docker run` in the foreground" in said
     assert f"tied to its launcher: spark-b: {names['b']} was started by `docker run` in the foreground" in said
-    assert "spark-a: its vLLM (pid " in said and "writes to the `docker exec` that started it" in said
+    assert "spark-a: its vLLM (pid " in said and "writes to the interactive `docker exec` that started it" in said
     assert {key: containers(host) for key, host in launcher_rig.hosts.items()} == before, "init changes nothing on the nodes"
     assert [(n["name"], n["container"], n.get("address")) for n in deploy["nodes"]] == [
         ("spark-a", names["a"], ADDRESSES["a"]), ("spark-b", names["b"], ADDRESSES["b"])]
@@ -214,7 +242,7 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
 
     steps = {"deploy control over the adopted cluster": lambda: ops.deploy("control"),
              "deploy packing over kvbake's cluster": lambda: ops.deploy("packing-x2")}
-    clusters = gang_restarts(engine, steps)
+    clusters, addresses = gang_restarts(engine, steps)
     head = Engine(launcher_rig.hosts["a"])
     assert "KV cache size" in head.container_logs(LAUNCHER_CONTAINER), "vLLM's output is in docker logs of kvbake's serve"
     assert not any(name.startswith("node-") and state[0] for key in NODES for name, state in containers(launcher_rig.hosts[key]).items())
@@ -223,7 +251,7 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     ops.in_project("validate", "--preset", "packing-x2", "--endpoint", f"http://{ADDRESSES['a']}:{port}",
                    "--deploy", str(ops.project / "deploy.yaml"), "--corpus", str(launcher_rig.model.corpus), *VALIDATE)
     clusters += gang_restarts(engine, {"rollback to control": lambda: ops.ship("rollback"),
-                                       "rollback --to adopted": lambda: ops.ship("rollback", "--to", "adopted")})
+                                       "rollback --to adopted": lambda: ops.ship("rollback", "--to", "adopted")}, addresses)[0]
     assert len(set(clusters)) == len(clusters), "every step formed a cluster of its own"
     ops.ship("verify-running")
     back = {key: containers(host) for key, host in launcher_rig.hosts.items()}
@@ -233,6 +261,7 @@ def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_u
     assert serves(port) and ray_nodes_alive(launcher_rig.hosts["a"], names["a"]) == 2
 
     out = ops.ship("hand-back")
+    assert ops.typed == documented_walk("The `run_cluster.sh` pair, start to home"), "docs/launchers.md's block is this walk"
     home = {key: containers(host) for key, host in launcher_rig.hosts.items()}
     assert home == {key: {names[key]: before[key][names[key]]} for key in NODES}, "the launcher's containers alone, kvbake's gone"
     for key, node in NODES.items():

@@ -113,6 +113,20 @@ def test_a_mounted_file_that_differs_from_the_chain_is_named_and_lock_writes_not
     report = (project / ".kvbake" / "served" / "differences.diff").read_text()
     assert "-# edited on the node after review" in report
 
+    # the operator means the reviewed chain to replace the node's edit: said once, with the diff kept beside the manifest
+    reason = "the reviewed chain replaces the edit made on the node"
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"), "--donor", str(donor), "--code-change", reason)
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if line.startswith("proof: a stated code change: 1 of 9 files differ from the serve before kvbake"))
+    assert f"reason: {reason}" in line and "(vllm/v1/kv_cache_interface.py)" in line
+    (kept,) = (project / "code-changes").glob("*.diff")
+    assert f"code-changes/{kept.name}" in line and "-# edited on the node after review" in kept.read_text()
+    assert not (project / ".kvbake" / "served" / "differences.diff").exists()
+    code, out, err = run(capsys, "config", "--check", "--manifest", str(project / "manifest.yaml"), "--deploy", str(project / "deploy.yaml"))
+    assert code == 0 and "proof: a stated code change: vllm/v1/kv_cache_interface.py differ from what runs" in out, err
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"))  # said once: a later lock of this chain passes
+    assert code == 0 and f"reason: {reason}" in out, err
+
 
 def test_capture_bakes_the_served_bytes_without_a_chain(capsys, engine, rig, shipped, pair, tmp_path):
     overlay = chain_overlay()

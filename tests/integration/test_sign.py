@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -405,3 +406,37 @@ if argv and argv[0] == os.environ["REDIRECT_COMMAND"]:
     argv[-1] = argv[-1].replace(os.environ["REDIRECT_FROM"], os.environ["REDIRECT_TO"], 1)
 os.execv("{cosign}", ["{cosign}", *argv])
 """
+
+
+@pytest.mark.once_on_containerd  # cosign and TLS, not the store: once per run
+def test_push_sign_doctor_and_cosign_reach_a_registry_whose_ca_only_the_engines_trust(capsys, monkeypatch, engine, tmp_path):
+    """A private CA the engines read from /etc/docker/certs.d: cosign does not read it by itself (before kvbake handed it
+    over, `push` passed and `sign` failed with `x509: certificate signed by unknown authority`)."""
+    from kvbake.cli import main
+
+    folder = tmp_path / "standin"
+    shutil.copytree(STANDIN, folder, ignore=shutil.ignore_patterns(".kvbake"))
+    manifest = folder / "manifest.yaml"
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    assert run(capsys, "keys", "--out", str(tmp_path / "team"))[0] == 0
+    with LocalRegistry(tmp_path / "tls-registry", tls=True) as secured:
+        assert secured.address.startswith("127.0.0.1:") and secured.url.startswith("https://")
+        manifest.write_text(manifest.read_text().replace("127.0.0.1:5000/kvbake/standin-kvpack", f"{secured.address}/kvbake/tls-standin"))
+        for argv in (["lock", "--rebase-base"], ["build"]):
+            assert main([*argv, "--manifest", str(manifest)]) == 0, argv
+        code, out, err = run(capsys, "push", "--sign", str(tmp_path / "team" / "cosign.key"), "--manifest", str(manifest))
+        assert code == 0, err
+        reference = json.loads(next((folder / ".kvbake" / "pushes").glob("*.json")).read_text())["pinned"]
+        assert [s["critical"]["image"]["docker-manifest-digest"] for s in cosign.verify(reference, tmp_path / "team" / "cosign.pub")] == [
+            reference.split("@")[1]]
+        with pytest.raises(subprocess.CalledProcessError):  # the fault: cosign alone does not trust the engines' CA
+            subprocess.run([cosign.cosign_binary(), "verify", "--key", str(tmp_path / "team" / "cosign.pub"), "--insecure-ignore-tlog",
+                            reference], check=True, capture_output=True, timeout=120)
+        deploy = folder / "deploy.yaml"  # a deployment that requires signatures: doctor checks cosign's reach
+        deploy.write_text(json.dumps({"format": 1, "nodes": [{"name": "a", "host": os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock",
+                                                             "role": "head"}],
+                                      "launcher": {"command": ["true"], "container": "serve", "timeout_s": 10},
+                                      "signing": {"require_signature": True, "keys": [str(tmp_path / "team" / "cosign.pub")]}}))
+        code, out, err = run(capsys, "doctor", "--manifest", str(manifest), "--deploy", str(deploy))
+        line = next(line for line in out.splitlines() if line.split()[1:2] == ["cosign"])
+        assert line.startswith("ok") and f"cosign reaches {secured.address} with the engines' CA" in line, out + err

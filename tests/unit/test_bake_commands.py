@@ -38,7 +38,7 @@ def setup(tmp_path, monkeypatch):
 
 def args(manifest, **given) -> argparse.Namespace:
     defaults = {"manifest": manifest.path, "host": "ssh://builder", "builder": "kvbake", "rebase_base": False, "donor": None,
-                "migrate": False, "image": None, "deep": False}
+                "migrate": False, "code_change": None, "image": None, "deep": False}
     return argparse.Namespace(**{**defaults, **given})
 
 

@@ -246,3 +246,60 @@ def test_the_registry_check_reads_the_registry_given_with_the_engines_login(stan
     name = standin.output.repository.split("/", 1)[1]
     assert [c.name for c in checks] == ["engine", "registry", "free disk (here)"]
     assert checks[1] == Check("registry", OK, f"127.0.0.1:6000 over TLS, logged in as ops, {name}: 1 tags")
+
+
+def test_a_deployment_that_requires_signatures_gets_cosigns_reach_checked_after_the_registry(standin, tmp_path, monkeypatch) -> None:
+    from kvbake.deployfile import Deployment, Launcher, Signing
+    from kvbake.errors import SignatureError
+
+    recorded_registry(monkeypatch, ["t"])
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(free=100 * GIB))
+    asked = []
+    monkeypatch.setattr(doctor, "registry_reach", lambda reference: asked.append(reference) or "cosign reaches 127.0.0.1:6000")
+    signed = Deployment(tmp_path / "d.yaml", (), Launcher(("l",), "serve", 1), 900, signing=Signing(True, (tmp_path / "k.pub",)))
+    checks = diagnose(ProbeEngine("c"), standin, None, signed, "127.0.0.1:6000", GIB)
+    assert [c.name for c in checks] == ["engine", "registry", "cosign", "free disk (here)"]
+    name = standin.output.repository.split("/", 1)[1]
+    assert checks[2] == Check("cosign", OK, "cosign reaches 127.0.0.1:6000") and asked == [f"127.0.0.1:6000/{name}:kvbake-doctor"]
+    unsigned = Deployment(tmp_path / "d.yaml", (), Launcher(("l",), "serve", 1), 900)
+    assert "cosign" not in [c.name for c in diagnose(ProbeEngine("c"), standin, None, unsigned, "127.0.0.1:6000", GIB)]
+
+    def unverified(reference: str) -> str:
+        raise SignatureError("cosign cannot reach 127.0.0.1:6000 (x509: certificate signed by unknown authority)", "give the CA")
+    monkeypatch.setattr(doctor, "registry_reach", unverified)
+    failed = diagnose(ProbeEngine("c"), standin, None, signed, "127.0.0.1:6000", GIB)[2]
+    assert (failed.name, failed.verdict) == ("cosign", FAIL) and failed.error.exit_code == SignatureError.exit_code
+
+
+class DigestOnlyEngine(ProbeEngine):
+    """A node that holds a digest-pinned base by digest only: the serve pulled it so, `base sync` has not tagged it."""
+
+    def inspect_image(self, reference: str) -> dict[str, Any] | None:
+        self.references.append(reference)
+        return {"Id": self.config} if "@sha256:" in reference else None
+
+
+def digest_pinned(standin):
+    import dataclasses
+
+    return dataclasses.replace(standin, base=dataclasses.replace(standin.base, image="registry.lan:5000/vllm/base:0.33@sha256:" + "a" * 64))
+
+
+def test_a_digest_pinned_base_not_yet_synced_passes_and_the_node_probes_run_it_by_digest(standin) -> None:
+    """Before the runbook's `base sync` the node holds the base by digest only: doctor --deploy names it and the step
+    that tags it, and still checks memory, disk and interfaces with it (before, it failed and skipped them)."""
+    manifest = digest_pinned(standin)
+    engine = DigestOnlyEngine("sha256:" + "9" * 64, f"MemAvailable:   {4 * GIB // 1024} kB\n{30 * GIB}\n")
+    line = doctor.node_base_line(engine, "spark-a", manifest, None)
+    assert line == (f"spark-a: {manifest.base.image} (config sha256:{'9' * 12}); `base sync` tags it {manifest.base.node_name} "
+                    "after push (runbook §5)")
+    assert doctor.node_memory_and_disk_line(engine, "spark-a", manifest, GIB, GIB).startswith("spark-a: MemAvailable 4.00 GiB")
+    assert [image for image, *_ in engine.calls] == [manifest.base.image]
+
+
+def test_a_base_held_by_digest_with_another_config_than_the_lock_fails(standin) -> None:
+    manifest = digest_pinned(standin)
+    lock = SimpleNamespace(base=SimpleNamespace(config_digest="sha256:" + "1" * 64))
+    with pytest.raises(BaseImageError) as caught:
+        doctor.node_base_line(DigestOnlyEngine("sha256:" + "9" * 64), "spark-a", manifest, lock)
+    assert caught.value.message.startswith(f"spark-a: {manifest.base.image} is config sha256:{'9' * 12}")

@@ -104,9 +104,10 @@ def test_an_engine_without_a_version_or_too_old_is_refused_with_the_upgrade():
 
 def test_a_process_without_a_uid_is_roots_and_a_non_list_answer_is_refused():
     (process,) = parse_processes(repr([{"pid": 7, "ppid": 1, "argv": ["x"], "env": ["A=1"], "cwd": "/", "exe": "/x"}]))
-    assert process.uid == 0 and process.env == {"A": "1"} and process.stdout == "", "an older probe's answer: no output read"
-    (process,) = parse_processes(repr([{"pid": 7, "ppid": 0, "argv": ["x"], "env": [], "cwd": "/", "exe": "/x", "stdout": "pipe:[41]"}]))
-    assert process.stdout == "pipe:[41]"
+    assert process.uid == 0 and process.env == {"A": "1"} and process.stdout == process.stdin == "", "an older probe's answer"
+    (process,) = parse_processes(repr([{"pid": 7, "ppid": 0, "argv": ["x"], "env": [], "cwd": "/", "exe": "/x", "stdout": "pipe:[41]",
+                                        "stdin": "/dev/pts/0"}]))
+    assert process.stdout == "pipe:[41]" and process.stdin == "/dev/pts/0"
     with pytest.raises(ValueError) as caught:
         parse_processes("{'pid': 1}")
     assert says(str(caught.value), "the process probe did not answer a list")

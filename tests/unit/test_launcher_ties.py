@@ -1,6 +1,7 @@
 """A serve still tied to the launcher that started it: a container `docker run` created in the foreground (vLLM's
 run_cluster.sh), a vLLM whose output goes to an attached `docker exec` (eugr's launch-cluster.sh exec, a second
-terminal); each named, and adopt refuses it until the operator says the launcher is retired."""
+terminal); each named, and adopt refuses it until the operator says the launcher is retired. procfs tells an interactive
+exec by vLLM's standard input (a pipe for -i, a terminal for -t); a detached or plain exec gives it /dev/null."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ LOG = "pipe:[1001]"  # the container's log: its main process's output
 VLLM = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m", "--max-model-len", "4096")
 
 
-def process(pid: int, ppid: int, argv: tuple[str, ...], stdout: str) -> Process:
-    return Process(pid, ppid, argv, {}, "/", "/usr/bin/python3", 0, stdout)
+def process(pid: int, ppid: int, argv: tuple[str, ...], stdout: str, stdin: str = "/dev/null") -> Process:
+    return Process(pid, ppid, argv, {}, "/", "/usr/bin/python3", 0, stdout, stdin)
 
 
 def container(attached: bool = False) -> dict:
@@ -38,24 +39,28 @@ def test_a_container_started_in_the_foreground_is_named_with_run_cluster_shs_tra
     assert says(tie, "spark-a: node-23127 was started by `docker run` in the foreground") and says(tie, "EXIT trap removes it by name")
 
 
-@pytest.mark.parametrize(("root", "how"), [
-    (("bash", "-i", "-c", "vllm serve /models/m"), "an interactive shell of `docker exec` (eugr's launch-cluster.sh exec"),
-    (VLLM, "the `docker exec` that started it"),
+@pytest.mark.parametrize(("root", "how", "stdin", "stdout"), [
+    (("bash", "-i", "-c", "vllm serve /models/m"), "an interactive shell of `docker exec` (eugr's launch-cluster.sh exec",
+     "pipe:[2001]", "pipe:[2002]"),
+    (VLLM, "the interactive `docker exec` that started it", "pipe:[2001]", "pipe:[2002]"),
+    (VLLM, "the interactive `docker exec` that started it", "/dev/pts/0", "/dev/pts/0"),  # docker exec -it NODE bash
 ])
-def test_a_vllm_writing_to_an_attached_docker_exec_is_named(root, how):
+def test_a_vllm_reading_from_an_interactive_docker_exec_is_named(root, how, stdin, stdout):
     processes = [process(1, 0, ("sleep", "infinity"), LOG)]
     if root == VLLM:
-        processes.append(process(40, 0, VLLM, "pipe:[2002]"))
+        processes.append(process(40, 0, VLLM, stdout, stdin))
     else:
-        processes += [process(40, 0, root, "pipe:[2002]"), process(41, 40, VLLM, "pipe:[2002]")]
+        processes += [process(40, 0, root, stdout, stdin), process(41, 40, VLLM, stdout, stdin)]
     (tie,) = ties(processes)
     assert says(tie, f"its vLLM (pid {processes[-1].pid}) writes to {how}") and says(tie, "not to node-23127's log")
 
 
-@pytest.mark.parametrize("stdout", [LOG, "/dev/null", ""])
-def test_a_vllm_that_writes_to_the_containers_log_or_nowhere_or_unread_is_no_tie(stdout):
-    """kvbake's own exec (its output on the main process's) and a plain `docker exec --detach` tie vLLM to nothing."""
-    assert ties([process(1, 0, ("sleep", "infinity"), LOG), process(40, 0, VLLM, stdout)]) == []
+@pytest.mark.parametrize(("stdout", "stdin"), [(LOG, "/dev/null"), ("/dev/null", "/dev/null"), ("", ""), ("pipe:[2002]", "/dev/null"),
+                                               (LOG, "pipe:[2001]")])
+def test_a_vllm_that_reads_no_client_or_writes_to_the_containers_log_is_no_tie(stdout, stdin):
+    """kvbake's own exec (its output on the main process's), `docker exec --detach` (its output in a pipe of the
+    engine's, its input /dev/null) and a plain attached exec, which procfs cannot tell from a detached one."""
+    assert ties([process(1, 0, ("sleep", "infinity"), LOG), process(40, 0, VLLM, stdout, stdin)]) == []
 
 
 def test_vllm_as_the_main_process_of_a_detached_container_is_no_tie():

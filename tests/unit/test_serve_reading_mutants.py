@@ -33,3 +33,18 @@ def test_a_serve_under_a_child_of_pid_1_is_the_containers_own():
 def test_a_parent_cycle_ends_at_the_first_process_seen_again():
     reading = read_serve([proc(5, 6, SERVE), proc(6, 5, ("bash", "-c", "vllm serve /m"))])
     assert [(s.process.pid, s.root.pid) for s in reading.serving] == [(5, 5)]
+
+
+@pytest.mark.parametrize(("root", "started_again"), [
+    (("/bin/bash",), "serve"),  # `docker exec -it NODE /bin/bash`, then vllm serve typed into it (run_cluster.sh's usage)
+    (("bash", "-l"), "serve"),
+    (("sh", "-i"), "serve"),
+    (("bash", "-i", "-c", "vllm serve /m"), "root"),  # eugr's exec: the command is on the shell's own command line
+    (("bash", "-lc", "vllm serve /m"), "root"),
+    (("bash", "start.sh"), "root"),
+])
+def test_a_shell_that_read_the_serve_command_from_its_terminal_gives_way_to_the_serves_own_command_line(root, started_again):
+    """Run again, such a shell would read no input and start nothing: the serve's own argv, cwd and user are started."""
+    reading = read_serve([proc(1, 0, ("sleep", "infinity")), proc(40, 0, root), proc(41, 40, SERVE)])
+    command = exec_command(next(s for s in reading.serving if s.process.pid == 41), [])
+    assert command["argv"] == list(SERVE if started_again == "serve" else root)

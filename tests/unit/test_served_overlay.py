@@ -108,7 +108,7 @@ def test_lock_proves_the_chain_bakes_the_served_bytes_and_says_so(tmp_path, monk
     engine = engine_with_base()
     monkeypatch.setattr("kvbake.bake.commands.Engine", lambda host: engine)
     data, text = cmd_lock(parse_args(["lock", "--manifest", str(manifest.path)], "build.py"))
-    assert data["served_proof"] == {"equal": ["pkg/helper.py", "pkg/mod.py"], "differences": []}
+    assert data["served_proof"] == {"equal": ["pkg/helper.py", "pkg/mod.py"], "differences": [], "against": "the serve before kvbake (image sha256:i)"}
     assert "proof: the baked image holds the bytes the serve runs: 2 files, sha256 equal" in text.splitlines()
 
 
@@ -116,7 +116,8 @@ def test_lock_refuses_a_chain_whose_result_differs_from_the_served_bytes_and_wri
     manifest = project(tmp_path)
     write_record(manifest.root, {"pkg/mod.py": MODULE.encode() + b"# edited on the node\n", "pkg/helper.py": HELPER.encode()})
     with pytest.raises(IntegrityError, match=r"lock: the baked image would NOT hold the bytes the serve runs: 1 of 2 files differ "
-                                             r"\(pkg/mod.py\); each diff is in .kvbake/served/differences.diff"):
+                                             r"\(pkg/mod.py\), held against the serve before kvbake \(image sha256:i\); "
+                                             r"each diff is in .kvbake/served/differences.diff"):
         create_lock(engine_with_base(), manifest)
     assert not manifest.lock_path.exists() and not (manifest.root / "overlay").exists()
     report = (manifest.root / ".kvbake" / "served" / "differences.diff").read_text()

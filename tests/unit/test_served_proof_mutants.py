@@ -74,7 +74,7 @@ def test_a_chain_file_the_serve_runs_as_the_image_holds_it_is_proven_by_the_imag
     proof = served_proof(tmp_path, ROOT, chain, {"pkg/a.py": None, "pkg/same.py": sha256_hex(b"image\n")}, {"pkg/same.py": b"image\n"})
     assert proof.equal == ("pkg/a.py", "pkg/same.py") and proof.differences == ()
     assert require_served_proof(tmp_path, ROOT, chain, {"pkg/a.py": None, "pkg/same.py": sha256_hex(b"image\n")},
-                                {"pkg/same.py": b"image\n"}).equal == ("pkg/a.py", "pkg/same.py")
+                                {"pkg/same.py": b"image\n"}).proof.equal == ("pkg/a.py", "pkg/same.py")
 
 
 def test_a_difference_against_the_image_shows_the_images_lines(tmp_path):
@@ -116,4 +116,5 @@ def test_lock_proves_a_file_the_chain_changes_and_changes_back_by_the_images_has
     engine = engine_with_base()
     monkeypatch.setattr("kvbake.bake.commands.Engine", lambda host: engine)
     data, _ = cmd_lock(parse_args(["lock", "--manifest", str(manifest.path)], "build.py"))
-    assert data["served_proof"] == {"equal": ["pkg/__init__.py", "pkg/helper.py", "pkg/mod.py"], "differences": []}
+    assert data["served_proof"] == {"equal": ["pkg/__init__.py", "pkg/helper.py", "pkg/mod.py"], "differences": [],
+                                    "against": "the serve before kvbake (image sha256:i)"}

@@ -80,3 +80,24 @@ def test_a_reseat_of_a_node_the_deployment_lacks_is_refused(project, capsys):
 def test_deploy_without_a_preset_is_a_usage_error(project, capsys, argv):
     code = cli.main([*argv, *project.argv])
     assert code == UsageError.exit_code and "--preset NAME" in capsys.readouterr().err
+
+
+def test_a_deploy_from_a_project_with_a_proof_makes_its_release_the_baseline(project, capsys):
+    """Later locks are held against the release that replaced today's serve, not against what ran before kvbake."""
+    from kvbake.bake.adapters.served_proof import BEFORE_KVBAKE, baseline_folder, read_record, read_served, stage_chain, write_served
+    from kvbake.bake.core.served_overlay import ServedFile, ServedOverlay
+    from kvbake.digests import sha256_hex
+
+    root = project.root
+    before = ServedOverlay(SOURCE_ROOT, "sha256:i", (ServedFile("vllm/x.py", sha256_hex(b"mod\n"), None, "mounted from /x"),))
+    write_served(root, before, {"vllm/x.py": b"mod\n"}, ["a", "b"])
+    control = offered(project, PINNED)
+    lines = text_of(capsys, "deploy", "--preset", "control", *project.argv)  # a lock made on another host: nothing staged here
+    assert lines[-1] == "proof baseline: kept as it was: this lock was made on another host (run lock here to stage its files)"
+    assert read_served(root)[0] == before
+    assert stage_chain(root, SOURCE_ROOT, "sha256:d", project.lock.overlay_tree_sha256, {"vllm/x.py": b"baked\n"}, {"vllm/x.py": None})
+    lines = text_of(capsys, "deploy", "--preset", "control", *project.argv)
+    assert lines[-1] == f"proof baseline: release {control.id} (a later lock is held against the files it serves)"
+    baseline, data = read_served(root)
+    assert baseline.release == control.id and data == {"vllm/x.py": b"baked\n"}
+    assert read_record(baseline_folder(root, BEFORE_KVBAKE))[1] == {"vllm/x.py": b"mod\n"}, "the serve before kvbake is kept"

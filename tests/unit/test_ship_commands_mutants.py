@@ -178,6 +178,36 @@ def test_rollback_answers_its_journal_and_the_release_it_went_back_to(world, opt
     assert answer["journal"].startswith("rollback-")
 
 
+def baseline_of(release: str | None, data: bytes) -> tuple:
+    from kvbake.bake.core.served_overlay import ServedFile, ServedOverlay
+    from kvbake.digests import sha256_hex
+
+    return ServedOverlay(SOURCE_ROOT, "sha256:i", (ServedFile("vllm/a.py", sha256_hex(data), None, "x"),), release), {"vllm/a.py": data}
+
+
+def test_rollback_puts_back_the_proof_baseline_of_the_release_it_returns_to_and_to_adopted_the_serve_before(
+        world, capsys, tmp_path, monkeypatch):
+    import shutil
+
+    from kvbake.bake.adapters.served_proof import baseline_folder, read_served, write_record_folder, write_served
+    from fake_fleet import STANDIN
+
+    project = tmp_path / "standin"
+    shutil.copytree(STANDIN.parent, project, ignore=shutil.ignore_patterns(".kvbake"))
+    options = world.command_line(monkeypatch, manifest=project / STANDIN.name)
+    adopted_then_deployed(world, options, capsys)
+    deploy(world, PACKING)
+    write_record_folder(baseline_folder(project, "adopted"), *baseline_of(None, b"before kvbake\n"), ["a", "b"])
+    write_record_folder(baseline_folder(project, CONTROL.id), *baseline_of(CONTROL.id, b"control\n"), ["a", "b"])
+    write_served(project, *baseline_of(PACKING.id, b"control\n"), ["a", "b"])
+    code, answer, err = run(capsys, "rollback", "--json", *options)
+    assert code == 0, err
+    assert answer["proof_baseline"] == f"release {CONTROL.id}" and read_served(project)[0].release == CONTROL.id
+    code, answer, err = run(capsys, "rollback", "--to", "adopted", "--json", *options)
+    assert code == 0 and answer["proof_baseline"].startswith("the serve before kvbake"), err
+    assert read_served(project)[1] == {"vllm/a.py": b"before kvbake\n"}
+
+
 def test_rollback_with_break_lock_breaks_a_stale_lock(world, options, capsys):
     deploy(world, CONTROL)
     deploy(world, PACKING)

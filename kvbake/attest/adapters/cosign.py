@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbake.errors import SignatureError
-from kvbake.registry.adapters.registry_api import is_loopback, split_repository
+from kvbake.registry.adapters.registry_api import ENGINE_CERTS_ROOT, is_loopback, split_repository
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
 BINARY_ENV = "KVBAKE_COSIGN"
@@ -43,10 +43,33 @@ def password() -> str:
     return getpass.getpass("cosign key password: ")
 
 
-def registry_options(reference: str) -> list[str]:
-    """Plain HTTP is allowed for a registry on loopback only, judged by the same rule as kvbake's own client (a name
-    that only starts like one, `localhost.corp.example:5000`, is remote)."""
-    return ["--allow-http-registry"] if is_loopback(split_repository(reference)[0]) else []
+def registry_options(reference: str, certs_root: Path = ENGINE_CERTS_ROOT) -> list[str]:
+    """What cosign needs to reach the registry as the engines and kvbake's own client do: plain HTTP allowed for a
+    registry on loopback only, judged by the same rule as kvbake's client (a name that only starts like one,
+    `localhost.corp.example:5000`, is remote); the CA the engines trust for it (certs.d/<host:port>/ca.crt), which cosign
+    does not read by itself, given as its registry CA."""
+    address = split_repository(reference)[0]
+    ca = certs_root / address / "ca.crt"
+    return [*(["--allow-http-registry"] if is_loopback(address) else []), *(["--registry-cacert", str(ca)] if ca.is_file() else [])]
+
+
+def registry_reach(reference: str, certs_root: Path = ENGINE_CERTS_ROOT) -> str:
+    """Whether cosign reaches the registry of `reference` (its TLS verified as for a signature): `cosign triangulate`
+    asks the registry for the reference; an image that is not there still proves the connection. The CA it was given,
+    or None."""
+    argv = [cosign_binary(), "triangulate", *registry_options(reference, certs_root), reference]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=60)
+    text = done.stderr + done.stdout
+    if done.returncode != 0 and not any(word in text for word in UNKNOWN_IMAGE):
+        last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit code {done.returncode}")
+        fix = (f"give the registry's CA where the engines read it, {certs_root}/{split_repository(reference)[0]}/ca.crt: kvbake "
+               "hands it to cosign" if "x509" in last or "certificate" in last else "check the registry's address and that it answers")
+        raise SignatureError(f"cosign cannot reach {split_repository(reference)[0]} ({last})", fix)
+    ca = certs_root / split_repository(reference)[0] / "ca.crt"
+    return f"cosign reaches {split_repository(reference)[0]}" + (f" with the engines' CA {ca}" if ca.is_file() else "")
+
+
+UNKNOWN_IMAGE = ("MANIFEST_UNKNOWN", "NAME_UNKNOWN", "not found", "404")
 
 
 def run_cosign(argv: list[str], what: str, secret: str | None = None) -> str:

@@ -14,7 +14,7 @@ from kvbake.bake.adapters.base_source import read_base
 from kvbake.bake.adapters.donor import patches_from
 from kvbake.bake.adapters.extract import BaseFile, Extractor
 from kvbake.bake.adapters.gitapply import GitApplier, patch_id
-from kvbake.bake.adapters.served_proof import require_served_proof
+from kvbake.bake.adapters.served_proof import ProofOutcome, require_served_proof, stage_chain, write_statement
 from kvbake.bake.core.bytecode import python_tags, shadow_candidates
 from kvbake.bake.core.registry_copies import names_registry_host, repository_of
 from kvbake.bake.core.chain import ChainStep, apply_chain, first_touches, read_patch
@@ -189,10 +189,12 @@ def refuse_silent_repin(engine: Engine, manifest: Manifest, rebase: bool) -> Non
         raise BaseImageError(cause, fix.replace("rebase --to", "lock --rebase-base (no report) or python build.py rebase --to", 1))
 
 
-def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False, donor: Path | None = None) -> Lock:
+def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False, donor: Path | None = None,
+                code_change: str | None = None) -> Lock:
     """Pin everything and write overlay/ and the lock; nothing is written when any step fails. With `donor`, the
     selected patches are imported first and put back as they were unless the lock that pins them is written. An
-    earlier `lock` that was interrupted is first finished or rolled back (kvbake.bake.core.overlayswap)."""
+    earlier `lock` that was interrupted is first finished or rolled back (kvbake.bake.core.overlayswap). With
+    `code_change`, a chain that differs from the proof's baseline is kept with that statement (code-changes/)."""
     with exclusive(manifest.path):
         recover_overlay(manifest.root, manifest.lock_path)
         with patches_from(manifest, donor) as imported:
@@ -200,12 +202,16 @@ def create_lock(engine: Engine, manifest: Manifest, rebase: bool = False, donor:
                 manifest = load_manifest(manifest.path)
             epoch = source_date_epoch(manifest)
             refuse_silent_repin(engine, manifest, rebase)
-            lock, tree = pinned_lock(engine, manifest, epoch)
+            lock, tree, outcome = pinned_lock(engine, manifest, epoch, code_change)
             swap_overlay(manifest.root, tree, manifest.lock_path, lock_bytes(lock), committed=imported.keep if imported else None)
+            write_statement(manifest.root, outcome)
+            stage_chain(manifest.root, manifest.base.source_root, lock.derived.image_id, lock.overlay_tree_sha256, tree,
+                        {f.path: f.base_sha256 for f in lock.files})
     return load_lock_file(manifest.lock_path)
 
 
-def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, dict[str, bytes]]:
+def pinned_lock(engine: Engine, manifest: Manifest, epoch: int,
+                code_change: str | None = None) -> tuple[Lock, dict[str, bytes], ProofOutcome]:
     """The new lock and the patched files, computed in memory (and a temporary folder that is always removed)."""
     engine.ping()
     touches = first_touches(manifest)
@@ -223,13 +229,13 @@ def pinned_lock(engine: Engine, manifest: Manifest, epoch: int) -> tuple[Lock, d
         tree = {path: (tree_root / path).read_bytes() for path in touches}
         patches = locked_patches(steps, tree_root)
     check_switch_coverage(manifest, tree)
-    require_served_proof(manifest.root, manifest.base.source_root, tree, {path: found.sha256 for path, found in snapshot.files.items()},
-                         {path: found.data for path, found in snapshot.files.items()})
     files = locked_files(snapshot, tree)
+    chain_tree = tree_sha256((f.path, f.overlay_sha256) for f in files)
+    outcome = require_served_proof(manifest.root, manifest.base.source_root, tree, {path: found.sha256 for path, found in snapshot.files.items()},
+                                   {path: found.data for path, found in snapshot.files.items()}, chain_tree, code_change)
     lock = Lock(FORMAT_VERSION, pinned_manifest_sha256(manifest, FORMAT_VERSION), manifest.base.source_root, epoch,
-                manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs,
-                tree_sha256((f.path, f.overlay_sha256) for f in files), PENDING)
-    return lock.with_derived(make_plan(manifest, lock, tree).derived()), tree
+                manifest.donor.url, manifest.donor.revision, base, patches, files, dirs, created_dirs, chain_tree, PENDING)
+    return lock.with_derived(make_plan(manifest, lock, tree).derived()), tree, outcome
 
 
 def migrate_lock(manifest: Manifest) -> tuple[Lock, bool]:

@@ -39,9 +39,14 @@ class ServedOverlay:
     source_root: str
     image_id: str
     files: tuple[ServedFile, ...]
+    release: str | None = None  # the kvbake release that serves these files; None: the serve before kvbake (init's record)
 
     def file(self, path: str) -> ServedFile | None:
         return next((f for f in self.files if f.path == path), None)
+
+    def label(self) -> str:
+        """What the proof holds the chain against, as lock and a code-change statement name it."""
+        return f"release {self.release}" if self.release else f"the serve before kvbake (image {self.image_id[:19]})"
 
 
 @dataclass(frozen=True)
@@ -204,8 +209,11 @@ def differences_text(proof: Proof) -> str:
 
 
 def record_dict(overlay: ServedOverlay, nodes: Sequence[str]) -> dict[str, Any]:
-    return {"format": RECORD_FORMAT, "source_root": overlay.source_root, "image_id": overlay.image_id, "nodes": list(nodes),
-            "files": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in overlay.files]}
+    document = {"format": RECORD_FORMAT, "source_root": overlay.source_root, "image_id": overlay.image_id, "nodes": list(nodes),
+                "files": [{"path": f.path, "sha256": f.sha256, "base_sha256": f.base_sha256, "how": f.how} for f in overlay.files]}
+    if overlay.release:
+        document["release"] = overlay.release
+    return document
 
 
 def record_from_dict(document: Any, source: str) -> ServedOverlay:
@@ -214,7 +222,8 @@ def record_from_dict(document: Any, source: str) -> ServedOverlay:
         if document["format"] != RECORD_FORMAT:
             raise ValueError(f"format {document['format']!r}")
         files = tuple(ServedFile(str(f["path"]), str(f["sha256"]), f["base_sha256"], str(f["how"])) for f in document["files"])
-        return ServedOverlay(str(document["source_root"]), str(document["image_id"]), files)
+        release = document.get("release")
+        return ServedOverlay(str(document["source_root"]), str(document["image_id"]), files, str(release) if release else None)
     except (KeyError, TypeError, ValueError) as err:
         raise IntegrityError(f"{source} is not a served-overlay record kvbake wrote ({type(err).__name__}: {err})",
                              "run init again against the serving nodes, or remove the record to bake without the proof") from None

@@ -44,11 +44,14 @@ for name in os.listdir("/proc"):
     except OSError:
         found.append({{"pid": int(name), "uid": uid, "unread": True}})
         continue
-    try:
-        stdout = os.readlink(base + "/fd/1")
-    except OSError:
-        stdout = ""
-    found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe, "stdout": stdout}})
+    streams = []
+    for fd in ("0", "1"):
+        try:
+            streams.append(os.readlink(base + "/fd/" + fd))
+        except OSError:
+            streams.append("")
+    found.append({{"pid": int(name), "ppid": ppid, "uid": uid, "argv": argv, "env": env, "cwd": cwd, "exe": exe,
+                  "stdin": streams[0], "stdout": streams[1]}})
 print(repr(sorted(found, key=lambda p: p["pid"])))
 """
 
@@ -109,6 +112,7 @@ class Process:
     exe: str
     uid: int = 0
     stdout: str = ""  # where its output goes (the target of fd 1: `pipe:[N]`, `/dev/null`, a file), "" when unread
+    stdin: str = ""  # where its input comes from (the target of fd 0), "" when unread
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def environment(entries: Sequence[str]) -> dict[str, str]:
 def parse_processes(text: str) -> tuple[Process, ...]:
     """The PROCESSES probe's answer as values, less the processes it could not read; ValueError for anything else."""
     return tuple(Process(int(p["pid"]), int(p["ppid"]), tuple(str(a) for a in p["argv"]), environment(p["env"]), str(p["cwd"]),
-                         str(p["exe"]), int(p.get("uid", 0)), str(p.get("stdout", ""))) for p in _probe_list(text) if not p.get("unread"))
+                         str(p["exe"]), int(p.get("uid", 0)), str(p.get("stdout", "")), str(p.get("stdin", ""))) for p in _probe_list(text) if not p.get("unread"))
 
 
 def unread_users(text: str) -> tuple[int, ...]:

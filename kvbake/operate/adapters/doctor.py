@@ -1,6 +1,7 @@
-"""`build.py doctor`: check, changing nothing, the engine, the registry's TLS and login, the disk, and every node."""
+"""`build.py doctor`: check, changing nothing, the engine, the registry's TLS and login, cosign's reach, the disk, every node."""
 
-# On this host: the engine profile, the registry's TLS and login, the free disk of the manifest's folder.
+# On this host: the engine profile, the registry's TLS and login, cosign's reach of the registry (with the engines' CA)
+# when the deployment requires signatures, the free disk of the manifest's folder.
 # On every node: reachability, the base, the free disk under its data root and MemAvailable, and that the interfaces
 # its launch settings name (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) exist there.
 
@@ -10,6 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbake.attest.adapters.cosign import registry_reach
 from kvbake.deployfile import Deployment, Node
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import BaseImageError, EngineError, KvbakeError, ManifestError, ResourceError, RolloutError
@@ -62,6 +64,18 @@ def registry_line(engine: Engine, manifest: Manifest, registry: str | None) -> s
     return f"{target.registry} over {'TLS' if scheme == 'https' else 'plain HTTP (loopback only)'}, {login}, {target.name}: {len(tags)} tags"
 
 
+def cosign_line(manifest: Manifest, registry: str | None) -> str:
+    """cosign reaches the registry as the engines do (its TLS verified with the CA they trust there): push --sign, sign,
+    and deploy's and rollback's signature checks all run cosign against it."""
+    target = target_for(f"{manifest.output.repository}:doctor", registry)
+    return registry_reach(f"{target.repository}:kvbake-doctor")
+
+
+def signing_matters(deployment: Deployment | None) -> bool:
+    """Whether doctor checks cosign: the deployment requires every release to be signed (deploy and rollback run it)."""
+    return deployment is not None and deployment.signing.require_signature
+
+
 def free_disk_line(path: Path, floor: int) -> str:
     """The free disk of the manifest's folder, where kvbake writes the lock, overlay/, its records and reports."""
     free = shutil.disk_usage(path).free
@@ -70,15 +84,35 @@ def free_disk_line(path: Path, floor: int) -> str:
     return f"{path}: {gib(free)} free"
 
 
+def node_base(engine: Engine, manifest: Manifest) -> tuple[str, dict] | None:
+    """The base as the node holds it, (reference, inspect): under its node name (the tag `base sync` gives it), else
+    under the manifest's own reference (a digest-pinned base the serve runs by digest, before its first `base sync`);
+    None when the node holds neither."""
+    for reference in dict.fromkeys((manifest.base.node_name, manifest.base.image)):
+        inspect = engine.inspect_image(reference)
+        if inspect is not None:
+            return reference, inspect
+    return None
+
+
+def probe_image(engine: Engine, manifest: Manifest) -> str:
+    """The image doctor's node probes run: the base under whichever name the node holds it."""
+    found = node_base(engine, manifest)
+    return found[0] if found is not None else manifest.base.node_name
+
+
 def node_base_line(engine: Engine, node: str, manifest: Manifest, lock: Lock | None) -> str:
     name = manifest.base.node_name
-    inspect = engine.inspect_image(name)
-    if inspect is None:
+    found = node_base(engine, manifest)
+    if found is None:
         raise BaseImageError(f"{node} lacks {name}", "run python build.py base sync")
-    config = engine.config_digest_of(inspect, name)
+    reference, inspect = found
+    config = engine.config_digest_of(inspect, reference)
     if lock is not None and config != lock.base.config_digest:
-        raise BaseImageError(f"{node}: {name} is config {config[:19]}, the lock pins {lock.base.config_digest[:19]}",
+        raise BaseImageError(f"{node}: {reference} is config {config[:19]}, the lock pins {lock.base.config_digest[:19]}",
                              "run python build.py base sync (--force moves the tag)")
+    if reference != name:
+        return f"{node}: {reference} (config {config[:19]}); `base sync` tags it {name} after push (runbook §5)"
     return f"{node}: {name} (config {config[:19]})"
 
 
@@ -86,7 +120,7 @@ def node_memory_and_disk_line(engine: Engine, node: str, manifest: Manifest, mem
     """MemAvailable and the free disk of the engine's data root, read by a short-lived container of the base."""
     root = str(engine.client.system.info().docker_root_dir)
     script = f"grep MemAvailable /proc/meminfo; df -B1 --output=avail {root} | tail -n 1"
-    output = engine.run_probe(manifest.base.node_name, ["sh", "-c", script], {root: root})
+    output = engine.run_probe(probe_image(engine, manifest), ["sh", "-c", script], {root: root})
     lines = output.strip().splitlines()
     available = parse_mem_available(lines[0] if lines else "")
     free = int(lines[-1]) if len(lines) > 1 and lines[-1].strip().isdigit() else None
@@ -102,7 +136,7 @@ def node_memory_and_disk_line(engine: Engine, node: str, manifest: Manifest, mem
 
 def node_interfaces(engine: Engine, manifest: Manifest) -> list[str]:
     """The node's network interfaces, read by a short-lived container of the base on the node's host network."""
-    output = engine.run_probe(manifest.base.node_name, ["ls", "-1", "/sys/class/net"], {}, network="host")
+    output = engine.run_probe(probe_image(engine, manifest), ["ls", "-1", "/sys/class/net"], {}, network="host")
     return sorted(line.strip() for line in output.splitlines() if line.strip())
 
 
@@ -129,6 +163,8 @@ def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: 
     checks = [checked("engine", lambda: engine_line(engine))]
     if checks[0].verdict == OK:
         checks.append(checked("registry", lambda: registry_line(engine, manifest, registry)))
+    if signing_matters(deployment):
+        checks.append(checked("cosign", lambda: cosign_line(manifest, registry)))
     checks.append(checked("free disk (here)", lambda: free_disk_line(manifest.root.absolute(), disk_floor)))
     for node in deployment.nodes if deployment else ():
         remote = Engine(node.host)

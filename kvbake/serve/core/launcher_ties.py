@@ -4,9 +4,14 @@
 # - a container started by `docker run` in the foreground (vLLM's run_cluster.sh): while the script waits on it, the
 #   script's exit (Ctrl-C, a closed terminal) stops the container, and run_cluster.sh's EXIT trap then removes it by
 #   name: the serve kvbake keeps to roll back to, or a container kvbake later gives that name;
-# - vLLM started by an attached `docker exec` (a second terminal under run_cluster.sh, eugr's `launch-cluster.sh exec`):
-#   its output goes to that client, not to the container's log; when the command ends, eugr's script stops the whole
-#   cluster, and a client that goes away leaves vLLM writing into a pipe nobody reads.
+# - vLLM started by an interactive `docker exec` (`docker exec -it NODE bash` in a second terminal, as run_cluster.sh's
+#   usage says; eugr's `launch-cluster.sh exec`, which always passes -i): its input and output belong to that client, not
+#   to the container; when the command ends, eugr's script stops the whole cluster, and a client that goes away leaves
+#   vLLM writing into a pipe nobody reads.
+# procfs shows the second as vLLM's standard input: a pipe or a terminal only an interactive exec gives (a detached or a
+# plain `docker exec` gives /dev/null). A plain attached exec without -i looks from inside exactly like a detached one
+# (both write into a pipe of the engine's), and only the engine's exec record tells them apart, which its CLI does not
+# show: that one is not named, and the runbook says to retire it all the same.
 # The engine cannot say whether the client still runs, so adopt names each tie and needs the operator's word that the
 # launcher is retired (`adopt --launcher-retired`); docs/production.md, "Retire your launcher", says how per launcher.
 
@@ -18,6 +23,7 @@ from kvbake.serve.core.serve_reading import ServeReading
 
 RUNBOOK = "docs/production.md, Retire your launcher"
 INTERACTIVE_SHELLS = ("bash", "sh", "zsh")
+CLIENT_INPUTS = ("pipe:", "/dev/pts/", "/dev/tty")  # an input only an interactive `docker exec` (-i, -t) gives
 
 
 def started_in_foreground(container: Mapping[str, Any]) -> bool:
@@ -32,6 +38,11 @@ def interactive_shell(argv: tuple[str, ...]) -> bool:
         token.startswith("-") and not token.startswith("--") and "i" in token for token in argv[1:3])
 
 
+def reads_its_client(process_input: str) -> bool:
+    """Whether a process's standard input is a `docker exec` client's: a pipe (-i) or a terminal (-t)."""
+    return process_input.startswith(CLIENT_INPUTS)
+
+
 def launcher_ties(node: str, container: Mapping[str, Any], reading: ServeReading) -> list[str]:
     """Each way the serve is still tied to its launcher, as one line naming the container, the tie and its danger."""
     name = str(container.get("Name", "")).lstrip("/")
@@ -41,9 +52,9 @@ def launcher_ties(node: str, container: Mapping[str, Any], reading: ServeReading
                     f"the script's exit stops it and run_cluster.sh's EXIT trap removes it by name")
     log = reading.main.stdout if reading.main is not None else ""
     for serving in reading.serving:
-        attached = serving.execd and serving.process.stdout not in ("", "/dev/null", log)
+        attached = serving.execd and reads_its_client(serving.process.stdin) and serving.process.stdout != log
         if attached:
             how = ("an interactive shell of `docker exec` (eugr's launch-cluster.sh exec: when it ends, the script stops the "
-                   "whole cluster)" if interactive_shell(serving.root.argv) else "the `docker exec` that started it")
+                   "whole cluster)" if interactive_shell(serving.root.argv) else "the interactive `docker exec` that started it")
             ties.append(f"{node}: its vLLM (pid {serving.process.pid}) writes to {how}, not to {name}'s log")
     return ties

@@ -164,11 +164,29 @@ def ray_exec_command(ray: RayNode | None, container_env: Sequence[str]) -> dict 
     return exec_of(list(ray.argv), (), ray.process, ray.env, container_env)
 
 
+SHELLS = ("bash", "sh", "zsh", "dash")
+
+
+def shell_reading_its_input(argv: Sequence[str]) -> bool:
+    """A shell that runs the commands it reads from its input (`docker exec -it NODE bash`, then `vllm serve …` typed
+    into it): no `-c` among its options and no script named. Started again, it would read nothing and run nothing."""
+    if not argv or argv[0].rsplit("/", 1)[-1] not in SHELLS:
+        return False
+    for token in argv[1:]:
+        if token == "--" or not token.startswith("-"):
+            return False  # a script (or arguments after --): it runs that, not its input
+        if not token.startswith("--") and "c" in token[1:]:
+            return False
+    return True
+
+
 def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
     """How to start this serve again in its container: the `docker exec` command line of its root, with the environment
-    the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user."""
-    argv, secret_args = withhold_args(serving.root.argv)
-    return exec_of(argv, secret_args, serving.root, serving.process.env, container_env)
+    the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user. A
+    root that is a shell reading its commands from a terminal gives way to the serve's own command line."""
+    started = serving.process if shell_reading_its_input(serving.root.argv) else serving.root
+    argv, secret_args = withhold_args(started.argv)
+    return exec_of(argv, secret_args, started, serving.process.env, container_env)
 
 
 def exec_of(argv: list[str], secret_args: Sequence[str], root: Process, env: Mapping[str, str], container_env: Sequence[str]) -> dict:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -14,9 +12,9 @@ import yaml
 
 from kvbake.atomicfile import write_atomic
 from kvbake.bake.adapters.capture import write_captured
+from kvbake.bake.adapters.served_proof import write_record_folder
 from kvbake.bake.core.image_checks import platform_of
-from kvbake.bake.core.served_overlay import (SERVED_FILES, SERVED_RECORD, SERVED_RECORD_DIR, ServedOverlay, agreed,
-                                             misplaced_code_mounts, record_dict, source_root_of)
+from kvbake.bake.core.served_overlay import SERVED_RECORD_DIR, ServedOverlay, agreed, misplaced_code_mounts, source_root_of
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import IntegrityError, UsageError
 from kvbake.secret_env import SECRET_OPTIONS
@@ -137,17 +135,7 @@ def read_overlays(readings: Sequence[NodeReading], source_root: str) -> tuple[Se
 
 def write_served(out: Path, overlay: ServedOverlay, data: Mapping[str, bytes], nodes: Sequence[str]) -> Path:
     """The served-overlay record and the served bytes under `.kvbake/served/`, replaced whole."""
-    final = out / SERVED_RECORD_DIR
-    fresh = final.with_name(final.name + ".new")
-    shutil.rmtree(fresh, ignore_errors=True)
-    for path, content in data.items():
-        (fresh / SERVED_FILES / path).parent.mkdir(parents=True, exist_ok=True)
-        (fresh / SERVED_FILES / path).write_bytes(content)
-    fresh.mkdir(parents=True, exist_ok=True)
-    write_atomic(fresh / SERVED_RECORD, (json.dumps(record_dict(overlay, nodes), indent=1, sort_keys=True) + "\n").encode())
-    shutil.rmtree(final, ignore_errors=True)
-    fresh.rename(final)
-    return final / SERVED_RECORD
+    return write_record_folder(out / SERVED_RECORD_DIR, overlay, data, nodes)
 
 
 def host_of(nodes: Sequence[tuple[str, str]], node: str) -> str:
