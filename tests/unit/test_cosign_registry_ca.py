@@ -67,3 +67,14 @@ def test_a_registry_that_does_not_answer_says_so(tmp_path: Path, monkeypatch):
     with pytest.raises(SignatureError) as failed:
         registry_reach("registry.lan:5000/kvbake/x:t", tmp_path)
     assert says(failed.value.fix, "check the registry's address")
+
+
+def test_a_cosign_that_never_answers_is_a_fail_line_not_a_crash(tmp_path: Path, monkeypatch):
+    script = tmp_path / "cosign"
+    script.write_text("#!/bin/sh\nexec sleep 30\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("KVBAKE_COSIGN", str(script))
+    with pytest.raises(SignatureError) as failed:
+        registry_reach("registry.lan:5000/kvbake/x:kvbake-doctor", tmp_path / "certs", timeout_s=0.5)
+    assert says(failed.value.message, "cosign did not reach registry.lan:5000 within 0.5 s")
+    assert says(failed.value.fix, "check that the registry answers from this host")

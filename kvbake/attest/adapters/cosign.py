@@ -53,12 +53,16 @@ def registry_options(reference: str, certs_root: Path = ENGINE_CERTS_ROOT) -> li
     return [*(["--allow-http-registry"] if is_loopback(address) else []), *(["--registry-cacert", str(ca)] if ca.is_file() else [])]
 
 
-def registry_reach(reference: str, certs_root: Path = ENGINE_CERTS_ROOT) -> str:
+def registry_reach(reference: str, certs_root: Path = ENGINE_CERTS_ROOT, timeout_s: float = 60) -> str:
     """Whether cosign reaches the registry of `reference` (its TLS verified as for a signature): `cosign triangulate`
-    asks the registry for the reference; an image that is not there still proves the connection. The CA it was given,
-    or None."""
+    asks the registry for the reference; an image that is not there still proves the connection. The line says with
+    which CA."""
     argv = [cosign_binary(), "triangulate", *registry_options(reference, certs_root), reference]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=60)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SignatureError(f"cosign did not reach {split_repository(reference)[0]} within {timeout_s:g} s",
+                             "check that the registry answers from this host (and any proxy cosign goes through)") from None
     text = done.stderr + done.stdout
     if done.returncode != 0 and not any(word in text for word in UNKNOWN_IMAGE):
         last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit code {done.returncode}")
