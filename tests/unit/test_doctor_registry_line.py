@@ -303,3 +303,17 @@ def test_a_base_held_by_digest_with_another_config_than_the_lock_fails(standin) 
     with pytest.raises(BaseImageError) as caught:
         doctor.node_base_line(DigestOnlyEngine("sha256:" + "9" * 64), "spark-a", manifest, lock)
     assert caught.value.message.startswith(f"spark-a: {manifest.base.image} is config sha256:{'9' * 12}")
+
+
+class OnceSilentEngine(ProbeEngine):
+    """A node whose first probe's output is lost (a throw-away container under load), the second one answers."""
+
+    def run_probe(self, image: str, argv: list[str], mounts: dict[str, str], network: str = "none") -> str:
+        answer = super().run_probe(image, argv, mounts, network)
+        return "" if len(self.probes) == 1 else answer
+
+
+def test_a_memory_probe_whose_output_was_lost_runs_once_more(standin) -> None:
+    engine = OnceSilentEngine("c", f"MemAvailable:   {4 * GIB // 1024} kB\n{30 * GIB}\n")
+    assert doctor.node_memory_and_disk_line(engine, "spark-a", standin, GIB, GIB).startswith("spark-a: MemAvailable 4.00 GiB")
+    assert len(engine.probes) == 2

@@ -120,7 +120,10 @@ def node_memory_and_disk_line(engine: Engine, node: str, manifest: Manifest, mem
     """MemAvailable and the free disk of the engine's data root, read by a short-lived container of the base."""
     root = str(engine.client.system.info().docker_root_dir)
     script = f"grep MemAvailable /proc/meminfo; df -B1 --output=avail {root} | tail -n 1"
-    output = engine.run_probe(probe_image(engine, manifest), ["sh", "-c", script], {root: root})
+    image = probe_image(engine, manifest)
+    output = engine.run_probe(image, ["sh", "-c", script], {root: root})
+    if not output.strip():  # a throw-away container's output can be lost under load: one more run before a FAIL
+        output = engine.run_probe(image, ["sh", "-c", script], {root: root})
     lines = output.strip().splitlines()
     available = parse_mem_available(lines[0] if lines else "")
     free = int(lines[-1]) if len(lines) > 1 and lines[-1].strip().isdigit() else None
