@@ -43,34 +43,41 @@ def password() -> str:
     return getpass.getpass("cosign key password: ")
 
 
+def registry_ca(address: str, certs_root: Path = ENGINE_CERTS_ROOT) -> Path | None:
+    """The CA the engines trust for the registry at `address` (certs.d/<host:port>/ca.crt), or None."""
+    ca = certs_root / address / "ca.crt"
+    return ca if ca.is_file() else None
+
+
 def registry_options(reference: str, certs_root: Path = ENGINE_CERTS_ROOT) -> list[str]:
     """What cosign needs to reach the registry as the engines and kvbake's own client do: plain HTTP allowed for a
     registry on loopback only, judged by the same rule as kvbake's client (a name that only starts like one,
-    `localhost.corp.example:5000`, is remote); the CA the engines trust for it (certs.d/<host:port>/ca.crt), which cosign
-    does not read by itself, given as its registry CA."""
+    `localhost.corp.example:5000`, is remote); the CA the engines trust for it, which cosign does not read by itself,
+    given as its registry CA."""
     address = split_repository(reference)[0]
-    ca = certs_root / address / "ca.crt"
-    return [*(["--allow-http-registry"] if is_loopback(address) else []), *(["--registry-cacert", str(ca)] if ca.is_file() else [])]
+    ca = registry_ca(address, certs_root)
+    return [*(["--allow-http-registry"] if is_loopback(address) else []), *(["--registry-cacert", str(ca)] if ca else [])]
 
 
 def registry_reach(reference: str, certs_root: Path = ENGINE_CERTS_ROOT, timeout_s: float = 60) -> str:
     """Whether cosign reaches the registry of `reference` (its TLS verified as for a signature): `cosign triangulate`
     asks the registry for the reference; an image that is not there still proves the connection. The line says with
     which CA."""
+    address = split_repository(reference)[0]
     argv = [cosign_binary(), "triangulate", *registry_options(reference, certs_root), reference]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise SignatureError(f"cosign did not reach {split_repository(reference)[0]} within {timeout_s:g} s",
+        raise SignatureError(f"cosign did not reach {address} within {timeout_s:g} s",
                              "check that the registry answers from this host (and any proxy cosign goes through)") from None
     text = done.stderr + done.stdout
     if done.returncode != 0 and not any(word in text for word in UNKNOWN_IMAGE):
         last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit code {done.returncode}")
-        fix = (f"give the registry's CA where the engines read it, {certs_root}/{split_repository(reference)[0]}/ca.crt: kvbake "
-               "hands it to cosign" if "x509" in last or "certificate" in last else "check the registry's address and that it answers")
-        raise SignatureError(f"cosign cannot reach {split_repository(reference)[0]} ({last})", fix)
-    ca = certs_root / split_repository(reference)[0] / "ca.crt"
-    return f"cosign reaches {split_repository(reference)[0]}" + (f" with the engines' CA {ca}" if ca.is_file() else "")
+        fix = (f"give the registry's CA where the engines read it, {certs_root}/{address}/ca.crt: kvbake hands it to cosign"
+               if "x509" in last or "certificate" in last else "check the registry's address and that it answers")
+        raise SignatureError(f"cosign cannot reach {address} ({last})", fix)
+    ca = registry_ca(address, certs_root)
+    return f"cosign reaches {address}" + (f" with the engines' CA {ca}" if ca else "")
 
 
 UNKNOWN_IMAGE = ("MANIFEST_UNKNOWN", "NAME_UNKNOWN", "not found", "404")
