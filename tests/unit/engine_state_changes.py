@@ -4,6 +4,7 @@
 # sees the change. Every other call of `Engine` only reads, or makes a throw-away container that is gone when the call
 # returns (a created, never-started copy container; a probe or python3 run with --rm), which no host acts on.
 STATE_CHANGING_CALLS = {
+    "commit": "adds an image to the node's store: the copy of a container's writable layer, under a tag",
     "copy_in": "puts a file into a container: the node's release records, its journal, its audit lines",
     "create_marker": "creates a container that stays: a lock, a fence, the state container",
     "ensure_empty_image": "imports an image under a tag when the node lacks it",

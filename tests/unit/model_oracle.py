@@ -71,7 +71,7 @@ def node_serving_failures(world: World, node: str, release: Release | None) -> l
         return [f"{node} runs {len(serves)} serves, not one of {release.preset}"]
     serve, failures = serves[0], []
     info = release.adopted or {}
-    name, images = (info.get("name"), adopted_images(info)) if info else (CONTAINER, (release.config_digest,))
+    name, images = (info.get("name"), adopted_images(info, serve)) if info else (CONTAINER, (release.config_digest,))
     if serve["Name"] != name or serve["Image"] not in images:
         failures.append(f"{node} serves {serve['Name']} from {serve['Image']}, not {name} from {' or '.join(images)} ({release.preset})")
     switch_sets = {tuple(sorted((k, v) for k, v in p.env.items() if k == "S")) for p in serve.get("Processes", ()) if is_serve(p)}
@@ -84,14 +84,13 @@ def node_serving_failures(world: World, node: str, release: Release | None) -> l
     return failures
 
 
-def adopted_images(info: dict) -> tuple[str, ...]:
-    """What an adopted serve may run: its own image, or (a --rm serve, gone once set aside and created again) the copy
-    of its container adopt committed: never its own image without its writable layer."""
+def adopted_images(info: dict, serve: dict) -> tuple[str, ...]:
+    """What an adopted serve may run: its own image in the very container adopt found, and once that container is gone
+    (a --rm serve set aside) and created again, the copy of its writable layer adopt committed: never its own image
+    without that layer."""
     copy = info.get("copy")
-    if not copy:
-        return (str(info.get("image_id")),)
-    if ((info.get("spec") or {}).get("host") or {}).get("AutoRemove"):
-        return (str(info.get("image_id")), str(copy["image_id"]))
+    if copy and serve.get("Id") != info.get("container_id"):
+        return (str(copy["image_id"]),)
     return (str(info.get("image_id")),)
 
 

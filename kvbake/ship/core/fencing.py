@@ -11,7 +11,8 @@ FENCE_IMAGE = "kvbake-fence:1"  # an image that holds no file, made on each node
 _GENERATION = re.compile(re.escape(FENCE_PREFIX) + r"(\d+)")
 
 # The engine calls that change a node: each one first advances the node's fence. Every other call only reads (a
-# throw-away probe or copy container included). tests/unit/test_node_fence.py holds every Engine method to one of the two.
+# throw-away probe or copy container included). tests/unit/test_node_fence.py holds every Engine method to one of the two
+# and the writes to a list of its own, written apart from this one.
 WRITES = frozenset({"commit", "copy_in", "create_marker", "ensure_empty_image", "exec_detached", "legacy_build", "load", "pull", "push", "recreate", "remove_container",
                     "remove_image", "rename_and_start", "rename_container", "set_restart_policy", "start", "stop", "stop_and_rename",
                     "tag", "untag"})
