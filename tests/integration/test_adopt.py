@@ -1,6 +1,7 @@
 """Adopting the bind-mount serve on real node engines: a deploy over it is refused until `adopt`; the first deploy
 keeps it as `previous`; the first rollback brings that very container back, bind mount and switches included, and so
-does a first deploy that fails."""
+does a first deploy that fails. A --rm serve whose mod patched vLLM in its writable layer comes back from the copy adopt
+committed, mod intact, and hand-back removes that copy."""
 
 from __future__ import annotations
 
@@ -106,6 +107,65 @@ def test_a_failed_first_deploy_after_adopt_restores_the_bind_mount_serve(capsys,
     code, out, err = ship_with(capsys, shipped, host, "status", "--json")
     assert code == 0 and {row["current"]["preset"] for row in json.loads(out)["nodes"]} == {"adopted"}, out + err
     assert ship_with(capsys, shipped, host, "verify-running")[0] == 0
+
+
+MOD_LINE = "# patched where it runs, by the launcher mod"
+COPIES = "kvbake-adopted"
+
+
+def start_modded_rm_serve(rig: dict, key: str) -> str:
+    """Start the serve with --rm from the base, then patch a vLLM file in its writable layer as a mod's run.sh does."""
+    command = standin_serve()
+    container = rig[key].client().run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["none"],
+                                      remove=True, envs={"VLLM_DSV41_KV_PAIR": "3"}, mounts=[STANDIN_VLLM])
+    Engine(rig[key].host).exec_in(CONTAINER, ["sh", "-c", f"echo '{MOD_LINE}' >> {BAKED}"])
+    return container.id
+
+
+@pytest.fixture()
+def modded_rm_serve(rig, shipped):
+    """The serve as eugr's launcher leaves it: a --rm container whose mod patched a vLLM file in its writable layer."""
+    reset_nodes(rig, shipped["repository"])
+    yield {key: start_modded_rm_serve(rig, key) for key in ("a", "b")}
+    for key in ("a", "b"):
+        engine = Engine(rig[key].host)
+        engine.remove_container(f"{CONTAINER}-kvbake-adopted")
+        engine.remove_container(CONTAINER)
+        for reference in engine.tags_of_repository(COPIES):
+            engine.untag(reference, in_use_too=True)
+    reset_nodes(rig, shipped["repository"])
+
+
+def test_a_rm_serve_with_a_mod_comes_back_from_its_copy_and_goes_home_without_it(capsys, shipped, rig, modded_rm_serve):
+    ids = modded_rm_serve
+    code, _, err = ship(capsys, shipped, "adopt", "--reason", "the modded serve")
+    assert code == 0, err
+    engines = {key: Engine(rig[key].host) for key in ("a", "b")}
+    copies = {key: engine.tags_of_repository(COPIES) for key, engine in engines.items()}
+    assert copies == {key: [f"{COPIES}:{ids[key][:12]}"] for key in ("a", "b")}, copies
+    assert ship(capsys, shipped, "verify-running")[0] == 0
+    deploy_control(capsys, shipped, "first baked release")
+    assert all(engine.container_inspect(f"{CONTAINER}-kvbake-adopted") is None for engine in engines.values()), "--rm: gone once set aside"
+    code, _, err = ship(capsys, shipped, "rollback", "--to", "adopted")
+    assert code == 0, err
+    for key, engine in engines.items():
+        serving = engine.container_inspect(CONTAINER)
+        assert serving["Id"] != ids[key] and serving["Image"] == engine.image_id_of(copies[key][0]), "created again, from the copy"
+        assert engine.exec_in(CONTAINER, ["tail", "-n", "1", BAKED]).strip() == MOD_LINE, f"spark-{key} lost its mod"
+        assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
+    code, out, err = ship(capsys, shipped, "verify-running")
+    assert code == 0, out + err
+    code, out, err = ship(capsys, shipped, "hand-back")
+    assert code == 0, err
+    for key, engine in engines.items():
+        assert engine.tags_of_repository(COPIES) == [] and engine.container_inspect(STATE_NAME) is None
+        assert engine.container_inspect(CONTAINER)["State"]["Running"], "hand-back never stops the serve"
+    assert ship(capsys, shipped, "hand-back")[0] == 0, "a second run changes nothing"
+    for key, engine in engines.items():  # the launcher's own stop and start, as before kvbake
+        engine.stop(CONTAINER)
+        start_modded_rm_serve(rig, key)
+    code, _, err = ship(capsys, shipped, "adopt", "--reason", "adopted again")
+    assert code == 0, err
 
 
 def test_adopt_on_a_node_with_no_serve_changes_nothing(capsys, shipped, rig, bind_mount_serve):

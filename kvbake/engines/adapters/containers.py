@@ -131,10 +131,12 @@ class ContainerOps:
             raise self._fail(f"rename and start {name}", err) from None
 
     def recreate(self, spec: dict[str, Any], name: str) -> str:
-        """Create (not start) the container a recorded create spec describes, under `name`; its ID."""
+        """Create and start, detached, the container a recorded create spec describes, under `name`; its ID. Detached
+        as `docker run -d` makes it: `docker create` would record its output as attached to a client, and the
+        container would then look started in the foreground by a launcher (adopting it again would be refused)."""
         image, command, options = create_arguments(spec, name)
         try:
-            return str(self.client.container.create(image, command, **options).id)
+            return str(self.client.container.run(image, command, detach=True, **options).id)
         except DockerException as err:
             raise self._fail(f"create {name} from its recorded spec", err) from None
 
