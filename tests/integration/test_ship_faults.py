@@ -3,6 +3,7 @@ and diverged mark the nodes keep, the lock, what serves) before the fault and co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,12 +13,15 @@ import stat
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import pytest
 
 from kvbake.cli import main
 from kvbake.engines.adapters.client import Engine
+from kvbake.ship.adapters.node_locks import LOCK_NAME, pid_namespace, process_start
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.lock_claims import claim_from_labels
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,
                             operator_host)
@@ -142,6 +146,40 @@ def gated_launcher(folder, gate) -> list[str]:
     return [str(script)]
 
 
+def gated_operator_host(tmp_path, rig, name: str, gate, **settings):
+    """Another operator host whose launcher is held back until the file `gate` exists, with `settings` in its
+    deployment file and its launcher given time to wait."""
+    path = operator_host(tmp_path, rig, name, gated_launcher(tmp_path, gate))
+    document = json.loads(path.read_text()) | settings
+    document["launcher"]["timeout_s"] = 900  # the launcher waits for the other host's attempts, however loaded the machine
+    path.write_text(json.dumps(document))
+    return path
+
+
+@contextlib.contextmanager
+def deploy_held_back(shipped, rig, host, gate, prefix: tuple[str, ...] = ()) -> Iterator[subprocess.Popen]:
+    """`host`'s deploy of packing (run under `prefix`, when given), given to the body once it has journalled on node a:
+    it holds every lock, and its launcher waits for the file `gate`. After the body the gate opens, and the deploy must
+    end well."""
+    shutil.copytree(shipped["deploy"].parent / ".kvbake", host.parent / ".kvbake")
+    argv = [*prefix, sys.executable, "build.py", "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason",
+            "host 1", "--manifest", str(shipped["manifest"]), "--deploy", str(host)]
+    deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        while not NodeState("spark-a", Engine(rig["a"].host)).read().transition:
+            assert deploying.poll() is None, deploying.communicate()
+            time.sleep(0.2)
+        yield deploying
+        gate.touch()
+        _, err = deploying.communicate(timeout=600)
+    finally:
+        if deploying.poll() is None:
+            deploying.kill()
+            deploying.communicate()
+    assert deploying.returncode == 0, err
+
+
 def test_recovery_from_another_host_never_takes_the_lock_of_a_live_deploy(capsys, shipped, rig, tmp_path):
     """Host 1 deploys with a launcher held back until host 2 is done, while its locks go stale after 1.5 s without
     renewal; host 2 tries --revert, --resume and a deploy, each with --break-lock, 2 s apart, when a lock measured from
@@ -150,37 +188,36 @@ def test_recovery_from_another_host_never_takes_the_lock_of_a_live_deploy(capsys
     deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
     gate = tmp_path / "go-on"
-    host1, host2 = (operator_host(tmp_path, rig, name, gated_launcher(tmp_path, gate)) for name in ("host1", "host2"))
-    for path in (host1, host2):
-        document = json.loads(path.read_text()) | {"lock_stale_after_s": 1.5}
-        document["launcher"]["timeout_s"] = 900  # host 1's launcher waits for host 2's three attempts, however loaded the machine
-        path.write_text(json.dumps(document))
-    shutil.copytree(shipped["deploy"].parent / ".kvbake", host1.parent / ".kvbake")
-    argv = [sys.executable, "build.py", "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "host 1",
-            "--manifest", str(shipped["manifest"]), "--deploy", str(host1)]
-    deploying = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
-    try:
-        while not NodeState("spark-a", Engine(rig["a"].host)).read().transition:
-            assert deploying.poll() is None, deploying.communicate()
-            time.sleep(0.2)
+    host1, host2 = (gated_operator_host(tmp_path, rig, name, gate, lock_stale_after_s=1.5) for name in ("host1", "host2"))
+    with deploy_held_back(shipped, rig, host1, gate) as deploying:
         for attempt in (["deploy", "--revert"], ["deploy", "--resume"], ["deploy", "--preset", "control", "--image", shipped["digest"],
                                                                          "--reason", "host 2"]):
             time.sleep(2)
             code, _, err = ship_with(capsys, shipped, host2, *attempt, "--break-lock")
             assert code == 12 and "is locked by" in err and "for deploy-" in err and "last renewed" in err, (attempt, err)
             assert deploying.poll() is None, "host 1 is still deploying"
-        gate.touch()
-        out, err = deploying.communicate(timeout=600)
-    finally:
-        if deploying.poll() is None:
-            deploying.kill()
-    assert deploying.returncode == 0, err
     after = fleet_snapshot(rig, shipped)
     for node in ("a", "b"):
         assert after[node]["records"] == (after["a"]["records"][0], before[node]["records"][0]) and not after[node]["lock"]
         assert after[node]["transition"] is None and after[node]["diverged"] is None
     assert not (host2.parent / ".kvbake" / "deploy" / "journal.json").exists()
+    assert_invariant(capsys, shipped, rig, PACKING_ENV)
+
+
+def test_a_live_deploy_in_another_pid_namespace_of_this_machine_keeps_its_lock_against_break_lock(capsys, shipped, rig, tmp_path):
+    """Host 1 deploys as PID 1 of a PID namespace of its own, as in a container of this machine: the same machine id,
+    boot id and host name, while PID 1 here is another process. `deploy --revert --break-lock` run here is refused naming
+    the live holder, and host 1's deploy then ends as if it had been alone."""
+    deploy_control(capsys, shipped, "baseline")
+    gate = tmp_path / "go-on"
+    host1 = gated_operator_host(tmp_path, rig, "host1", gate)
+    with deploy_held_back(shipped, rig, host1, gate, ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")) as deploying:
+        claim = claim_from_labels(Engine(rig["a"].host).container_inspect(LOCK_NAME)["Config"]["Labels"])
+        assert claim.pid == 1 and process_start(1) != claim.started, f"PID 1 here is not the holder: {claim}"
+        code, _, err = ship(capsys, shipped, "deploy", "--revert", "--break-lock")
+        assert code == 12 and f"node spark-a is locked by {claim.owner} for {claim.deploy} (last renewed" in err, err
+        assert claim.pid_namespace.startswith("pid:[") and claim.pid_namespace != pid_namespace()
+        assert deploying.poll() is None, "host 1 is still deploying"
     assert_invariant(capsys, shipped, rig, PACKING_ENV)
 
 
@@ -297,7 +334,9 @@ def test_the_one_call_a_stopped_host_had_begun_lands_late_and_the_documented_rep
 
 AUDIT_RUNNER = """
 import os, signal, sys
+from kvbake.ship.adapters.node_locks import LOCK_NAME, pid_namespace, process_start
 from kvbake.ship.adapters.nodestate import NodeState
+from kvbake.ship.core.lock_claims import claim_from_labels
 from kvbake.cli import main
 original, stopped = NodeState.write, []
 def read_stop_write(self, image, line):

@@ -120,9 +120,25 @@ class FakeEngine:
             raise EngineError(f"{self.label}: tag {reference}: no such image {image_id}", "pull it first")
         self.tags[reference] = self.image_id_of(str(image_id))
 
-    def untag(self, reference: str) -> None:
+    def untag(self, reference: str, in_use_too: bool = False) -> None:
         self._up()
         self.tags.pop(reference, None)
+
+    def tags_of_repository(self, repository: str) -> list[str]:
+        self._up()
+        return sorted(reference for reference in self.tags if reference.rpartition(":")[0] == repository)
+
+    def commit(self, container: str, reference: str) -> str:
+        """Like `docker commit`: an image of the container's image plus one layer holding the container's files."""
+        self._up()
+        found = self._get(container)
+        base = self.images[str(found["Image"])]
+        image_id = f"sha256:commit-{self._new_id()}"
+        layers = [*base.get("RootFS", {}).get("Layers", []), f"sha256:layer-of-{found['Id']}"]
+        self.images[image_id] = {**base, "Id": image_id, "RootFS": {"Layers": layers}}
+        self.image_files[image_id] = {**self.image_files.get(str(found["Image"]), {}), **self.files.get(str(self._name_of(container)), {})}
+        self.tags[reference] = image_id
+        return image_id
 
     def create_marker(self, image: str, name: str, labels: dict[str, str]) -> str | None:
         self._up()
@@ -213,6 +229,8 @@ class FakeEngine:
         main = Process(1, 0, (*config.get("Entrypoint", ()), *config.get("Cmd", ())), environment(config.get("Env") or []), "/", "/bin/main")
         self.containers[name] = {"Id": container_id, "Name": name, "Image": spec["image"], "Config": config, "Main": main,
                                  "HostConfig": dict(spec.get("host") or {}), "State": {"Running": False}, "Mounts": []}
+        if spec["image"] in self.image_files:
+            self.files[name] = dict(self.image_files[spec["image"]])
         return container_id
 
     def exec_detached(self, container: str, argv: list[str], env: dict[str, str], workdir: str | None, user: str | None,

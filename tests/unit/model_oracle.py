@@ -71,9 +71,9 @@ def node_serving_failures(world: World, node: str, release: Release | None) -> l
         return [f"{node} runs {len(serves)} serves, not one of {release.preset}"]
     serve, failures = serves[0], []
     info = release.adopted or {}
-    name, image = (info.get("name"), info.get("image_id")) if info else (CONTAINER, release.config_digest)
-    if (serve["Name"], serve["Image"]) != (name, image):
-        failures.append(f"{node} serves {serve['Name']} from {serve['Image']}, not {name} from {image} ({release.preset})")
+    name, images = (info.get("name"), adopted_images(info, serve)) if info else (CONTAINER, (release.config_digest,))
+    if serve["Name"] != name or serve["Image"] not in images:
+        failures.append(f"{node} serves {serve['Name']} from {serve['Image']}, not {name} from {' or '.join(images)} ({release.preset})")
     switch_sets = {tuple(sorted((k, v) for k, v in p.env.items() if k == "S")) for p in serve.get("Processes", ()) if is_serve(p)}
     if switch_sets != {tuple(sorted(release.switches.items()))}:
         failures.append(f"{node} serves with switches {sorted(switch_sets)}, not {dict(release.switches)} ({release.preset})")
@@ -82,6 +82,16 @@ def node_serving_failures(world: World, node: str, release: Release | None) -> l
     if info and not (serve.get("HostConfig") or {}).get("AutoRemove") and policy not in ("no", info.get("restart")):
         failures.append(f"{node}: the adopted serve restarts {policy!r} at boot, not {info.get('restart')!r} as it did, nor 'no' as adopt left it")
     return failures
+
+
+def adopted_images(info: dict, serve: dict) -> tuple[str, ...]:
+    """What an adopted serve may run: its own image in the very container adopt found, and once that container is gone
+    (a --rm serve set aside) and created again, the copy of its writable layer adopt committed: never its own image
+    without that layer."""
+    copy = info.get("copy")
+    if copy and serve.get("Id") != info.get("container_id"):
+        return (str(copy["image_id"]),)
+    return (str(info.get("image_id")),)
 
 
 def serving_failures(world: World) -> list[str]:
@@ -116,6 +126,20 @@ def tag_failures(world: World) -> list[str]:
     return failures
 
 
+def stray_copies(world: World) -> list[str]:
+    """A settled node holds a copy of an adopted serve only while one of its records names it."""
+    failures = []
+    for node in NODES:
+        r = records(world, node)
+        if r.transition or r.diverged or node in world.release_interrupted:
+            continue
+        named = {str(release.adopted["copy"]["reference"]) for release in (r.current, r.previous, r.adopted)
+                 if release is not None and release.adopted and release.adopted.get("copy")}
+        held = {reference for reference in world.fakes[node].tags if reference.startswith("kvbake-adopted:")}
+        failures += [f"{node}: the copy {reference} stays, and no record names it" for reference in sorted(held - named)]
+    return failures
+
+
 def missing_images(world: World) -> list[str]:
     return [f"{node}: the image of its {key} release {image_of(release)} is gone" for node in NODES
             for key, release in (("current", records(world, node).current), ("previous", records(world, node).previous),
@@ -134,6 +158,9 @@ def adopted_failures(world: World) -> list[str]:
             rm = bool(((info.get("spec") or {}).get("host") or {}).get("AutoRemove"))
             if kept is None and not info.get("spec"):
                 failures.append(f"{node}: the adopted serve is neither kept nor recreatable")
+            copy = info.get("copy")
+            if kept is None and copy and copy["reference"] not in world.fakes[node].tags and node not in world.release_interrupted:
+                failures.append(f"{node}: the adopted serve's copy {copy['reference']} is gone, so it comes back without its writable layer")
             if kept is None and not rm and node not in world.release_interrupted:
                 failures.append(f"{node}: the kept adopted container {info['container_id']} is gone")
             policy = (((kept or {}).get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 
+import pytest
+
 from kvbake.attest.core.admission import SLSA_V02, attestation_problem, key_fingerprint, material_text, signature_problem
 
 DIGEST = "sha256:" + "ab" * 32
@@ -41,6 +43,21 @@ def test_an_attestation_must_name_the_digest_state_the_config_and_hold_the_locks
     assert attestation_problem([statement(materials=changed)], DIGEST, CONFIG, None) is None
     assert attestation_problem([statement(materials=MATERIALS[::-1])], DIGEST, CONFIG, MATERIALS) is not None, "order counts"
     assert attestation_problem([statement(kind="https://example.com/other")], DIGEST, CONFIG, MATERIALS).endswith("not SLSA provenance v0.2")
+
+
+@pytest.mark.parametrize("predicate", [
+    {"invocation": {"parameters": {}}, "materials": MATERIALS},
+    {"invocation": {"parameters": {"configDigest": ""}}, "materials": MATERIALS},
+    {"invocation": {}, "materials": MATERIALS},
+    {"materials": MATERIALS},
+    {},
+], ids=["no configDigest", "an empty configDigest", "no parameters", "no invocation", "an empty predicate"])
+@pytest.mark.parametrize("materials", [MATERIALS, None], ids=["deploy", "rollback"])
+def test_an_attestation_that_states_no_config_digest_is_refused(predicate, materials):
+    """Saying nothing of the config is no proof of it: the gate stays shut."""
+    unstated = {**statement(), "predicate": predicate}
+    problem = attestation_problem([unstated], DIGEST, CONFIG, materials)
+    assert problem is not None and problem.startswith("the attestation states config ") and problem.endswith(f"the release is {CONFIG}")
 
 
 def test_every_attestation_naming_the_digest_must_agree():

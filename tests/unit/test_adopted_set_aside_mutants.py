@@ -85,7 +85,8 @@ def test_a_lock_holder_alive_on_this_machine_is_not_gone_and_is_sent_no_signal()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         here = this_host()
-        claim = LockClaim("t", f"ops@h1:{sleeper.pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, process_start(sleeper.pid) or "")
+        claim = LockClaim("t", f"ops@h1:{sleeper.pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, process_start(sleeper.pid) or "",
+                          here.pid_namespace)
         assert claim.pid == sleeper.pid != os.getpid()
         assert holder_gone(claim) is False
         with pytest.raises(subprocess.TimeoutExpired):  # the holder still runs a second later

@@ -1,5 +1,6 @@
 """`init --capture`'s patches: a patch file's slug, the fixed author, unsigned commits, nested and top-level paths, a
-served file changed from the image's, the patches folder, and a git failure's error."""
+served file changed from the image's (an empty one too, applied as the chain applies it), the patches folder, and a git
+failure's error."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from kvbake.bake.adapters import capture
 from kvbake.bake.adapters.capture import commit, git, one_patch, slug, write_captured
-from kvbake.bake.adapters.gitapply import GitResult
+from kvbake.bake.adapters.gitapply import GitResult, apply_strictly
 from kvbake.bake.core.served_overlay import ServedFile, ServedOverlay
 from kvbake.digests import sha256_hex
 from kvbake.errors import PatchError
@@ -85,3 +86,16 @@ def test_capture_creates_the_project_folder_when_missing(tmp_path):
     project = tmp_path / "new" / "project"
     (entry,) = write_captured(overlay("a.py", b"served\n", None), {"a.py": b"served\n"}, {}, project)
     assert (project / entry["file"]).is_file()
+
+
+@pytest.mark.parametrize(("image", "served"), [(b"", b"served = 1\n"), (b"image = 1\n", b"")],
+                         ids=["empty in the image", "emptied by the serve"])
+def test_a_captured_patch_of_a_file_empty_on_one_side_applies_strictly_to_the_images_files(tmp_path, image, served):
+    """An empty file the image holds is a file, not an absent one: its patch changes it, and git apply takes it."""
+    project = tmp_path / "project"
+    (entry,) = write_captured(overlay("pkg/mod.py", served, image), {"pkg/mod.py": served}, {"pkg/mod.py": image}, project)
+    tree = tmp_path / "image"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "mod.py").write_bytes(image)
+    apply_strictly(entry["id"], project / entry["file"], tree)
+    assert (tree / "pkg" / "mod.py").read_bytes() == served and sorted(p.name for p in (tree / "pkg").iterdir()) == ["mod.py"]

@@ -1,4 +1,5 @@
-"""The status page's shape: its title, headers and heading, each cell's elements and classes, each row's class, and the marks."""
+"""The status page's shape: its title, headers and heading, each cell's elements and classes, each row's class, and the
+marks (a node's diverged mark among them, while its ranks agree again)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from fake_fleet import CONTROL, deploy, make_world
+from kvbake.ship.adapters import status as fleet_status
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.html_status import status_html
 from tests.unit.message_words import says
 from tests.unit.test_html_reports import X, parsed, release
@@ -157,3 +161,15 @@ def test_a_fleet_without_marks_says_so_in_a_paragraph() -> None:
     assert body(root).find(f"{X}ul") is None
     [paragraph] = body(root).findall(f"{X}p")
     assert says(paragraph.text, "none")
+
+
+def test_a_node_marked_diverged_shows_diverged_on_the_page_though_its_ranks_agree_now(tmp_path, monkeypatch) -> None:
+    """The mark stays until its repair runs: ranks that agree again do not clear it."""
+    world = make_world(tmp_path, monkeypatch)
+    deploy(world, CONTROL)
+    NodeState("b", world.engines["b"]).update("base:1", "diverged", diverged={"by": "ops@h1", "repair": "deploy --revert"})
+    data = fleet_status.status(world.fleet)
+    assert data["diverged"] is False, "the ranks agree"
+    listed = marks(parsed(status_html(data)))
+    assert children(listed) == [("li", "mark")]
+    assert says(listed[0].text, "DIVERGED") and listed[0].text.endswith("; repair: deploy --revert")

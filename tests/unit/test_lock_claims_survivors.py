@@ -1,5 +1,5 @@
-"""A lock's holder is judged gone only when its claim names all three of machine id, boot id and host name: on a host
-that cannot read its own ids either, a claim missing any of them is never judged from here. A process's start time is
+"""A lock's holder is judged gone only when its claim names all of machine id, boot id, host name and PID namespace: on a
+host that cannot read its own ids either, a claim missing any of them is never judged from here. A process's start time is
 the twentieth field after its command, read only when the stat line holds it."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ def test_a_claim_missing_an_id_is_not_judged_even_where_the_same_ids_are_missing
     assert holder_is_gone(claim, here, 7, False, lambda pid: None) is False
 
 
-def test_a_claim_naming_all_three_ids_of_this_host_is_judged_by_its_process():
-    here = HostIdentity("m1", "b1", "ops-1")
-    claim = LockClaim("t", "ops@ops-1:4242", "m1", "deploy", 1.0, "b1", "ops-1", "100")
+def test_a_claim_naming_all_four_ids_of_this_host_is_judged_by_its_process():
+    here = HostIdentity("m1", "b1", "ops-1", "pid:[4026531836]")
+    claim = LockClaim("t", "ops@ops-1:4242", "m1", "deploy", 1.0, "b1", "ops-1", "100", "pid:[4026531836]")
     assert holder_is_gone(claim, here, 7, False, lambda pid: None) is True
 
 

@@ -15,6 +15,7 @@ from kvbake.ship.adapters.node_locks import LOCK_NAME, NodeLock
 from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.core.fencing import FENCE_IMAGE, FENCE_LABEL, READS, WRITES, fence_name, generation_of, newest_generation
 
+from engine_state_changes import STATE_CHANGING_CALLS
 from fake_fleet import World, make_world
 
 STALE = 60.0
@@ -45,6 +46,17 @@ def test_every_engine_call_is_either_a_write_or_a_read():
     calls = {name for name, value in inspect.getmembers(Engine) if callable(value) and not name.startswith("_")}
     assert not WRITES & READS
     assert calls == WRITES | READS, f"unclassified: {sorted(calls - WRITES - READS)}; not engine calls: {sorted((WRITES | READS) - calls)}"
+
+
+@pytest.mark.reads_source
+def test_the_fenced_calls_are_exactly_the_engine_calls_that_change_a_node():
+    """Held against the tests' own list: a call that starts a serve, moves a tag or writes a record, classed as a read,
+    would run unfenced after this host lost its lock."""
+    calls = {name for name, value in inspect.getmembers(Engine) if callable(value) and not name.startswith("_")}
+    changing = set(STATE_CHANGING_CALLS)
+    assert changing <= calls, f"not engine calls: {sorted(changing - calls)}"
+    assert WRITES == changing, f"change a node but are not fenced: {sorted(changing - WRITES)}; fenced though they change nothing: {sorted(WRITES - changing)}"
+    assert READS == calls - changing, f"classed as reads though they change a node: {sorted(READS & changing)}"
 
 
 @pytest.mark.parametrize(("name", "generation"), [("kvbake-fence-7", 7), ("/kvbake-fence-12", 12), ("kvbake-fence-", None),

@@ -116,9 +116,10 @@ def test_a_lost_lock_stays_lost_even_when_its_container_comes_back(world):
 # ---- whose holder is gone ----
 
 def claim_here(pid: int, token: str = "t") -> LockClaim:
-    """A claim by a process of this machine, in this boot, with that process's own start time."""
+    """A claim by a process of this machine, in this boot and PID namespace, with that process's own start time."""
     here = node_locks.this_host()
-    return LockClaim(token, f"ops@host:{pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, node_locks.process_start(pid) or "")
+    return LockClaim(token, f"ops@host:{pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, node_locks.process_start(pid) or "",
+                     here.pid_namespace)
 
 
 def test_the_machine_id_is_the_first_non_empty_id_file_stripped(tmp_path, monkeypatch):
@@ -133,6 +134,28 @@ def test_without_an_id_file_the_machine_is_known_by_its_host_name(tmp_path, monk
     monkeypatch.setattr(node_locks, "MACHINE_ID_FILES", (str(tmp_path / "missing"), str(tmp_path / "empty")))
     (tmp_path / "empty").write_text("")
     assert node_locks.machine_id() == socket.gethostname()
+
+
+def test_the_pid_namespace_is_the_one_this_process_sees_its_pids_in():
+    assert node_locks.pid_namespace() == os.readlink("/proc/self/ns/pid") and node_locks.pid_namespace().startswith("pid:[")
+
+
+def fake_proc(root: Path, self_pid: int) -> Path:
+    """A /proc whose `self` is process `self_pid`, in namespace pid:[9]."""
+    (root / str(self_pid) / "ns").mkdir(parents=True)
+    (root / str(self_pid) / "ns" / "pid").symlink_to("pid:[9]")
+    (root / "self").symlink_to(str(self_pid))
+    return root
+
+
+def test_a_proc_of_another_pid_namespace_or_none_gives_no_namespace(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_locks, "PROC", str(fake_proc(tmp_path / "mine", os.getpid())))
+    assert node_locks.pid_namespace() == "pid:[9]"
+    monkeypatch.setattr(node_locks, "PROC", str(fake_proc(tmp_path / "theirs", os.getpid() + 1)))
+    assert node_locks.pid_namespace() == "", "its PIDs are another namespace's"
+    monkeypatch.setattr(node_locks, "PROC", str(tmp_path / "missing"))
+    assert node_locks.pid_namespace() == ""
+    assert node_locks.this_host().pid_namespace == ""
 
 
 def test_a_holder_of_this_very_process_is_gone_only_once_it_no_longer_holds_the_lock():
@@ -168,9 +191,9 @@ def test_a_holder_that_cannot_be_judged_from_here_is_not_gone():
     assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{NO_SUCH_PID}", "", "d", 0.0)), "no machine recorded"
     assert not node_locks.holder_gone(LockClaim("t", "ops@host", here.machine, "d", 0.0, here.boot, here.host)), "no pid recorded"
     assert not node_locks.holder_gone(LockClaim("t", f"ops@host:{NO_SUCH_PID}", here.machine, "d", 0.0)), "an earlier kvbake's claim"
-    for other in ({"machine": "another-machine"}, {"boot": "another-boot"}, {"host": "another-host"}):
+    for other in ({"machine": "another-machine"}, {"boot": "another-boot"}, {"host": "another-host"}, {"pid_namespace": "pid:[1]"}):
         theirs = replace(claim_here(NO_SUCH_PID), **other)
-        assert not node_locks.holder_gone(theirs), f"{other}: a process of another machine (or boot) is never judged here"
+        assert not node_locks.holder_gone(theirs), f"{other}: a process of another machine (boot or PID namespace) is never judged here"
 
 
 def test_two_hosts_sharing_a_machine_id_never_judge_each_others_live_lock_gone():

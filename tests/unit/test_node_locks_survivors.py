@@ -1,7 +1,7 @@
 """What a host that lost its lock is told about the holder (with or without the deploy its claim names); a host's
 locks fence only the nodes they were taken on; a lock this host never took, or released, is LockLost with a fix; and a
-lock taken carries the start time of its holder's process. A machine without a boot id gives none, and a holder on it is
-never judged gone from here."""
+lock taken carries the start time and PID namespace of its holder's process. A machine without a boot id gives none,
+and a holder on it is never judged gone from here."""
 
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ def test_a_lock_never_taken_is_lost_with_a_fix():
     assert lost.value.fix and "take it first" in lost.value.fix
 
 
-def test_a_lock_taken_records_the_start_time_of_the_process_that_holds_it():
+def test_a_lock_taken_records_the_start_time_and_pid_namespace_of_the_process_that_holds_it():
     engine = FakeEngine("a")
     holder_lock(engine, "deploy-1")
     claim = claim_from_labels(engine.containers[LOCK_NAME]["Config"]["Labels"])
     assert claim.started and claim.started == process_start(os.getpid())
+    assert claim.pid_namespace and claim.pid_namespace == os.readlink("/proc/self/ns/pid")
 
 
 def test_a_machine_without_a_boot_id_gives_none_and_its_holders_are_never_judged_gone(tmp_path, monkeypatch):
@@ -71,5 +72,5 @@ def test_a_machine_without_a_boot_id_gives_none_and_its_holders_are_never_judged
     assert boot_id() == ""
     here = this_host()
     gone_pid = 2 ** 22 + 1  # above any PID the kernel hands out
-    claim = LockClaim("t", f"ops@{here.host}:{gone_pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, "1")
+    claim = LockClaim("t", f"ops@{here.host}:{gone_pid}", here.machine, "deploy-1", 0.0, here.boot, here.host, "1", here.pid_namespace)
     assert claim.pid == gone_pid and not holder_gone(claim)

@@ -31,7 +31,7 @@ import model_commands as commands
 from fake_engine import FakeEngine
 from kvbake.errors import KvbakeError
 from model_fixes import fix_failures
-from model_oracle import adopted_failures, fingerprint, lost_audit_lines, missing_images, repair_failures, tag_failures, unsettled
+from model_oracle import adopted_failures, fingerprint, lost_audit_lines, missing_images, repair_failures, stray_copies, tag_failures, unsettled
 from model_world import ACTIVE, FAULT_METHODS, HOSTS, NODES, STALE, Fault, World, lock_violations, patched
 
 STEPS = int(os.environ.get("KVBAKE_MODEL_STEPS", "10000"))
@@ -204,6 +204,12 @@ class RolloutModel(RuleBasedStateMachine):
     def no_audit_line_is_ever_lost(self) -> None:
         lost = lost_audit_lines(self.world, self.audit_seen)
         assert not lost, lost
+
+    @precondition(lambda self: self.world is not None)
+    @invariant()
+    def no_copy_of_an_adopted_serve_outlives_its_record(self) -> None:
+        failures = stray_copies(self.world)
+        assert not failures, failures
 
     @precondition(lambda self: self.world is not None)
     @invariant()

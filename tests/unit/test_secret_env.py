@@ -32,6 +32,18 @@ def test_a_variable_is_a_secret_by_its_name_or_by_a_value_that_looks_like_a_cred
     assert missing_secrets(["HF_TOKEN", "VLLM_API_KEY"], {"HF_TOKEN": TOKEN, "VLLM_API_KEY": ""}) == ["VLLM_API_KEY"]
 
 
+# The variables a serve's tokens and API keys travel in (Hugging Face's two names, vLLM's and the OpenAI client's key),
+# listed here on their own: a name dropped from kvbake's list must fail this test, not change its answer.
+NAMED_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY")
+
+
+@pytest.mark.parametrize("name", NAMED_SECRETS)
+def test_each_named_secret_variable_is_withheld_though_its_value_looks_like_no_credential(name):
+    plain, names = split_secrets({name: "abc", "A": "1"})
+    assert plain == {"A": "1"} and names == (name,)
+    assert split_env_list([f"{name}=abc", "A=1"]) == (["A=1"], (name,))
+
+
 def test_a_secret_option_is_withheld_in_either_spelling_and_restored_from_the_environment():
     argv = ["vllm", "serve", "/m", "--api-key", KEY, "--port", "8000"]
     withheld, names = withhold_args(argv)

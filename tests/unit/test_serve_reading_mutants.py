@@ -1,4 +1,5 @@
-"""Which main process is a Ray node, where a serve's root is, and what a `docker exec` restart adds to its environment."""
+"""Which main process is a Ray node, where a serve's root is, and what a `docker exec` restart adds to its environment
+and whose working directory and user it keeps."""
 
 from __future__ import annotations
 
@@ -48,3 +49,13 @@ def test_a_shell_that_read_the_serve_command_from_its_terminal_gives_way_to_the_
     reading = read_serve([proc(1, 0, ("sleep", "infinity")), proc(40, 0, root), proc(41, 40, SERVE)])
     command = exec_command(next(s for s in reading.serving if s.process.pid == 41), [])
     assert command["argv"] == list(SERVE if started_again == "serve" else root)
+
+
+def test_an_execd_serve_is_started_again_in_the_working_directory_and_as_the_user_of_the_process_docker_exec_started():
+    """`docker exec -u 0 -w /opt/app NODE bash -c 'cd /models && exec setpriv --reuid 1000 vllm serve …'`: the serve runs
+    elsewhere and as another user, and only the exec's own cwd and user start that command line as it ran."""
+    root = ("bash", "-c", "cd /models && exec setpriv --reuid 1000 vllm serve /m")
+    reading = read_serve([proc(1, 0, ("sleep", "infinity")), proc(30, 0, root, cwd="/opt/app", uid=0),
+                          proc(31, 30, SERVE, cwd="/models", uid=1000)])
+    command = exec_command(reading.serving[0], [])
+    assert (command["argv"], command["cwd"], command["user"]) == (list(root), "/opt/app", "0")

@@ -1,5 +1,5 @@
-"""The served-overlay record as lock reads it: an unreadable record, a missing or changed served copy, the hashes and image
-bytes the proof is held against, and lock's result text keeping its summary beside the proof line."""
+"""The served-overlay record as lock reads it: an unreadable record, a missing or changed served copy, a record of no file,
+the hashes and image bytes the proof is held against, and lock's result text keeping its summary beside the proof line."""
 
 from __future__ import annotations
 
@@ -66,6 +66,19 @@ def test_a_record_read_under_another_source_root_is_refused_with_a_fix(tmp_path)
     with pytest.raises(IntegrityError) as refused:
         served_proof(tmp_path, "/elsewhere", {"pkg/a.py": b"served\n"}, {"pkg/a.py": None})
     assert "/elsewhere" in refused.value.message and refused.value.fix
+
+
+@pytest.mark.parametrize(("chain", "base"), [
+    ({"pkg/c.py": b"changed\n"}, {"pkg/c.py": sha256_hex(b"image\n")}),
+    ({"pkg/new.py": b"created\n"}, {"pkg/new.py": None}),
+], ids=["changes an image file", "creates a file"])
+def test_a_record_of_a_serve_that_ran_its_image_unchanged_holds_no_chain(tmp_path, chain, base):
+    """A serve that changed no file gives no proof to hold a chain against: lock takes any chain, as without a record."""
+    record(tmp_path, {})
+    assert read_served(tmp_path)[0].files == ()
+    assert require_served_proof(tmp_path, ROOT, chain, base, {"pkg/c.py": b"image\n"}).proof is None
+    assert served_proof(tmp_path, ROOT, chain, base) is None
+    assert not (tmp_path / ".kvbake" / "served" / "differences.diff").exists()
 
 
 def test_a_chain_file_the_serve_runs_as_the_image_holds_it_is_proven_by_the_images_hash(tmp_path):

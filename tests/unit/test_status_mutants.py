@@ -1,4 +1,4 @@
-"""verify-running on a node without a release record, and status: signed releases, node marks, absent containers, switches."""
+"""verify-running on a node without a release record and on ranks that disagree, and status: signed releases, node marks, absent containers, switches."""
 
 from __future__ import annotations
 
@@ -132,3 +132,14 @@ def test_a_rank_without_a_record_keeps_every_other_ranks_failures_in_order(world
     del world.engines[failing].containers[CONTAINER]
     message = refusal(world).message
     assert says(message, f"{forgotten}: no release recorded") and says(message, f"{failing}: the serving container is not there")
+
+
+def test_ranks_that_each_run_their_own_record_but_different_releases_fail_verify_running_naming_both(world):
+    """Each rank matches the release its own node records; verify-running still holds them to each other."""
+    deploy(world, CONTROL)
+    deploy(world, PACKING)
+    NodeState("b", world.engines["b"]).update("base:1", "back", current=CONTROL)
+    world.engines["b"].run_serving(CONTAINER, f"{REPO}:previous", [])  # control: no switches
+    failure = refusal(world)
+    assert failure.message.startswith("verify-running: 1 problem(s): the ranks disagree: ")
+    assert says(failure.message, f"a runs 2 layers with {{'{SWITCH}': '3'}}") and says(failure.message, "b runs 2 layers with no switches")

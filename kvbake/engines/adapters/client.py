@@ -247,17 +247,26 @@ class Engine(ContainerOps):
         with contextlib.suppress(DockerException):  # NoSuchImage among them
             self.client.image.remove(reference, force=False, prune=True)
 
-    def untag(self, reference: str) -> None:
+    def untag(self, reference: str, in_use_too: bool = False) -> None:
         """Remove one tag without touching other tags of the same image; a tag that is already gone is fine, any other
-        refusal of the engine is an EngineError (a tag kvbake believes moved must have moved)."""
+        refusal of the engine is an EngineError (a tag kvbake believes moved must have moved). With `in_use_too`, a
+        tag whose image a container still runs goes as well (the image stays, untagged, until that container goes)."""
         try:
-            self.client.image.remove(reference, force=False, prune=False)
+            self.client.image.remove(reference, force=in_use_too, prune=False)
         except NoSuchImage:
             return
         except DockerException as err:
             if "No such image" in (err.stderr or ""):
                 return
             raise self._fail(f"untag {reference}", err) from None
+
+    def tags_of_repository(self, repository: str) -> list[str]:
+        """Every `repository:tag` reference this engine holds of one local repository, sorted."""
+        try:
+            images = self.client.image.list(repository_or_tag=repository)
+        except DockerException as err:
+            raise self._fail(f"list the images of {repository}", err) from None
+        return sorted(tag for image in images for tag in image.repo_tags if tag.rpartition(":")[0] == repository)
 
     def ensure_empty_image(self, reference: str) -> None:
         """Make `reference` an image that holds no file (`docker import` of an empty archive), once per engine: the

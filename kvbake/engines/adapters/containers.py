@@ -138,6 +138,14 @@ class ContainerOps:
         except DockerException as err:
             raise self._fail(f"create {name} from its recorded spec", err) from None
 
+    def commit(self, container: str, reference: str) -> str:
+        """`docker commit --pause=false`: the container's writable layer as a local image named `reference`, taken
+        without pausing what runs in it; the new image's ID."""
+        try:
+            return str(self.client.container.commit(container, tag=reference, pause=False).id)
+        except DockerException as err:
+            raise self._fail(f"commit {container} as {reference}", err) from None
+
     def set_restart_policy(self, container: str, policy: str) -> None:
         """`docker update --restart`: `no` keeps a container the engine would otherwise start at boot from starting."""
         try:

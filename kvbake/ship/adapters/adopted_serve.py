@@ -4,7 +4,8 @@
 # Set aside: its restart policy is `no` (a reboot cannot start it next to kvbake's serve), it is stopped (a --rm
 # container is then gone) and renamed to its kept name. Brought back: kvbake's serving container goes, the kept
 # container gets its name and restart policy back and starts, or, when it is gone, a container is recreated from the
-# recorded create spec; in the exec shape the recorded vLLM command line is exec'd into it again.
+# recorded create spec on the serve's copy (its writable layer, committed by adopt); in the exec shape the recorded vLLM
+# command line is exec'd into it again.
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.errors import RolloutError
 from kvbake.launcher.core.launch_plan import to_main_log
 from kvbake.secret_env import missing_secrets, restore_args
+from kvbake.ship.core.adopted_copy import as_recorded, copy_of, image_to_recreate
 from kvbake.ship.core.create_spec import create_spec, spec_differences, with_secrets
 from kvbake.ship.core.release import Release
 
@@ -34,7 +36,7 @@ def is_the_adopted(container: Mapping[str, Any] | None, info: Mapping[str, Any])
     if container.get("Id") == info.get("container_id"):
         return True
     spec = info.get("spec")
-    return bool(spec) and not spec_differences(without_restart_policy(spec), without_restart_policy(create_spec(container)))
+    return bool(spec) and not spec_differences(without_restart_policy(spec), without_restart_policy(as_recorded(create_spec(container), info)))
 
 
 def without_restart_policy(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
     if not is_the_adopted(engine.container_inspect(kvbake_container), info):  # set aside half-way, it may still hold that name
         engine.remove_container(kvbake_container)
     if found is None:
-        engine.recreate(with_secrets(info["spec"], os.environ), name)
+        engine.recreate(with_secrets(spec_to_recreate(engine, node, info), os.environ), name)
     else:
         if str(found.get("Name", "")).lstrip("/") != name and not engine.rename_container(str(found["Id"]), name):
             raise RolloutError(f"node {node}: the adopted serve cannot take its name {name} back (another container holds it)",
@@ -99,6 +101,17 @@ def bring_back(engine: Engine, node: str, adopted: Release, default: str, kvbake
         exec_again(engine, node, name, info["ray_exec"], wait=True)
     if info.get("exec"):
         exec_again(engine, node, name, info["exec"])
+
+
+def spec_to_recreate(engine: Engine, node: str, info: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded create spec on the adopted serve's copy (its writable layer as adopt found it: a launcher's mods
+    included), or on its own image when an earlier kvbake made no copy."""
+    image, copy = image_to_recreate(info), copy_of(info)
+    if copy and engine.image_id_of(image) is None:
+        raise RolloutError(f"node {node}: the adopted serve's copy {copy['reference']} is gone from the node, "
+                           "so its serve cannot be recreated with what its container held", "roll forward to a kvbake release instead "
+                           "(python build.py deploy --preset NAME), or start the serve again with its launcher and adopt it anew")
+    return {**info["spec"], "image": image}
 
 
 def recreatable(container: Mapping[str, Any], info: Mapping[str, Any]) -> bool:

@@ -1,21 +1,23 @@
 """`build.py adopt`: the serve every node runs (kvbake did not deploy it) becomes its current release, through the journal."""
 
 # The adopted serve is recorded as it runs, process by process: its image, the switch set and length its vLLM serve
-# runs with, its create spec, and in the exec shape the `docker exec` command line that started vLLM. It stays
-# restorable (kept stopped, or recreated from its spec) until `adopt --release`.
+# runs with, its create spec, and in the exec shape the `docker exec` command line that started vLLM. Its writable
+# layer is committed as a local copy on its node (a launcher's mods live there). It stays restorable (kept stopped, or
+# recreated from its spec on that copy) until `adopt --release` or `hand-back`.
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kvbake.errors import RolloutError
+from kvbake.errors import KvbakeError, RolloutError
 from kvbake.serve.core.presets import check_reason
 from kvbake.secret_env import withhold_args
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters import adopted_serve
+from kvbake.ship.adapters.adopted_copy import commit_copy, remove_stray_copies
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.rollout import NodeView, check_views, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
@@ -154,11 +156,30 @@ def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = N
         lead = next(s.serve.reading.serving[0] for s in found.values() if s.serve.reading.serving)
         releases = {node: adopted_release(fleet, serve, reason, lead) for node, serve in found.items()}
         refuse_disagreement(releases)
+        writing = fenced(fleet, held)
+        releases = with_copies(writing, found, releases, views)
         journal = Journal(journal_id, "adopt", next(iter(releases.values())).id, tuple(adopt_plan(v, releases[v.name]) for v in views))
-        run_transition(fenced(fleet, held), journal, fleet.deployment.state_dir, held.check)
+        run_transition(writing, journal, fleet.deployment.state_dir, held.check)
     finally:
         held.release()
     return releases
+
+
+def with_copies(fleet: Fleet, found: dict[str, FoundServe], releases: dict[str, Release], views: list[NodeView]) -> dict[str, Release]:
+    """Each node's serve with the copy of its writable layer committed (a launcher's mods kept for every way back);
+    when one node cannot commit, the copies made so far go again and adopt stops before any other change."""
+    copied: dict[str, Release] = {}
+    try:
+        for node, serve in found.items():
+            copy = commit_copy(fleet.engines[node], serve.container)
+            copied[node] = replace(releases[node], adopted={**releases[node].adopted, "copy": copy})
+    except KvbakeError as err:
+        for v in views:
+            remove_stray_copies(fleet.engines[v.name], (v.records.current, v.records.previous, v.records.adopted))
+        raise RolloutError(f"adopt: the writable layer of {node}'s serve could not be kept ({err.one_line()})",
+                           "free disk space on that node (docker commit writes the layer as a local image), then adopt again; "
+                           "nothing was changed") from None
+    return copied
 
 
 def refuse_disagreement(releases: dict[str, Release]) -> None:
@@ -229,6 +250,7 @@ def release_adoption(fleet: Fleet, break_lock: bool) -> list[str]:
 def forget_adopted(fleet: Fleet, v: NodeView) -> None:
     engine, adopted = fleet.engines[v.name], v.records.adopted
     adopted_serve.release_kept(engine, adopted, fleet.deployment.launcher.container)
+    remove_stray_copies(engine, (v.records.current,))  # its copy too (the adopted serve is never current here)
     drops_previous = v.records.previous is not None and v.records.previous.adopted is not None
     if drops_previous:
         engine.untag(fleet.tag("previous"))

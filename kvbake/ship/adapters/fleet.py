@@ -14,6 +14,7 @@ from kvbake.manifest import Manifest
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import foreign_hooks, layer_digests
+from kvbake.ship.core.adopted_copy import compared_layers
 from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, process_failures,
                                              process_signature, ray_worker_failures, switch_set)
 from kvbake.serve.core.serve_reading import RAY_WORKER
@@ -82,10 +83,10 @@ class Fleet:
         writable layer changed under the source root. An adopted serve is held to what it ran when adopted."""
         container, image = self.observe(name, release)
         failures = self.rank_failures(name, container, image, release)
+        layers = compared_layers(container or {}, image, release.adopted, release.layers)
         if not container or not (container.get("State") or {}).get("Running"):
-            return RankCheck(tuple(failures), (tuple((image or {}).get("RootFS", {}).get("Layers", [])), ()), {})
+            return RankCheck(tuple(failures), (layers, ()), {})
         serve = read_rank(self.engines[name], container)
-        layers = tuple((image or {}).get("RootFS", {}).get("Layers", []))
         expected = dict(release.switches) if switches is None else switches
         if self.runs_as_ray_worker(name, release):
             failures += ray_worker_failures(name, serve.reading, None if release.adopted else expected, self.switch_names)

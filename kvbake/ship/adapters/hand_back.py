@@ -3,10 +3,11 @@
 # After `rollback --to adopted` the nodes run the serve kvbake found, under its own names, but kvbake still holds them:
 # the serve's restart policy is off (kvbake starts and stops it), the node keeps kvbake's records and audit log in its
 # state container, and the release tags name kvbake's images. hand-back gives all of that back, under the nodes' locks:
-# on each node the serve's own restart policy, then kvbake's tags and containers removed, its audit log copied to this
-# host first, the state container last (while it is there, a second run knows the node is kvbake's and finishes). The
-# serve itself is never stopped. The write fence (an empty container that never runs) stays: a host paused before
-# hand-back, whose lock was broken meanwhile, must never find its generation again when kvbake comes back.
+# on each node the serve's own restart policy, then kvbake's tags, the serve's copies and containers removed, its
+# audit log copied to this host first, the state container last (while it is there, a second run knows the node is
+# kvbake's and finishes). The serve itself is never stopped. The write fence (an empty container that never runs)
+# stays: a host paused before hand-back, whose lock was broken meanwhile, must never find its generation again when
+# kvbake comes back.
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from kvbake.atomicfile import write_atomic
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, RolloutError
 from kvbake.ship.adapters import adopted_serve
+from kvbake.ship.adapters.adopted_copy import remove_stray_copies
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import STATE_NAME, NodeState
 from kvbake.ship.adapters.rollout import NodeView, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view
+from kvbake.ship.core.adopted_copy import COPY_REPOSITORY
 from kvbake.ship.core.fencing import FENCE_IMAGE
 
 HOME_DIR = Path(".kvbake") / "home"
@@ -37,10 +40,12 @@ class HandedBack:
 
 
 def traces_of(fleet: Fleet, name: str) -> list[str]:
-    """What of kvbake's a node holds that hand-back removes: its state container and the release tags."""
+    """What of kvbake's a node holds that hand-back removes: its state container, the release tags and the adopted
+    serve's copies."""
     engine = fleet.engines[name]
     found = [STATE_NAME] if engine.container_inspect(STATE_NAME) is not None else []
-    return found + [fleet.tag(kind) for kind in TAG_KINDS if engine.image_id_of(fleet.tag(kind)) is not None]
+    return (found + [fleet.tag(kind) for kind in TAG_KINDS if engine.image_id_of(fleet.tag(kind)) is not None]
+            + engine.tags_of_repository(COPY_REPOSITORY))
 
 
 def refuse_kvbake_serving(views: list[NodeView]) -> None:
@@ -99,6 +104,7 @@ def hand_back_node(fleet: Fleet, v: NodeView, serve: dict | None, folder: Path) 
     if serve is not None:
         adopted_serve.restore_restart_policy(engine, serve, v.records.current.adopted)
     removed += [reference for reference in (fleet.tag(kind) for kind in TAG_KINDS) if untag(engine, reference)]
+    removed += remove_stray_copies(engine, ())  # the serve may run its copy: the image then stays, untagged, until it goes
     kept = v.records.adopted.kept_as if v.records.adopted else None  # a copy set aside under kvbake's own name
     found = engine.container_inspect(kept) if kept else None
     if found is not None and (serve is None or found.get("Id") != serve.get("Id")):

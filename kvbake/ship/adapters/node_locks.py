@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "kvbake-lock"
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+PROC = "/proc"
 HELD_HERE: set[str] = set()  # the tokens of the locks this process holds now
 
 
@@ -49,22 +50,32 @@ def boot_id() -> str:
     return ""
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (`pid:[inode]`), or "" where it cannot be read or where /proc shows another
+    namespace's processes (its `self` is not this process's PID): PIDs are looked up in /proc, so only a /proc of this
+    namespace can judge them."""
+    with contextlib.suppress(OSError):
+        if os.readlink(f"{PROC}/self") == str(os.getpid()):
+            return os.readlink(f"{PROC}/self/ns/pid")
+    return ""
+
+
 def this_host() -> HostIdentity:
-    return HostIdentity(machine_id(), boot_id(), socket.gethostname())
+    return HostIdentity(machine_id(), boot_id(), socket.gethostname(), pid_namespace())
 
 
 def process_start(pid: int) -> str | None:
     """When a process of this machine started (clock ticks since boot), or None when there is no such process."""
     try:
-        return start_time(Path(f"/proc/{pid}/stat").read_text())
+        return start_time(Path(f"{PROC}/{pid}/stat").read_text())
     except OSError:
         return None
 
 
 def holder_gone(claim: LockClaim) -> bool:
-    """True only when the holder is known gone: a process of this machine in this boot that no longer exists (or whose
-    PID another process has now), or an earlier command of this very process (one that embeds kvbake and runs commands
-    one after another) that no longer holds it."""
+    """True only when the holder is known gone: a process of this machine, boot and PID namespace that no longer exists
+    (or whose PID another process has now), or an earlier command of this very process (one that embeds kvbake and runs
+    commands one after another) that no longer holds it."""
     return holder_is_gone(claim, this_host(), os.getpid(), claim.token in HELD_HERE, process_start)
 
 
@@ -125,7 +136,8 @@ class NodeLock:
 
     def _create(self, image: str, deploy_id: str) -> bool:
         here = this_host()
-        claim = LockClaim(self.token, who(), here.machine, deploy_id, self.now(), here.boot, here.host, process_start(os.getpid()) or "")
+        claim = LockClaim(self.token, who(), here.machine, deploy_id, self.now(), here.boot, here.host, process_start(os.getpid()) or "",
+                          here.pid_namespace)
         created = self.engine.create_marker(image, LOCK_NAME, claim.labels())
         if created is None:
             return False

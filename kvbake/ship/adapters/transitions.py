@@ -15,6 +15,7 @@ from kvbake.deployfile import Deployment
 from kvbake.errors import DivergedError, KvbakeError, LockLost, RolloutError
 from kvbake.serve.core.runtime_config import ARGS_FILE, ENV_FILE, RankSettings, settings_of_release
 from kvbake.ship.adapters import adopted_serve
+from kvbake.ship.adapters.adopted_copy import remove_stray_copies
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.node_fence import before_write
 from kvbake.ship.adapters.node_locks import who
@@ -289,8 +290,12 @@ def unpublish(fleet: Fleet, journal: Journal, plans: list[NodePlan]) -> list[str
 
 
 def settle(fleet: Fleet, journal: Journal, folder: Path, outcome: str) -> None:
-    """The transition is over and every rank verified: drop the journal and any diverged mark, nodes first."""
+    """The transition is over and every rank verified: drop the journal and any diverged mark, nodes first. An
+    adoption that was undone leaves no copy of its serve's writable layer behind."""
     for plan in journal.nodes:
+        if journal.kind == "adopt":
+            records = plan.after_records if outcome == "done" else plan.before_records
+            remove_stray_copies(fleet.engines[plan.node], [release_of(records, key) for key in ("current", "previous", "adopted")])
         NodeState(plan.node, fleet.engines[plan.node]).update(marker_image(fleet, plan), f"{journal.kind} {journal.id} {outcome}",
                                                               transition=None, diverged=None)
     clear_journal(folder)

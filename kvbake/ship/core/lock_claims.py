@@ -16,7 +16,8 @@ RENEWAL_FILE = "renewed.json"
 @dataclass(frozen=True)
 class LockClaim:
     """Who holds a node lock: a random owner token only the holder knows, the holder's user@host:pid and machine id, the
-    transition it runs, and when it took the lock by the node's own clock."""
+    transition it runs, and when it took the lock by the node's own clock; a claim an older kvbake wrote lacks the
+    fields after `since`."""
 
     token: str
     owner: str
@@ -26,11 +27,12 @@ class LockClaim:
     boot: str = ""  # the holder machine's boot id
     host: str = ""  # its host name
     started: str = ""  # the holder process's start time (clock ticks since boot, from /proc/PID/stat)
+    pid_namespace: str = ""  # the PID namespace its PID is valid in (`pid:[inode]`)
 
     def labels(self) -> dict[str, str]:
         return {LABEL + "token": self.token, LABEL + "owner": self.owner, LABEL + "machine": self.machine,
                 LABEL + "deploy": self.deploy, LABEL + "since": f"{self.since:.3f}", LABEL + "boot": self.boot,
-                LABEL + "host": self.host, LABEL + "started": self.started}
+                LABEL + "host": self.host, LABEL + "started": self.started, LABEL + "pidns": self.pid_namespace}
 
     @property
     def pid(self) -> int | None:
@@ -47,27 +49,31 @@ def claim_from_labels(labels: Mapping[str, str] | None) -> LockClaim:
         since = 0.0
     return LockClaim(labels.get(LABEL + "token", ""), labels.get(LABEL + "owner", "unknown"), labels.get(LABEL + "machine", ""),
                      labels.get(LABEL + "deploy", ""), since, labels.get(LABEL + "boot", ""), labels.get(LABEL + "host", ""),
-                     labels.get(LABEL + "started", ""))
+                     labels.get(LABEL + "started", ""), labels.get(LABEL + "pidns", ""))
 
 
 @dataclass(frozen=True)
 class HostIdentity:
     """What tells one running machine from another: its machine id, its boot id and its host name. Cloned VMs and
-    containers that bind-mount /etc/machine-id share the first; a reboot changes the second."""
+    containers that bind-mount /etc/machine-id share the first; a reboot changes the second. Containers of one machine
+    share its boot id too (and its host name with `--network host`), so the PID namespace this process sees PIDs in
+    tells whether a holder's PID means the same process here ("" where it cannot be read)."""
 
     machine: str
     boot: str
     host: str
+    pid_namespace: str = ""
 
 
 def holder_is_gone(claim: LockClaim, here: HostIdentity, my_pid: int, held_here: bool, start_of: Callable[[int], str | None]) -> bool:
-    """Whether the lock's holder is known to be gone: it ran on this very machine, in this boot (machine id, boot id and
-    host name all match), and its process no longer exists, or another process now has its PID (another start time),
-    or it was this process and no longer holds the lock. Anything else cannot be judged from here: False, and the lock
-    goes stale by the node's clock alone."""
-    if claim.pid is None or not (claim.machine and claim.boot and claim.host):
+    """Whether the lock's holder is known to be gone: it ran on this very machine, in this boot and in this PID
+    namespace (machine id, boot id, host name and namespace all match), and its process no longer exists, or another
+    process now has its PID (another start time), or it was this process and no longer holds the lock. Anything else
+    cannot be judged from here (a claim of an older kvbake names no namespace): False, and the lock goes stale by the
+    node's clock alone."""
+    if claim.pid is None or not (claim.machine and claim.boot and claim.host and claim.pid_namespace):
         return False
-    if (claim.machine, claim.boot, claim.host) != (here.machine, here.boot, here.host):
+    if (claim.machine, claim.boot, claim.host, claim.pid_namespace) != (here.machine, here.boot, here.host, here.pid_namespace):
         return False
     if claim.pid == my_pid:
         return not held_here

@@ -9,6 +9,7 @@ from kvbake.engines.core.detection import store_named
 from kvbake.errors import PresetError
 from kvbake.serve.core.serve_description import CODE_OVERRIDES
 from kvbake.serve.core.serve_reading import RAY_WORKER
+from kvbake.ship.core.adopted_copy import as_recorded, runs_the_copy
 from kvbake.ship.core.create_spec import create_spec, spec_differences
 from kvbake.ship.core.release import RUNTIME_KEYS, runtime_config
 
@@ -125,19 +126,21 @@ def rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping
 
 
 def adopted_rank_failures(node: str, container: Mapping[str, Any] | None, image: Mapping[str, Any] | None, release: Any) -> list[str]:
-    """An adopted serve must be that very container again (or one recreated from its recorded spec), running its image;
-    its own mounts and overrides are what it always ran with, so they are not flagged. Its switch set is checked in
-    its processes (process_checks)."""
+    """An adopted serve must be that very container again (or one recreated from its recorded spec, on its own image or
+    on the copy of its writable layer adopt committed), running that image; its own mounts and overrides are what it
+    always ran with, so they are not flagged. Its switch set is checked in its processes (process_checks)."""
     if container is None:
         return [f"{node}: the adopted serving container is not there"]
     failures = []
     spec = release.adopted.get("spec")
-    if container.get("Id") != release.adopted["container_id"] and (not spec or spec_differences(spec, create_spec(container))):
+    recreated = as_recorded(create_spec(container), release.adopted)
+    if container.get("Id") != release.adopted["container_id"] and (not spec or spec_differences(spec, recreated)):
         failures.append(f"{node}: the serving container is {str(container.get('Id'))[:12]}, not the adopted {release.adopted['container_id'][:12]}"
                         + (" nor one recreated from its spec" if spec else ""))
     if not (container.get("State") or {}).get("Running"):
         failures.append(f"{node}: the adopted serving container is not running")
-    if image is None or list(image.get("RootFS", {}).get("Layers", [])) != list(release.layers):
+    own_layers = image is not None and list(image.get("RootFS", {}).get("Layers", [])) == list(release.layers)
+    if not own_layers and not runs_the_copy(container, image, release.adopted, release.layers):
         failures.append(f"{node}: the running image's layers differ from the adopted serve's")
     return failures
 
