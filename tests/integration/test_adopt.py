@@ -1,45 +1,57 @@
 """Adopting the bind-mount serve on real node engines: a deploy over it is refused until `adopt`; the first deploy
 keeps it as `previous`; the first rollback brings that very container back, bind mount and switches included, and so
 does a first deploy that fails. A --rm serve whose mod patched vLLM in its writable layer comes back from the copy adopt
-committed, mod intact, and hand-back removes that copy."""
+committed, mod intact, and hand-back removes that copy. A `--rm` serve with an API key on its command line and a token
+in its environment is adopted and recreated with both, and no file of the project, the journal or the nodes' state
+holds either."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake.ship.adapters.nodestate import STATE_NAME
+from kvbake.ship.adapters.nodestate import STATE_DIR, STATE_NAME
 from kvbake.ship.core.fencing import generation_of
+from kvbake.ship.core.journal import JOURNAL
 
 from conftest import run
 from faultscenarios import failing_launcher, operator_host
-from shiprig import BAKED, BASE, CONTAINER, STANDIN_VLLM, deploy_control, fleet_snapshot, reset_nodes, serving_env, ship, ship_with, standin_serve
+from shiprig import (BAKED, BASE, CONTAINER, CONTROL_LENGTH, STANDIN_LAUNCHER, STANDIN_VLLM, deploy_control, fleet_snapshot, reset_nodes,
+                     serving_env, ship, ship_with, standin_serve)
 
 pytestmark = pytest.mark.docker
 
 
-def start_bind_mount_serve(rig: dict, overlay_file) -> dict[str, str]:
+def start_bind_mount_serve(rig: dict, overlay_file, extra: tuple[str, ...] = (), envs: dict[str, str] | None = None,
+                           remove: bool = False) -> dict[str, str]:
     """The operator's serve as the seed runs it: the base image, a patched file bind-mounted over the source, one
-    switch set by hand. Returns each node's container ID."""
+    switch set by hand (with `extra` arguments, more `envs`, and `--rm` instead of a restart policy when asked).
+    Returns each node's container ID."""
     ids = {}
     for key in ("a", "b"):
         client = rig[key].client()
-        command = standin_serve()
+        command = standin_serve(CONTROL_LENGTH, *extra)
         container = client.run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["none"],
-                               envs={"VLLM_DSV41_KV_PAIR": "3"}, volumes=[(str(overlay_file), BAKED, "ro")], restart="unless-stopped",
-                               mounts=[STANDIN_VLLM])
+                               envs={"VLLM_DSV41_KV_PAIR": "3", **(envs or {})}, volumes=[(str(overlay_file), BAKED, "ro")],
+                               mounts=[STANDIN_VLLM], **({"remove": True} if remove else {"restart": "unless-stopped"}))
         ids[key] = container.id
     return ids
+
+
+def seed_overlay(folder: Path) -> Path:
+    overlay_file = folder / "kv_cache_interface.py"
+    overlay_file.write_text("# the patched file the seed bind-mounts\n")
+    return overlay_file
 
 
 @pytest.fixture()
 def bind_mount_serve(rig, shipped, tmp_path):
     reset_nodes(rig, shipped["repository"])
-    overlay_file = tmp_path / "kv_cache_interface.py"
-    overlay_file.write_text("# the patched file the seed bind-mounts\n")
-    yield start_bind_mount_serve(rig, overlay_file)
+    yield start_bind_mount_serve(rig, seed_overlay(tmp_path))
     for key in ("a", "b"):
         Engine(rig[key].host).remove_container(f"{CONTAINER}-kvbake-adopted")
     reset_nodes(rig, shipped["repository"])
@@ -192,3 +204,63 @@ def test_adopt_refuses_nodes_that_already_run_a_kvbake_release(capsys, shipped, 
     deploy_control(capsys, shipped, "baseline")
     code, _, err = run(capsys, "adopt", "--manifest", str(shipped["manifest"]), "--deploy", str(shipped["deploy"]))
     assert code == 12 and "already run a kvbake release" in err, err
+
+
+# Plain values: only the option and the variable's name make them secrets (the credential scan sees nothing in them).
+API_KEY = "kvbake-rig-plain-api-key-0123"
+HF_TOKEN = "kvbake-rig-plain-hf-token-4567"
+
+
+@pytest.fixture()
+def rm_serve_with_secrets(rig, shipped, tmp_path, monkeypatch):
+    """The bind-mount serve run with --rm (set aside, it is gone: a rollback recreates it from its spec), its API key on
+    its command line and a token in its environment; kvbake runs where both are exported."""
+    monkeypatch.setenv("VLLM_API_KEY", API_KEY)
+    monkeypatch.setenv("HF_TOKEN", HF_TOKEN)
+    reset_nodes(rig, shipped["repository"])
+    yield start_bind_mount_serve(rig, seed_overlay(tmp_path), ("--api-key", API_KEY), {"HF_TOKEN": HF_TOKEN}, remove=True)
+    reset_nodes(rig, shipped["repository"])
+
+
+def journal_keeping_launcher(folder: Path, journal: Path) -> list[str]:
+    """The stand-in launcher, which first keeps a copy of the journal (as the deploy wrote it on this host) in `folder`."""
+    script = folder / "journal-keeping-launcher"
+    script.write_text(f"#!/bin/sh\ncp {journal} {folder}/journal-seen-$KVBAKE_NODE.json\nexec {' '.join(STANDIN_LAUNCHER)}\n")
+    script.chmod(0o755)
+    return [str(script)]
+
+
+def files_holding(folders: list[Path], rig: dict, values: tuple[str, ...]) -> list[str]:
+    """Every file under `folders` and in each node's state container (records, journal copy, audit log) that holds one
+    of `values`, by name."""
+    found = [str(path) for folder in folders for path in holding(folder, values)]
+    for key in ("a", "b"):
+        with tempfile.TemporaryDirectory() as copy:
+            assert Engine(rig[key].host).copy_out(STATE_NAME, STATE_DIR, Path(copy) / "state"), "the node keeps its records"
+            found += [f"spark-{key}:{path.name}" for path in holding(Path(copy), values)]
+    return found
+
+
+def holding(folder: Path, values: tuple[str, ...]) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file() and any(value.encode() in path.read_bytes() for value in values)]
+
+
+def test_an_adopted_serve_with_secrets_leaves_them_nowhere_and_is_recreated_with_them(capsys, shipped, rig, rm_serve_with_secrets, tmp_path):
+    ids = rm_serve_with_secrets
+    launcher = journal_keeping_launcher(tmp_path, tmp_path / "operator" / ".kvbake" / "deploy" / JOURNAL)
+    host = operator_host(tmp_path, rig, "operator", launcher)
+    code, _, err = ship_with(capsys, shipped, host, "adopt", "--reason", "the serve with secrets")
+    assert code == 0, err
+    code, _, err = ship_with(capsys, shipped, host, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "first baked")
+    assert code == 0, err
+    assert sorted(tmp_path.glob("journal-seen-*.json")), "the launcher kept the journal of the deploy"
+    for key in ("a", "b"):
+        assert Engine(rig[key].host).container_inspect(f"{CONTAINER}-kvbake-adopted") is None, "--rm: gone once set aside"
+    code, _, err = ship_with(capsys, shipped, host, "rollback")
+    assert code == 0, err
+    for key in ("a", "b"):
+        serving = Engine(rig[key].host).container_inspect(CONTAINER)
+        assert serving["Id"] != ids[key] and serving["State"]["Running"], "recreated from its spec"
+        assert serving["Config"]["Cmd"][-2:] == ["--api-key", API_KEY] and f"HF_TOKEN={HF_TOKEN}" in serving["Config"]["Env"]
+    assert ship_with(capsys, shipped, host, "verify-running")[0] == 0
+    assert files_holding([shipped["folder"], tmp_path], rig, (API_KEY, HF_TOKEN)) == []

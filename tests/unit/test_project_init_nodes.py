@@ -418,8 +418,8 @@ def test_another_option_whose_value_looks_like_a_credential_is_refused(nodes, tm
     pair(nodes)
     for host in nodes:
         process = nodes[host].containers["vllm_node"]["Processes"][0]
-        nodes[host].containers["vllm_node"]["Processes"] = (type(process)(process.pid, process.ppid, (*process.argv, "--hf-token", "hf_" + "Q1" * 18),
+        nodes[host].containers["vllm_node"]["Processes"] = (type(process)(process.pid, process.ppid, (*process.argv, "--tokenizer", "hf_" + "Q1" * 18),
                                                                          process.env, process.cwd, process.exe),)
-    with pytest.raises(IntegrityError, match="init: the serve's --hf-token value looks like a credential"):
+    with pytest.raises(IntegrityError, match="init: the serve's --tokenizer value looks like a credential"):
         run_init(tmp_path)
     assert not (tmp_path / "deploy.yaml").exists()

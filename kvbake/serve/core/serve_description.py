@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import IntegrityError, RolloutError
-from kvbake.secret_env import SECRET_OPTIONS, split_secrets
+from kvbake.secret_env import SECRET_OPTIONS, secret_option, split_secrets
 from kvbake.secretscan import credential_kind
 from kvbake.serve.core.serve_reading import ServeReading, ServingProcess, second_serves
 from kvbake.serve.core.vllm_argv import MODEL_OPTION, PER_NODE_OPTIONS, ServeArgs
@@ -158,10 +158,22 @@ def ray_start_options(nodes: Sequence[NodeServe], head: NodeServe) -> tuple[tupl
                      for name, value in ray_options(node.ray_node) if name not in RAY_OWN)
     if not head.ray_node:
         return (), {}
+    refuse_ray_secrets(nodes)
     by_node = {node.node: options_of(node) for node in nodes if node.ray_node}
     shared = tuple(option for option in by_node[head.node] if all(option in given for given in by_node.values()))
     own = {node: tuple(option for option in given if option not in shared) for node, given in by_node.items()}
     return shared, {node: given for node, given in own.items() if given}
+
+
+def refuse_ray_secrets(nodes: Sequence[NodeServe]) -> None:
+    """A secret `ray start` option (--redis-password) or an option whose value looks like a credential would be written in
+    clear into the deployment file: Ray reads no variable in its place, so init refuses it."""
+    for node in nodes:
+        for name, value in ray_options(node.ray_node):
+            if secret_option(name) or credential_kind(value or ""):
+                raise IntegrityError(f"init: the Ray node on {node.node} gives {name} a secret value, which init would write in "
+                                     "clear into deploy.yaml",
+                                     "start the Ray nodes without it (kvbake's launcher gives `ray start` no secret), then run init again")
 
 
 def node_address_of(node: NodeServe) -> str:
@@ -236,7 +248,7 @@ def head_of(nodes: Sequence[NodeServe]) -> NodeServe:
 def shared_args(args: ServeArgs) -> ServeArgs:
     """The arguments every rank shares, less those kvbake's presets and launcher own (per-node options, the model, the
     length) and the secret options (their value reaches vLLM by its variable, named in SECRET_ENV)."""
-    shared = without_drafter(args.split()[1].without((MODEL_OPTION, LENGTH_OPTION, *SECRET_OPTIONS)))
+    shared = without_drafter(args.split()[1].without((MODEL_OPTION, LENGTH_OPTION, *secret_options(args))))
     flagged = [option for option, values in shared.entries if any(credential_kind(value) for value in values)]
     if flagged:
         raise IntegrityError(f"init: the serve's {flagged[0]} value looks like a credential, which init would write in clear",
@@ -244,9 +256,10 @@ def shared_args(args: ServeArgs) -> ServeArgs:
     return shared
 
 
-def secret_options(args: ServeArgs) -> tuple[str, ...]:
-    """The variables that carry the serve's secret options (`--api-key` → VLLM_API_KEY)."""
-    return tuple(variable for option, variable in SECRET_OPTIONS.items() if args.given(option))
+def secret_options(args: ServeArgs) -> dict[str, str]:
+    """The serve's secret options given a value, each with the variable that carries it (`--api-key` → VLLM_API_KEY;
+    a bare --hf-token, the token of the host's login, is no secret)."""
+    return {option: variable for option, variable in SECRET_OPTIONS.items() if args.values(option)}
 
 
 def control_args(head: NodeServe, nodes: Sequence[NodeServe]) -> tuple[int, tuple[str, ...]]:
@@ -357,7 +370,8 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     switches, _, overrides = serve_env(head.serving.process.env, image_env, switch_names)
     own_env = {n.node: split_secrets(serve_env(n.own_env, image_env, switch_names)[1]) for n in nodes if n.own_env}
     env, node_env = split_env({node: plain for node, (plain, _) in own_env.items()})
-    secrets = tuple(sorted({name for _, names in own_env.values() for name in names} | set(secret_options(head.serving.serve.args))))
+    carried = set(secret_options(head.serving.serve.args).values())
+    secrets = tuple(sorted({name for _, names in own_env.values() for name in names} | carried))
     mounts = classify_mounts(head.container, head.serving.serve.model, source_root)
     host_config = head.container.get("HostConfig") or {}
     shared_ray_start, own_ray_start = ray_start_options(nodes, head)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from kvbake.engines.core.procfs import Process
 from kvbake.secret_env import split_secrets, withhold_args
@@ -161,7 +161,7 @@ def ray_exec_command(ray: RayNode | None, container_env: Sequence[str]) -> dict 
     no Ray node."""
     if ray is None or not ray.execd:
         return None
-    return exec_of(list(ray.argv), (), ray.process, ray.env, container_env)
+    return exec_of(list(ray.argv), ray.process, ray.env, container_env)
 
 
 SHELLS = ("bash", "sh", "zsh", "dash")
@@ -185,15 +185,23 @@ def exec_command(serving: ServingProcess, container_env: Sequence[str]) -> dict:
     the serve saw beyond the container's own (what `-e` or an exported file added), its working directory and user. A
     root that is a shell reading its commands from a terminal gives way to the serve's own command line."""
     started = serving.process if shell_reading_its_input(serving.root.argv) else serving.root
-    argv, secret_args = withhold_args(started.argv)
-    return exec_of(argv, secret_args, started, serving.process.env, container_env)
+    return exec_of(list(started.argv), started, serving.process.env, container_env)
 
 
-def exec_of(argv: list[str], secret_args: Sequence[str], root: Process, env: Mapping[str, str], container_env: Sequence[str]) -> dict:
-    """A `docker exec` to run again: its command line, the environment beyond the container's own (secrets by name),
-    the working directory and user of the process docker exec started."""
+def exec_of(argv: list[str], root: Process, env: Mapping[str, str], container_env: Sequence[str]) -> dict:
+    """A `docker exec` to run again: its command line, the environment beyond the container's own, the working
+    directory and user of the process docker exec started; its secrets by name (`withhold_command`)."""
     own = dict(item.partition("=")[::2] for item in container_env)
-    added, secret_vars = split_secrets({name: value for name, value in env.items() if own.get(name) != value})
-    command = {"argv": argv, "env": added, "cwd": root.cwd, "user": str(root.uid)}
-    secrets = {key: list(names) for key, names in (("secret_env", secret_vars), ("secret_args", secret_args)) if names}
-    return {**command, **secrets}
+    added = {name: value for name, value in env.items() if own.get(name) != value}
+    return withhold_command({"argv": argv, "env": added, "cwd": root.cwd, "user": str(root.uid)})
+
+
+def withhold_command(command: Mapping[str, Any]) -> dict:
+    """A `docker exec` to run again with its secrets by name: its secret variables out of its environment (`secret_env`),
+    each secret value of its command line a note naming its variable (`secret_args`); a value an earlier kvbake
+    recorded in clear is withheld too, and a command withheld already stays as it is."""
+    argv, arg_names = withhold_args(command.get("argv") or [])
+    env, env_names = split_secrets(command.get("env") or {})
+    names = {"secret_env": sorted({*(command.get("secret_env") or ()), *env_names}), "secret_args": list(arg_names)}
+    rest = {key: value for key, value in command.items() if key not in names}
+    return {**rest, "argv": argv, "env": env, **{key: found for key, found in names.items() if found}}

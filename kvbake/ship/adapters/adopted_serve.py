@@ -157,11 +157,11 @@ def exec_again(engine: Engine, node: str, name: str, command: Mapping[str, Any],
 
 
 def secrets_needed(adopted: Release) -> tuple[str, ...]:
-    """The secret variables bringing this adopted serve back may need: its container's and its exec'd vLLM's."""
+    """The secret variables bringing this adopted serve back may need: its container's (variables, and values withheld
+    from its command line and labels), its exec'd vLLM's and its Ray node's."""
     info = adopted.adopted or {}
-    command, ray = info.get("exec") or {}, info.get("ray_exec") or {}
-    return tuple(sorted({*((info.get("spec") or {}).get("secret_env") or ()), *(command.get("secret_env") or ()),
-                         *(command.get("secret_args") or ()), *(ray.get("secret_env") or ())}))
+    carriers = (info.get("spec") or {}, info.get("exec") or {}, info.get("ray_exec") or {})
+    return tuple(sorted({name for carrier in carriers for key in ("secret_env", "secret_args") for name in carrier.get(key) or ()}))
 
 
 def refuse_missing_secrets(releases: Mapping[str, Release | None]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import tempfile
 import time
@@ -14,6 +15,9 @@ from kvbake.errors import RolloutError
 from kvbake.ship.adapters.node_locks import who
 from kvbake.secretscan import withhold_credentials
 from kvbake.ship.core.noderecords import LEGACY, SLOTS, NodeRecords, decode, encode, next_slot
+from kvbake.ship.core.withheld_records import SCRUBBED, records_in_clear, withhold_records
+
+log = logging.getLogger(__name__)
 
 STATE_NAME = "kvbake-state"
 STATE_DIR = "/kvbake"
@@ -44,21 +48,28 @@ class NodeState:
         one audit line. Every field is written, so a release or transition that became none is cleared. A string that
         looks like a credential (in a record an earlier kvbake wrote, a launcher's line in a diverged mark) is written as
         a note of what was withheld, so that no write can stop a transition or its revert; what a deploy or an adoption
-        adds was refused before it started."""
+        adds was refused before it started. An adopted serve's secrets are written by name only: a value an older
+        kvbake wrote in clear goes from both slots, and the command says so."""
+        records = withhold_records(records)
         records = replace(records, current=withhold_credentials(records.current), previous=withhold_credentials(records.previous),
                           transition=withhold_credentials(records.transition), diverged=withhold_credentials(records.diverged),
                           adopted=withhold_credentials(records.adopted))
         audit_line = withhold_credentials(audit_line)
         old = self._read_or_fresh()
+        in_clear = records_in_clear(old) if old.slot else []
         line = _audit_line(audit_line)
         written = replace(records, audit=old.audit + line, seq=old.seq + 1, slot=next_slot(old))
         with tempfile.TemporaryDirectory(prefix="kvbake-state-") as tmp:
             folder = Path(tmp) / "kvbake"
             folder.mkdir()
             (folder / written.slot).write_bytes(encode(written, written.seq))
+            if in_clear:  # the other slot keeps the copy before this write: withheld as well
+                (folder / old.slot).write_bytes(encode(withhold_records(old), old.seq))
             (folder / AUDIT_ENTRY.format(seq=written.seq, token=secrets.token_hex(4))).write_text(line)
             self._ensure_state(image)
             self.engine.copy_in(folder, STATE_NAME, "/")
+        if in_clear:
+            log.warning(SCRUBBED.format(what=" and ".join(in_clear), where=self.node))
         return written
 
     def update(self, image: str, audit_line: str, **fields: object) -> NodeRecords:

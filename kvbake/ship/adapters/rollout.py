@@ -396,8 +396,11 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
 
 def admit_recovered(fleet: Fleet, journal: Journal, mode: str) -> None:
     """A recovery moves tags too: the release a resume finishes, or the one a revert returns to, is admitted by the same
-    check as a deploy's (the signature the deployment file requires), whoever started the transition."""
+    check as a deploy's (the signature the deployment file requires), whoever started the transition; an adopted serve
+    it brings back needs its secrets from the environment kvbake runs in."""
     side = "after_records" if mode == "resume" else "before_records"
+    if journal.kind != "adopt":  # an adoption starts nothing
+        adopted_serve.refuse_missing_secrets({plan.node: release_of(getattr(plan, side), "current") for plan in journal.nodes})
     releases = {r.id: r for plan in journal.nodes if (r := release_of(getattr(plan, side), "current")) is not None}
     for release in releases.values():
         admitted(fleet.deployment.signing, release, None, fleet.deployment.path.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ from typing import Any
 from kvbake.atomicfile import write_atomic
 from kvbake.errors import DivergedError, RolloutError
 from kvbake.secretscan import withhold_credentials
+from kvbake.ship.core.withheld_records import SCRUBBED, withhold_journal_data
+
+log = logging.getLogger(__name__)
 
 JOURNAL = "journal.json"
 DIVERGED = "DIVERGED.json"
@@ -94,8 +98,22 @@ def node_copy(journal: Journal) -> dict[str, Any]:
 def write_journal(folder: Path, journal: Journal) -> None:
     """The journal copies the release records the nodes keep: a string in them that looks like a credential (a reason an
     earlier kvbake recorded, say) is written as a note of what was withheld, so that no journal write can stop a
-    transition or its revert. What a deploy adds is refused before it starts (rollout.deploy)."""
-    write_atomic(folder / JOURNAL, (json.dumps(withhold_credentials(journal_to_dict(journal)), indent=1, sort_keys=True) + "\n").encode())
+    transition or its revert. What a deploy adds is refused before it starts (rollout.deploy). An adopted serve's secrets
+    are written by name only: a value an older kvbake wrote into this journal in clear goes, and the command says so."""
+    in_clear = journal_in_clear(folder / JOURNAL)
+    data = withhold_credentials(withhold_journal_data(journal_to_dict(journal)))
+    write_atomic(folder / JOURNAL, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    if in_clear:
+        log.warning(SCRUBBED.format(what="the journal", where="this host"))
+
+
+def journal_in_clear(path: Path) -> bool:
+    """Whether the journal file holds an adopted serve's secret value in clear (an older kvbake wrote it)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and withhold_journal_data(data) != data
 
 
 def journal_to_dict(journal: Journal) -> dict[str, Any]:
