@@ -245,6 +245,7 @@ def holding(folder: Path, values: tuple[str, ...]) -> list[Path]:
     return [path for path in folder.rglob("*") if path.is_file() and any(value.encode() in path.read_bytes() for value in values)]
 
 
+@pytest.mark.once_on_classic  # its subject is what kvbake writes down, no image store
 def test_an_adopted_serve_with_secrets_leaves_them_nowhere_and_is_recreated_with_them(capsys, shipped, rig, rm_serve_with_secrets, tmp_path):
     ids = rm_serve_with_secrets
     launcher = journal_keeping_launcher(tmp_path, tmp_path / "operator" / ".kvbake" / "deploy" / JOURNAL)
