@@ -11,6 +11,7 @@ from typing import Mapping
 import jsonschema
 
 from kvbake.errors import ManifestError
+from kvbake.serve.core.launcher_ties import trapped_name
 from kvbake.launcher.core.node_launch import LaunchInputError, NodeLaunch, read_node_launch, refuse_over_source_root, refuse_switches
 from kvbake.yaml_documents import check_strings, describe_schema_error, parse_yaml
 
@@ -125,6 +126,11 @@ def load_deployment(path: Path) -> Deployment:
     if len(heads) > 1:
         raise ManifestError(f"{path.name}: more than one head ({', '.join(heads)})", "give exactly one node role: head; the others are workers")
     launcher = document["launcher"]
+    trap = trapped_name(launcher["container"])
+    if trap:
+        raise ManifestError(f"{path.name}: launcher.container {launcher['container']} is a name a launcher's exit trap stops ({trap}): "
+                            "kvbake's serve would be stopped by a launcher that is still running",
+                            "give kvbake's serving container a name of its own (launcher.container: vllm-serve, as init writes)")
     env = dict(launcher.get("env", {}))
     reserved = sorted(name for name in env if name.startswith(RESERVED_ENV_PREFIX) or name == "DOCKER_HOST")
     if reserved:

@@ -57,6 +57,8 @@ def test_readiness_drafter_and_launcher_variables(tmp_path: Path) -> None:
     ({"launcher": {**LAUNCHER, "env": {"DOCKER_HOST": "x"}}}, ("launcher.env", "DOCKER_HOST")),
     ({"launcher": {**LAUNCHER, "env": {"lower": "x"}}}, ("launcher.env", "'lower'")),
     ({"nodes": [NODES[0], {**NODES[1], "role": "head"}]}, ("more than one head", "spark-a", "spark-b")),
+    ({"launcher": {**LAUNCHER, "container": "node-21907"}}, ("launcher.container node-21907", "run_cluster.sh", "exit trap")),
+    ({"launcher": {**LAUNCHER, "container": "vllm_node"}}, ("launcher.container vllm_node", "launch-cluster.sh", "exit trap")),
 ])
 def test_what_the_file_may_not_say(tmp_path: Path, extra: dict, named: tuple[str, ...]) -> None:
     with pytest.raises(ManifestError) as caught:
@@ -66,3 +68,8 @@ def test_what_the_file_may_not_say(tmp_path: Path, extra: dict, named: tuple[str
     assert all(field in caught.value.message for field in named), caught.value.message
     if "nodes" in extra:
         assert "role: head" in caught.value.fix
+
+
+@pytest.mark.parametrize("name", ["vllm-serve", "node-a", "node-1x", "my-node-7", "vllm_node2"])
+def test_a_container_name_no_launcher_trap_stops_is_kept(tmp_path: Path, name: str) -> None:
+    assert load_deployment(deployment_file(tmp_path, launcher={**LAUNCHER, "container": name})).launcher.container == name
