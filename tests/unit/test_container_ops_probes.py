@@ -14,15 +14,15 @@ from test_container_ops import engine_error, ops, refusal
 SERVE = Process(7, 1, ("python3", "-m", "vllm"), {"A": "1", "B": "x=y"}, "/srv", "/usr/bin/python3")
 
 
-def test_a_recorded_spec_is_created_again_under_its_name_never_pulled():
-    engine = ops(create=SimpleNamespace(id="new1"))
+def test_a_recorded_spec_is_created_again_under_its_name_never_pulled_and_detached():
+    engine = ops(run=SimpleNamespace(id="new1"))
     spec = {"image": "sha256:" + "a" * 64, "config": {"Cmd": ["serve"], "Tty": True}}
     assert engine.recreate(spec, "vllm-serve") == "new1"
-    assert engine.client.container.calls == [("create", ("sha256:" + "a" * 64, ["serve"]),
-                                              {"name": "vllm-serve", "pull": "never", "tty": True, "interactive": False, "healthcheck": True,
+    assert engine.client.container.calls == [("run", ("sha256:" + "a" * 64, ["serve"]),
+                                              {"detach": True, "name": "vllm-serve", "pull": "never", "tty": True, "interactive": False, "healthcheck": True,
                                                "privileged": False, "remove": False, "init": False, "oom_kill": True, "read_only": False,
                                                "publish_all": False})]
-    error = engine_error(lambda: ops(create=refusal("name in use")).recreate(spec, "vllm-serve"))
+    error = engine_error(lambda: ops(run=refusal("name in use")).recreate(spec, "vllm-serve"))
     assert says(error.message, "create vllm-serve from its recorded spec failed (name in use)")
 
 
