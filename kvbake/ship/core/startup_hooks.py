@@ -41,7 +41,8 @@ def hook_failures(where: str, unproven: Mapping[str, str], image: Mapping[str, s
         if image.get(path) == digest:
             continue
         target = covering_mount(path, mounts)
-        how = f"mounted from {mounts[target]}" if target else "in the container's writable layer"
+        how = (f"mounted from {mounts[target]}" if target else "on a kernel file system" if path.startswith(KERNEL_ROOTS)
+               else "in the container's writable layer")
         held = "which the image does not hold" if image.get(path) is None else "with bytes other than the image's"
         failures.append(f"{where}: its interpreter runs the start-up hook {path} ({how}), {held}: it can set switches after "
                         f"exec, out of sight of the process environment")
