@@ -404,6 +404,13 @@ def test_a_start_up_hook_the_image_does_not_hold_is_refused_by_init_and_adopt_an
     assert code == 7 and (f"spark-b: its interpreter runs the start-up hook {USER_HOOK} (in the container's writable layer), "
                           "which the image does not hold") in err, err
     assert "spark-a:" not in err and "sitecustomize" not in err, "the image's own hook is allowed"
+    # A .pth linked into /dev/shm: the link is in the writable layer, its target on a kernel file system.
+    linked = USER_HOOK.rsplit("/", 1)[0] + "/switch.pth"
+    link = f"import os; os.remove({USER_HOOK!r}); open('/dev/shm/switch.pth', 'w').write('import os\\n'); os.symlink('/dev/shm/switch.pth', {linked!r})"
+    Engine(rig["b"].host).client.container.execute(walk.container, ["python3", "-c", link])
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and f"spark-b: its interpreter runs the start-up hook {linked} (in the container's writable layer)" in err, err
+    assert "spark-b: its interpreter runs the start-up hook /dev/shm/switch.pth (on a kernel file system)" in err, err
 
 
 ADOPT_WRITES = 3  # this host's journal, then one retag and record per node

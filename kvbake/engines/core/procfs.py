@@ -57,8 +57,9 @@ print(repr(sorted(found, key=lambda p: p["pid"])))
 
 # For each process given (executable, environment, working directory, first sys.path entry): where `import vllm`
 # resolves under exactly those, the sys.path it searches, and the start-up hooks that interpreter runs before any
-# serve code (sitecustomize, usercustomize and every .pth file on that sys.path, by real path and sha256). Run by the
-# process's own interpreter in a child.
+# serve code (site, sitecustomize, usercustomize, every .pth file on that sys.path and the modules a .pth file's
+# `import` lines load: each by its path on sys.path and, when that is a link, by its real path too, with its sha256).
+# Run by the process's own interpreter in a child.
 ORIGINS = f"""
 import ast, subprocess, sys
 MARK = {PROBE_MARK!r}
@@ -74,17 +75,36 @@ CHILD = "import hashlib, importlib.util, os, sys\\n" \\
         "    except OSError:\\n" \\
         "        continue\\n" \\
         "    hooks.update(os.path.join(entry, n) for n in names if n in ('sitecustomize.py', 'usercustomize.py') or n.endswith('.pth'))\\n" \\
-        "for name in ('sitecustomize', 'usercustomize'):\\n" \\
-        "    where = getattr(getattr(sys.modules.get(name), '__spec__', None), 'origin', None)\\n" \\
-        "    if where:\\n" \\
+        "for name in ('site', 'sitecustomize', 'usercustomize'):\\n" \\
+        "    module = sys.modules.get(name)\\n" \\
+        "    where = getattr(module, '__file__', None) or getattr(getattr(module, '__spec__', None), 'origin', None)\\n" \\
+        "    if where and os.path.isfile(where):\\n" \\
         "        hooks.add(where)\\n" \\
+        "for path in [p for p in hooks if p.endswith('.pth')]:\\n" \\
+        "    try:\\n" \\
+        "        lines = open(path, encoding='utf-8', errors='replace').read().splitlines()\\n" \\
+        "    except OSError:\\n" \\
+        "        continue\\n" \\
+        "    for line in lines:\\n" \\
+        "        if not line.startswith(('import ', 'import\\\\t')):\\n" \\
+        "            continue\\n" \\
+        "        for part in line[7:].split(';')[0].split(','):\\n" \\
+        "            name = part.strip().split(' ')[0].split('.')[0]\\n" \\
+        "            try:\\n" \\
+        "                found = importlib.util.find_spec(name) if name.isidentifier() else None\\n" \\
+        "            except (ImportError, ValueError):\\n" \\
+        "                found = None\\n" \\
+        "            if found is not None and found.origin and os.path.isfile(found.origin):\\n" \\
+        "                hooks.add(found.origin)\\n" \\
         "digests = {{}}\\n" \\
         "for path in hooks:\\n" \\
         "    try:\\n" \\
         "        with open(path, 'rb') as handle:\\n" \\
-        "            digests[os.path.realpath(path)] = hashlib.sha256(handle.read()).hexdigest()\\n" \\
+        "            digest = hashlib.sha256(handle.read()).hexdigest()\\n" \\
         "    except OSError:\\n" \\
-        "        pass\\n" \\
+        "        continue\\n" \\
+        "    for where in {{os.path.abspath(path), os.path.realpath(path)}}:\\n" \\
+        "        digests[where] = digest\\n" \\
         "print(repr({{'origin': spec.origin if spec else None, 'path': sys.path, 'hooks': digests}}))\\n"
 answers = []
 for item in ast.literal_eval(sys.argv[1]):
@@ -122,7 +142,7 @@ class ImportOrigin:
     origin: str | None
     path: tuple[str, ...]
     error: str | None = None
-    hooks: tuple[tuple[str, str], ...] = ()  # (real path, sha256) of each start-up hook its interpreter runs
+    hooks: tuple[tuple[str, str], ...] = ()  # (path, sha256) of each start-up hook its interpreter runs; a link twice
 
 
 def environment(entries: Sequence[str]) -> dict[str, str]:

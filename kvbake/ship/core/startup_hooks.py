@@ -22,12 +22,17 @@ def covering_mount(path: str, mounts: Iterable[str]) -> str | None:
     found = [target for target in mounts if path == target or path.startswith(target.rstrip("/") + "/")]
     return max(found, key=len) if found else None
 
+# Kernel file systems every container has, never listed among its mounts: a hook whose real path lies there (a .pth
+# linked into /dev/shm) is never the image's.
+KERNEL_ROOTS = ("/dev/", "/proc/", "/sys/")
+
+
 def unproven_hooks(origins: Sequence[ImportOrigin], changes: Mapping[str, str], mounts: Iterable[str]) -> dict[str, str]:
-    """The hooks the image may not hold (path: sha256): one the writable layer added or changed, or one a mount puts
-    there."""
+    """The hooks the image may not hold (path: sha256): one the writable layer added or changed, one a mount puts
+    there, or one whose real path is on a kernel file system."""
     mounts = tuple(mounts)
     return {path: digest for origin in origins for path, digest in origin.hooks
-            if changes.get(path) in ("A", "C") or covering_mount(path, mounts)}
+            if changes.get(path) in ("A", "C") or covering_mount(path, mounts) or path.startswith(KERNEL_ROOTS)}
 
 def hook_failures(where: str, unproven: Mapping[str, str], image: Mapping[str, str | None], mounts: Mapping[str, str]) -> list[str]:
     """One line per hook that is not the image's own: absent from the image, or other bytes at its path."""
@@ -36,7 +41,8 @@ def hook_failures(where: str, unproven: Mapping[str, str], image: Mapping[str, s
         if image.get(path) == digest:
             continue
         target = covering_mount(path, mounts)
-        how = f"mounted from {mounts[target]}" if target else "in the container's writable layer"
+        how = (f"mounted from {mounts[target]}" if target else "on a kernel file system" if path.startswith(KERNEL_ROOTS)
+               else "in the container's writable layer")
         held = "which the image does not hold" if image.get(path) is None else "with bytes other than the image's"
         failures.append(f"{where}: its interpreter runs the start-up hook {path} ({how}), {held}: it can set switches after "
                         f"exec, out of sight of the process environment")
