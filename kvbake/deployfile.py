@@ -11,7 +11,7 @@ from typing import Mapping
 import jsonschema
 
 from kvbake.errors import ManifestError
-from kvbake.serve.core.launcher_ties import trapped_name
+from kvbake.names import trapped_name
 from kvbake.launcher.core.node_launch import LaunchInputError, NodeLaunch, read_node_launch, refuse_over_source_root, refuse_switches
 from kvbake.yaml_documents import check_strings, describe_schema_error, parse_yaml
 

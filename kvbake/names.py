@@ -1,4 +1,4 @@
-"""The names kvbake accepts for nodes and containers: the deployment file's node rule and Docker's own container rule."""
+"""The names kvbake accepts for nodes and containers: the deployment file's node rule, Docker's container rule, launchers' trapped names."""
 
 from __future__ import annotations
 
@@ -25,3 +25,14 @@ def check_container_name(name: str, option: str) -> str:
         raise UsageError(f"{option} names the container {name!r}, which Docker does not accept as a container name",
                          "give the container's name as docker ps shows it ([a-zA-Z0-9][a-zA-Z0-9_.-]+)")
     return name
+
+
+# Names a launcher's exit trap stops (and removes) by name: run_cluster.sh's node-<n> (the trap's `docker stop` and
+# `docker rm` of its CONTAINER_NAME) and eugr's launch-cluster.sh default vllm_node (its cleanup stops the cluster).
+TRAPPED_NAMES = ((re.compile(r"node-[0-9]+"), "vLLM's run_cluster.sh stops and removes its node-<n> on exit"),
+                 (re.compile(r"vllm_node"), "eugr's launch-cluster.sh stops its vllm_node when its command ends"))
+
+
+def trapped_name(name: str) -> str | None:
+    """Which launcher's exit trap stops a container of this name, or None."""
+    return next((why for pattern, why in TRAPPED_NAMES if pattern.fullmatch(name)), None)

@@ -17,21 +17,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from kvbake.serve.core.serve_reading import ServeReading
 
 RUNBOOK = "docs/production.md, Retire your launcher"
-# Names a launcher's exit trap stops (and removes) by name: run_cluster.sh's node-<n> (the trap's `docker stop` and
-# `docker rm` of its CONTAINER_NAME) and eugr's launch-cluster.sh default vllm_node (its cleanup stops the cluster).
-TRAPPED_NAMES = ((re.compile(r"node-[0-9]+"), "vLLM's run_cluster.sh stops and removes its node-<n> on exit"),
-                 (re.compile(r"vllm_node"), "eugr's launch-cluster.sh stops its vllm_node when its command ends"))
-
-
-def trapped_name(name: str) -> str | None:
-    """Which launcher's exit trap stops a container of this name, or None."""
-    return next((why for pattern, why in TRAPPED_NAMES if pattern.fullmatch(name)), None)
 INTERACTIVE_SHELLS = ("bash", "sh", "zsh")
 CLIENT_INPUTS = ("pipe:", "/dev/pts/", "/dev/tty")  # an input only an interactive `docker exec` (-i, -t) gives
 
