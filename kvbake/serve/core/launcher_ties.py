@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvbake.serve.core.serve_reading import ServeReading
+from kvbake.serve.core.serve_reading import SHELLS, ServeReading
 
 RUNBOOK = "docs/production.md, Retire your launcher"
-INTERACTIVE_SHELLS = ("bash", "sh", "zsh")
 CLIENT_INPUTS = ("pipe:", "/dev/pts/", "/dev/tty")  # an input only an interactive `docker exec` (-i, -t) gives
 
 
@@ -34,7 +33,7 @@ def started_in_foreground(container: Mapping[str, Any]) -> bool:
 
 def interactive_shell(argv: tuple[str, ...]) -> bool:
     """`bash -i -c …` and the like: the interactive shell eugr's `launch-cluster.sh exec` runs the command in."""
-    return bool(argv) and argv[0].rsplit("/", 1)[-1] in INTERACTIVE_SHELLS and any(
+    return bool(argv) and argv[0].rsplit("/", 1)[-1] in SHELLS and any(
         token.startswith("-") and not token.startswith("--") and "i" in token for token in argv[1:3])
 
 
