@@ -294,6 +294,11 @@ class FakeEngine:
         self._up()
         return tuple(self._get(container).get("Processes", ()))
 
+    def top(self, container: str) -> list[tuple[int, str]]:
+        """`docker top`: every process's command line, arguments joined by spaces, as the node's host shows it."""
+        self._up()
+        return [(p.pid, " ".join(p.argv)) for p in self._get(container).get("Processes", ())]
+
     def import_origins(self, container: str, processes: list[Process], first_entries: list[str]) -> tuple[ImportOrigin, ...]:
         """Every serve imports the baked vllm under the fleet's source root, unless the container says otherwise. Like
         the real probe, it takes exactly one first `sys.path` entry per process."""

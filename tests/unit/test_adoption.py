@@ -156,11 +156,12 @@ def test_adopt_resume_without_an_interrupted_adopt_and_deploy_resume_of_an_adopt
 
 
 def start_ray_cluster(world: World) -> None:
-    """run_cluster.sh's shape: a `node` container whose main process is `ray start --block` on both nodes, and vLLM
-    started by docker exec on the head only (its workers are Ray actors on the other node, no vLLM serve process)."""
+    """run_cluster.sh's shape: a `node` container whose main process is `ray start --block` on both nodes, given the
+    same `-e` switch, and vLLM started by docker exec on the head only (its workers are Ray actors on the other node, no
+    vLLM serve process)."""
     host = {"RestartPolicy": {"Name": "no", "MaximumRetryCount": 0}}
     for node, engine in world.engines.items():
-        engine.run_serving(CONTAINER, "base:1", ["LANG=C"], main=("ray", "start", "--block"), host=host)
+        engine.run_serving(CONTAINER, "base:1", ["LANG=C", "S=3"], main=("ray", "start", "--block"), host=host)
         found = engine.containers[CONTAINER]
         found["Processes"] = found["Processes"][:1]  # the Ray node alone
         if node == "a":

@@ -25,10 +25,11 @@ DELETED = f"{SOURCE_ROOT}/vllm/old.py"
 
 
 def start_execd_ray_cluster(world: World) -> None:
-    """eugr's shape with Ray: `sleep infinity` as the main process, a Ray node started by docker exec on each node with
-    a variable of its own (only its raylet stays to show it), and vLLM exec'd on the head only."""
+    """eugr's shape with Ray: `sleep infinity` as the main process in a container given the switch on each node, a Ray
+    node started by docker exec on each node with a variable of its own (only its raylet stays to show it), and vLLM
+    exec'd on the head only."""
     for node, engine in world.engines.items():
-        engine.run_serving(CONTAINER, "base:1", ["LANG=C"], main=("sleep", "infinity"), host={"RestartPolicy": {"Name": "no"}})
+        engine.run_serving(CONTAINER, "base:1", ["LANG=C", f"{SWITCH}=3"], main=("sleep", "infinity"), host={"RestartPolicy": {"Name": "no"}})
         found = engine.containers[CONTAINER]
         found["Processes"] = found["Processes"][:1]
         engine.exec_detached(CONTAINER, RAYLET, {"RAY_ROLE": node}, "/ray", "1000")

@@ -191,3 +191,11 @@ def test_setting_aside_and_bringing_back_a_kept_container():
     engine.rename_and_start("serve-kvbake-adopted", "serve")
     assert engine.client.container.calls == [("stop", ("serve",), {}), ("rename", ("serve", "serve-kvbake-adopted"), {}),
                                              ("rename", ("serve-kvbake-adopted", "serve"), {}), ("start", ("serve",), {})]
+
+
+@pytest.mark.parametrize("answer", ["{not a literal", "[1, 2]", "[{'pid': 1}]", "[{'unread': True}]"])
+def test_a_process_probe_answer_that_is_no_list_of_processes_is_one_engine_error_naming_the_container(monkeypatch, answer):
+    monkeypatch.setattr(module, "run_cli", lambda argv: "PID COMMAND\n 7 python3 -m vllm serve\n")
+    error = engine_error(lambda: ops(execute=answer).processes("serve"))
+    assert error.message.startswith("unix:///node.sock: reading its processes in serve gave an answer kvbake cannot read (")
+    assert "\n" not in error.one_line() and "python3" in error.fix

@@ -108,11 +108,13 @@ def test_a_ray_worker_ranks_container_is_still_checked(world):
     assert any("x.py" in failure for failure in fleet.check_rank("b", CONTROL).failures)
 
 
-def test_an_adopted_ray_worker_is_not_held_to_a_switch_set(world):
+def test_an_adopted_ray_worker_is_held_to_the_switch_set_recorded_for_its_own_node(world):
     run_ray_node(world, "b", ["S=1"])
     container = world.engines["b"].containers[CONTAINER]
-    adopted = replace(CONTROL, adopted={"container_id": container["Id"], "kept_as": "k", "shape": RAY_WORKER})
+    adopted = replace(CONTROL, switches={"S": "1"}, adopted={"container_id": container["Id"], "kept_as": "k", "shape": RAY_WORKER})
     assert not any("Ray node runs" in failure for failure in world.fleet.check_rank("b", adopted).failures)
+    run_ray_node(world, "b", ["S=2"])
+    assert "b: the Ray node runs S=2, the release sets 1" in world.fleet.check_rank("b", adopted).failures
 
 
 def adopted_of(world: World, node: str, **info) -> "Release":

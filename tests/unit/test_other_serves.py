@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kvbake.engines.core.procfs import Process
 from kvbake.errors import EngineError, IntegrityError, RolloutError
 from kvbake.ship.adapters import rollout
 from kvbake.ship.adapters.other_serves import other_serves, serving_containers
@@ -50,11 +51,37 @@ def without_python3(engine, name: str, monkeypatch) -> None:
     monkeypatch.setattr(engine, "processes", probe)
 
 
-def test_a_container_without_python3_runs_no_vllm_serve(world, monkeypatch):
-    second_serve(world, "a", "no-python")
-    engine = world.engines["a"]
+def test_a_second_serve_in_a_container_without_python3_is_read_through_docker_top_and_refused(world, monkeypatch):
+    deploy(world, CONTROL)
+    second_serve(world, "b", "no-python")
+    engine = world.engines["b"]
     without_python3(engine, "no-python", monkeypatch)
-    assert serving_containers(engine) == {}
+    assert set(serving_containers(engine).values()) == {"serve", "no-python"}
+    engine.containers["no-python"]["Processes"] = (Process(1, 0, ("sleep", "infinity"), {}, "/", "/bin/sleep"),)
+    assert set(serving_containers(engine).values()) == {"serve"}  # docker top shows no serve there: none runs
+    second_serve(world, "b", "no-python")
+    before = world.snapshot()
+    with pytest.raises(RolloutError, match=r"node b runs another vLLM serve in no-python \(neither kvbake's"):
+        deploy(world, PACKING)
+    assert world.snapshot() == before
+
+
+def test_a_container_neither_the_probe_nor_docker_top_can_read_is_named_not_passed_over(world, monkeypatch):
+    second_serve(world, "a", "unreadable")
+    engine = world.engines["a"]
+    without_python3(engine, "unreadable", monkeypatch)
+    real_top = engine.top
+
+    def top(container: str):
+        if engine._name_of(container) == "unreadable":
+            raise EngineError("a: top of unreadable failed (container is restarting)", "x")
+        return real_top(container)
+
+    monkeypatch.setattr(engine, "top", top)
+    with pytest.raises(EngineError) as unread:
+        serving_containers(engine)
+    assert unread.value.message.startswith("could not read unreadable: a: reading its processes in unreadable failed")
+    assert "top of unreadable failed (container is restarting)" in unread.value.message
 
 
 def test_deploy_and_rollback_refuse_a_second_serve_before_anything_moves(world):

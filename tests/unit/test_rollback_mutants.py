@@ -114,20 +114,32 @@ def test_a_preset_deployed_on_the_image_already_current_is_rolled_back_to_the_pr
     assert all(NodeState(n, e).read().current == CONTROL for n, e in world.engines.items())
 
 
-@pytest.mark.parametrize("mode", ["resume", "revert"])
-def test_a_recovery_admits_the_release_it_moves_to_as_a_deploy_does(world, mode):
+def test_a_resume_admits_the_release_it_moves_to_as_a_deploy_does(world):
     """Another host's deploy of PACKING died after its journal; under a deployment file that requires a signature, a
-    resume (to PACKING) or a revert (to CONTROL) from this host is refused by the deploy's own check before any tag moves."""
+    resume (to PACKING, new to the nodes) from this host is refused by the deploy's own check before any tag moves, and
+    its fix names the revert."""
     deploy(world, CONTROL)
     interrupted_deploy(world, PACKING)
     world.fleet.deployment.__dict__["signing"] = Signing(require_signature=True)
     before = world.snapshot()
     with pytest.raises(SignatureError) as refused:
-        rollout.recover(world.fleet, mode, True)
+        rollout.recover(world.fleet, "resume", True)
     assert refused.value.message.startswith(f"{world.fleet.deployment.path.name}: signing.require_signature is true")
-    assert (PACKING if mode == "resume" else CONTROL).image in refused.value.message
+    assert PACKING.image in refused.value.message and "python build.py deploy --revert" in refused.value.fix
     assert world.snapshot() == before
     world.fleet.deployment.__dict__["signing"] = Signing()
     world.advance(world.fleet.deployment.lock_stale_after_s)  # the dead host's lock goes stale and is broken
-    rollout.recover(world.fleet, mode, True)
-    assert {NodeState(n, e).read().current.id for n, e in world.engines.items()} == {(PACKING if mode == "resume" else CONTROL).id}
+    rollout.recover(world.fleet, "resume", True)
+    assert {NodeState(n, e).read().current.id for n, e in world.engines.items()} == {PACKING.id}
+
+
+def test_a_revert_returns_to_the_release_the_nodes_served_before_even_unsigned_under_a_required_signature(world):
+    """CONTROL was deployed before the deployment file required a signature: a revert to it is admitted by the record
+    the nodes keep (they held and served it), so the interrupted deploy can always be undone."""
+    deploy(world, CONTROL)
+    before = world.snapshot()
+    interrupted_deploy(world, PACKING)
+    world.fleet.deployment.__dict__["signing"] = Signing(require_signature=True)
+    world.advance(world.fleet.deployment.lock_stale_after_s)
+    rollout.recover(world.fleet, "revert", True)
+    assert world.snapshot() == before

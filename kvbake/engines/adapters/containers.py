@@ -214,9 +214,27 @@ class ContainerOps:
         if not self.top(container):
             return ()
         answer = self._probe(container, [PROCESSES, PROBE_MARK], "its processes")
-        as_users = [parse_processes(self._probe(container, [PROCESSES, PROBE_MARK], "its processes", user=str(uid)))
-                    for uid in unread_users(answer)]
-        return merged_processes(parse_processes(answer), *as_users)
+        as_users = [self._read_processes(container, self._probe(container, [PROCESSES, PROBE_MARK], "its processes", user=str(uid)))
+                    for uid in self._unread_users(container, answer)]
+        return merged_processes(self._read_processes(container, answer), *as_users)
+
+    def _read_processes(self, container: str, answer: str) -> tuple[Process, ...]:
+        try:
+            return parse_processes(answer)
+        except (ValueError, KeyError, TypeError) as err:
+            raise self._unreadable(container, err) from None
+
+    def _unread_users(self, container: str, answer: str) -> tuple[int, ...]:
+        try:
+            return unread_users(answer)
+        except (ValueError, KeyError, TypeError) as err:
+            raise self._unreadable(container, err) from None
+
+    def _unreadable(self, container: str, err: Exception) -> EngineError:
+        """A process probe whose answer is no list of processes (its python3 printed something else)."""
+        return EngineError(f"{self.label}: reading its processes in {container} gave an answer kvbake cannot read "
+                           f"({type(err).__name__}: {err})", "check what python3 runs in that container (a wrapper that "
+                           "prints on start-up), then retry")
 
     def existing_paths(self, container: str, paths: list[str]) -> tuple[str, ...]:
         """Which of `paths` exist inside a running container, as its own python3 sees them (a privileged container

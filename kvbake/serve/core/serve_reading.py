@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 from kvbake.engines.core.procfs import Process
 from kvbake.secret_env import split_secrets, withhold_args
 from kvbake.serve.core.python_argv import WITH_ARGUMENT, interpreter_target, is_interpreter
-from kvbake.serve.core.vllm_argv import ServeProcess, parse_serve_process
+from kvbake.serve.core.vllm_argv import ServeProcess, parse_serve_process, serve_entry
 
 MAIN = "main"  # vLLM is the container's main process (or a wrapper the container started runs it)
 EXEC = "exec"  # the container runs something else (a Ray node, sleep infinity); vLLM was started by docker exec
@@ -64,6 +64,12 @@ def read_serve(processes: Sequence[Process]) -> ServeReading:
     serving = tuple(ServingProcess(p, parsed[p.pid], root_of(p, by_pid)) for p in processes
                     if p.pid in parsed and p.ppid not in parsed)
     return ServeReading(serving, by_pid.get(1), ray_node(by_pid.get(1), processes))
+
+
+def serves_in_commands(commands: Sequence[str]) -> bool:
+    """Whether a container's command lines as the engine's `docker top` shows them (arguments joined by spaces, no
+    python3 needed inside) include a vLLM serve: enough to tell that one runs, not to read its arguments."""
+    return any(serve_entry(command.split()) is not None for command in commands)
 
 
 def second_serves(reading: ServeReading) -> str | None:

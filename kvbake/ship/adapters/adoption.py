@@ -27,7 +27,7 @@ from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hook
 from kvbake.ship.adapters.transitions import records_of, run_transition
 from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
-from kvbake.ship.core.process_checks import changed_files, switch_set
+from kvbake.ship.core.process_checks import changed_files, handed_switches, ray_worker_switches, switch_set
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.serve.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
 from kvbake.serve.core.serve_description import refuse_second_serves
@@ -108,7 +108,7 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
         image=(container.get("Config") or {}).get("Image") or container["Image"],
         config_digest=engine.config_digest_of(image, container["Image"]),  # never a request to the image's own registry
         layers=tuple(image["RootFS"]["Layers"]), labels=dict(image["Config"]["Labels"] or {}), preset=ADOPTED_PRESET,
-        switches=switch_set(serving.process.env, fleet.switch_names), max_model_len=int(length) if length.isdigit() else 0,
+        switches=rank_switches(found, lead, fleet.switch_names), max_model_len=int(length) if length.isdigit() else 0,
         launcher_args=(), deployed_by=who_deploys(), deployed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), reason=reason,
         override=None, image_config=runtime_config(image["Config"]),
         adopted={"container_id": container["Id"], "kept_as": f"{name}{KEPT_SUFFIX}", "image_id": container["Image"], "name": name,
@@ -119,6 +119,15 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
                  "serve_argv": withhold_args(own.process.argv)[0] if own else [],
                  "changes": [path for path, _ in changes],
                  "change_sha256": layer_digests(engine, container["Id"], [path for path, kind in changes if kind != "D"])})
+
+
+def rank_switches(found: FoundServe, lead: ServingProcess, names: tuple[str, ...]) -> dict[str, str]:
+    """The switch set a rank's own vLLM runs with: its serve's environment, or on a Ray worker rank its Ray node's
+    environment overlaid with the VLLM_* switches the head's serve (`lead`) hands its workers."""
+    reading = found.serve.reading
+    if reading.serving:
+        return switch_set(reading.serving[0].process.env, names)
+    return ray_worker_switches(reading.ray.env, handed_switches(lead.process.env, names), names)
 
 
 def adopt_plan(v: NodeView, release: Release) -> NodePlan:

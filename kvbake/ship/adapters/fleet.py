@@ -15,9 +15,10 @@ from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import foreign_hooks, layer_digests
 from kvbake.ship.core.adopted_copy import compared_layers
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, process_failures,
-                                             process_signature, ray_worker_failures, switch_set)
-from kvbake.serve.core.serve_reading import RAY_WORKER
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, handed_switches,
+                                             process_failures, process_signature, ray_worker_failures, switch_set)
+from kvbake.serve.core.serve_reading import RAY_WORKER, read_serve
+from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.core.release import Release
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.core.running import adopted_rank_failures, expected_image_id, rank_failures
@@ -89,11 +90,22 @@ class Fleet:
         serve = read_rank(self.engines[name], container)
         expected = dict(release.switches) if switches is None else switches
         if self.runs_as_ray_worker(name, release):
-            failures += ray_worker_failures(name, serve.reading, None if release.adopted else expected, self.switch_names)
+            failures += ray_worker_failures(name, serve.reading, expected, self.switch_names, self.handed_switches())
             return RankCheck(tuple(failures), (layers, RAY_WORKER), expected)
         failures += self.process_failures(name, serve, release, expected, image, container)
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
+
+    def handed_switches(self) -> dict[str, str]:
+        """The VLLM_* switches the head's vLLM serve hands its Ray workers now; none when no head serves."""
+        head = next((n.name for n in self.deployment.nodes if n.role == "head"), None)
+        if head is None:
+            return {}
+        container, _ = self.observe(head, NodeState(head, self.engines[head]).read().current)
+        if not container or not (container.get("State") or {}).get("Running"):
+            return {}
+        reading = read_serve(self.engines[head].processes(str(container["Id"])))
+        return handed_switches(reading.serving[0].process.env, self.switch_names) if reading.serving else {}
 
     def runs_as_ray_worker(self, name: str, release: Release) -> bool:
         """Whether the rank serves through its Ray node alone: an adopted Ray worker, or a worker node of a deployment

@@ -10,23 +10,32 @@ from kvbake.errors import EngineError, RolloutError
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.core.noderecords import NodeRecords
-from kvbake.serve.core.serve_reading import read_serve
+from kvbake.serve.core.serve_reading import read_serve, serves_in_commands
 
 
 def serving_containers(engine: Engine) -> dict[str, str]:
-    """Every running container of the node whose processes include a vLLM serve: its ID -> its name. A container
-    without python3 runs no vLLM (the process probe cannot run there)."""
+    """Every running container of the node whose processes include a vLLM serve: its ID -> its name."""
     found = {}
     for name in engine.running_containers():
-        try:
-            serving = read_serve(engine.processes(name)).serving
-        except EngineError:
-            continue
-        if serving:
+        if runs_a_serve(engine, name):
             inspect = engine.container_inspect(name)
             if inspect is not None:
                 found[str(inspect["Id"])] = name
     return found
+
+
+def runs_a_serve(engine: Engine, name: str) -> bool:
+    """Whether a running container runs a vLLM serve. A container the python3 probe cannot read (an image without
+    python3 can still run a vLLM from a bundled interpreter) is read through the engine's `docker top` instead; when
+    neither reads it, it is named rather than passed over."""
+    try:
+        return bool(read_serve(engine.processes(name)).serving)
+    except EngineError as probe:
+        try:
+            return serves_in_commands([command for _, command in engine.top(name)])
+        except EngineError as top:
+            raise EngineError(f"could not read {name}: {probe.message}; {top.message}",
+                              "check that the container still runs and the node's engine answers, then retry") from None
 
 
 def known_serves(fleet: Fleet, node: str, records: NodeRecords) -> set[str]:

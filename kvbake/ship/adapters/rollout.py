@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kvbake.attest.adapters.admission import signature_note, signer
 from kvbake.deployfile import Deployment, Signing
 from kvbake.engines.core.detection import EngineProfile
-from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError
+from kvbake.errors import DivergedError, EngineError, KvbakeError, RolloutError, SignatureError
 from kvbake.secretscan import refuse_credentials
 from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.fleet import Fleet
@@ -395,15 +395,26 @@ def recover(fleet: Fleet, mode: str, break_lock: bool, release_id: str | None = 
 
 
 def admit_recovered(fleet: Fleet, journal: Journal, mode: str) -> None:
-    """A recovery moves tags too: the release a resume finishes, or the one a revert returns to, is admitted by the same
-    check as a deploy's (the signature the deployment file requires), whoever started the transition; an adopted serve
-    it brings back needs its secrets from the environment kvbake runs in."""
+    """A recovery moves tags too: the release a resume finishes is admitted by the same check as a deploy's (the
+    signature the deployment file requires), whoever started the transition; an adopted serve it brings back needs its
+    secrets from the environment kvbake runs in."""
     side = "after_records" if mode == "resume" else "before_records"
     if journal.kind != "adopt":  # an adoption starts nothing
         adopted_serve.refuse_missing_secrets({plan.node: release_of(getattr(plan, side), "current") for plan in journal.nodes})
-    releases = {r.id: r for plan in journal.nodes if (r := release_of(getattr(plan, side), "current")) is not None}
+    if mode != "resume":
+        # A revert returns each node to the release its own record held before the transition: an image the node
+        # already held and served. It is admitted by that record, even when it predates `require_signature`, so an
+        # interrupted transition can always be undone; only a release new to the nodes must pass the signature gate.
+        return
+    releases = {r.id: r for plan in journal.nodes if (r := release_of(plan.after_records, "current")) is not None}
     for release in releases.values():
-        admitted(fleet.deployment.signing, release, None, fleet.deployment.path.name)
+        try:
+            admitted(fleet.deployment.signing, release, None, fleet.deployment.path.name)
+        except SignatureError as err:
+            owner = recovery_command(journal.kind)
+            raise SignatureError(err.message, f"{(err.fix or '').removesuffix('; nothing was moved')}, or undo the interrupted {journal.kind} "
+                                 f"with python build.py {owner} --revert (it returns every node to the release it served before); "
+                                 "nothing was moved") from None
 
 
 def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:

@@ -33,6 +33,23 @@ def switch_set(env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name in names}
 
 
+# vLLM's Ray executor hands every Ray worker the driver's own values of vLLM's variables, in-process, before the
+# model loads (vllm/executor/ray_distributed_executor.py: `update_environment_variables` with the names that
+# `get_env_vars_to_copy` of vllm/ray/ray_env.py gives, vLLM's VLLM_* variables); every other variable, and a VLLM_* one
+# the head leaves unset, is what the worker's Ray node gave the actor.
+HANDED_PREFIX = "VLLM_"
+
+
+def handed_switches(head_env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """The switches the head's vLLM serve hands its Ray workers: those among its own named VLLM_*."""
+    return {name: value for name, value in switch_set(head_env, names).items() if name.startswith(HANDED_PREFIX)}
+
+
+def ray_worker_switches(ray_env: Mapping[str, str], handed: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """A Ray worker rank's own switch set: its Ray node's, overlaid with those the head hands it."""
+    return {**switch_set(ray_env, names), **handed}
+
+
 def process_failures(node: str, reading: ServeReading, origins: Sequence[ImportOrigin], expected: ProcessExpectation) -> list[str]:
     """Every way the vLLM serves of one rank differ from what the release says they run; none serving is one failure."""
     if not reading.serving:
@@ -148,15 +165,17 @@ def process_signature(reading: ServeReading, names: Sequence[str]) -> tuple:
     return tuple(sorted(signature))
 
 
-def ray_worker_failures(node: str, reading: ServeReading, switches: Mapping[str, str] | None = None, names: Sequence[str] = ()) -> list[str]:
+def ray_worker_failures(node: str, reading: ServeReading, switches: Mapping[str, str] | None = None, names: Sequence[str] = (),
+                        handed: Mapping[str, str] | None = None) -> list[str]:
     """A Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors). Given
-    the release's switch set, the Ray node's environment (which its actors inherit) must hold exactly that set."""
+    the release's switch set, the Ray node's environment (which its actors inherit), overlaid with the switches the
+    head hands its workers (`handed`), must hold exactly that set."""
     if reading.ray is None:
         main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
         return [f"{node}: the Ray worker rank runs no Ray node (its main process is {main}, and no raylet runs beside it)"]
     if switches is None:
         return []
-    found = switch_set(reading.ray.env, names)
+    found = ray_worker_switches(reading.ray.env, handed or {}, names)
     differing = sorted(name for name in {*found, *switches} if found.get(name) != switches.get(name))
     return [f"{node}: the Ray node runs {name}={found.get(name, '(unset)')}, the release sets {switches.get(name, '(unset)')}"
             for name in differing]
