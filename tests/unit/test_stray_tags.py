@@ -11,7 +11,7 @@ import pytest
 from kvbake import cli
 from kvbake.errors import IntegrityError, LockLost, RolloutError
 from kvbake.ship.adapters import rollout, tag_reset
-from kvbake.ship.adapters.adoption import adopt
+from kvbake.ship.adapters.adoption import adopt, rollback_to_adopted
 from kvbake.ship.adapters.node_locks import NodeLock
 from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.adapters.status import status, status_table, verify_running
@@ -63,13 +63,18 @@ def test_status_and_verify_running_name_a_late_current_tag(world):
     assert line in caught.value.message
 
 
-@pytest.mark.parametrize("command", ["deploy", "rollback"])
+@pytest.mark.parametrize("command", ["deploy", "rollback", "rollback --to adopted"])
 def test_deploy_and_rollback_are_refused_before_any_change_naming_the_stray_tag_and_the_reset(world, command):
+    if command.endswith("adopted"):
+        start_serves(world)
+        adopt(world.fleet, "seed serve", False)
     settled_packing(world)
     stray = late_current_tag(world)
     before = world.snapshot()
+    transitions = {"deploy": lambda: deploy(world, OTHER), "rollback": lambda: rollback_of(world),
+                   "rollback --to adopted": lambda: rollback_to_adopted(world.fleet, False)}
     with pytest.raises(RolloutError) as caught:
-        deploy(world, OTHER) if command == "deploy" else rollback_of(world)
+        transitions[command]()
     assert caught.value.exit_code == 12
     assert f"node a: tag current points at {stray[:19]}, but its current record names {PACKING.config_digest[:19]}" in caught.value.message
     assert RESET in caught.value.fix

@@ -46,8 +46,9 @@ class NodeView:
 def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:
     """What one node records and which images its tags name; a reseated node's records do not count. A `previous` tag
     on a node whose records name a current release and no previous one counts as none (a write of a host whose lock
-    was broken can land late, after the revert that cleared that record): the next transition's retag removes it
-    instead of carrying it on. Records lost altogether leave both tags as they are."""
+    was broken can land late, after the revert that cleared that record), never a rollback target; the transitions
+    refuse it first as a stray tag (`stray_tags`), which `deploy --reset-tags` removes. Records lost altogether leave
+    both tags as they are."""
     engine = fleet.engines[name]
     try:
         records = NodeState(name, engine).read()
