@@ -135,6 +135,8 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     recovery = deploy.add_mutually_exclusive_group()  # both at once would silently do one of them
     recovery.add_argument("--resume", action="store_true", help="finish an interrupted deploy from its journal")
     recovery.add_argument("--revert", action="store_true", help="undo an interrupted deploy from its journal (also the repair of a diverged state)")
+    recovery.add_argument("--reset-tags", action="store_true",
+                          help="point every node's current and previous tags back at the images its release records name")
     deploy.add_argument("--reseat", action="append", default=[], metavar="NODE",
                         help="deploy to a node whose image store was switched since the last deploy (it starts empty); repeatable")
     deploy.add_argument("--dry-run", action="store_true",

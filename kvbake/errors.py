@@ -83,7 +83,8 @@ class IntegrityError(KvbakeError):
     exit_code = 7
     title = "integrity"
     cases = ("a base file's hash, `overlay/` drift, or a verify failure (layers, labels, switch in Env, read-back "
-             "hash, stale bytecode, what a rank's processes run); a credential in a label, a record or an option "
+             "hash, stale bytecode, what a rank's processes run, a node's `current` or `previous` tag that its records do not "
+             "name); a credential in a label, a record or an option "
              "kvbake would write (`--reason`, `--endpoint`, `--model`); a serving vLLM process whose command line "
              "kvbake cannot read honestly (`--config FILE`, no model, two models, a value option without its value)")
 
@@ -131,7 +132,8 @@ class RolloutError(KvbakeError):
              " labels, runtime config), a node whose image store changed since the last deploy (without `--reseat`), a"
              " failing launcher, verify-running failed after a step (every node was reverted), a live lock (also for "
              "`--resume`, `--revert` and `--break-lock`), a lock this host lost, an interrupted deploy's or adopt's "
-             "journal, no previous release or nodes whose previous releases differ; adopt: no serving container or no "
+             "journal, no previous release or nodes whose previous releases differ, a node's `current` or `previous` tag "
+             "that points elsewhere than its records say (`deploy --reset-tags` resets it); adopt: no serving container or no "
              "vLLM serve in it, ranks that run different serves, a `--rm` serve with settings kvbake cannot recreate, "
              "nothing to resume or release")
 

@@ -97,14 +97,18 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
     from kvbake.ship.core.push_record import check_digest_reference, pushed_image
     from kvbake.ship.core.release import make_release
 
-    if not (args.preset or args.resume or args.revert):
-        raise_usage("deploy needs --preset NAME (or --resume / --revert)", args.prog)
+    if not (args.preset or args.resume or args.revert or args.reset_tags):
+        raise_usage("deploy needs --preset NAME (or --resume / --revert / --reset-tags)", args.prog)
     if args.image:
         check_digest_reference(args.image)
     check_reason(args.reason)
+    if args.reset_tags and (args.preset or args.reseat or args.image or args.dry_run):
+        raise_usage("deploy --reset-tags takes no --preset, --image, --reseat or --dry-run: it moves no release", args.prog)
     if args.dry_run:
         return deploy_dry_run(args)
     manifest, lock, deployment, fleet = _ship_context(args, refuse_diverged=not args.revert)
+    if args.reset_tags:
+        return reset_stray_tags(fleet, args.break_lock)
     if args.resume or args.revert:
         release_id = None
         if args.preset and args.resume:
@@ -132,6 +136,16 @@ def cmd_deploy(args: argparse.Namespace) -> Result:
         data["proof_baseline"] = baseline
         text += f"\nproof baseline: {baseline}"
     return data, text
+
+
+def reset_stray_tags(fleet, break_lock: bool) -> Result:
+    """`deploy --reset-tags`: what was put back, or that every tag already agreed."""
+    from kvbake.ship.adapters.tag_reset import reset_tags
+
+    resets = reset_tags(fleet, break_lock)
+    if not resets:
+        return {"reset": []}, "every current and previous tag points where its node's records say: nothing changed"
+    return {"reset": [reset.describe() for reset in resets]}, "\n".join(["reset the tags from the records:", *(r.describe() for r in resets)])
 
 
 def deployed_release_as_baseline(manifest, lock, release_id: str, deployment) -> str:
@@ -255,7 +269,7 @@ def deploy_dry_run(args: argparse.Namespace) -> Result:
     from kvbake.ship.core.release import make_release
 
     given = [flag for flag, on in (("--resume", args.resume), ("--revert", args.revert), ("--reseat", args.reseat),
-                                   ("--break-lock", args.break_lock)) if on]
+                                   ("--reset-tags", args.reset_tags), ("--break-lock", args.break_lock)) if on]
     if given or not args.preset:
         raise_usage(f"deploy --dry-run takes --preset NAME and no {', '.join(given) or '--resume or --revert'}", args.prog)
     manifest, lock, deployment = _deployment_context(args)

@@ -25,8 +25,10 @@ from kvbake.ship.core.lock_claims import claim_from_labels
 
 from faultscenarios import (JOURNAL_WRITES, failed_first_deploy, failed_second_deploy, kill_then_resume_and_again_then_revert, killed_deploy,
                             operator_host)
-from shiprig import (PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, reset_nodes, ship,
+from shiprig import (BASE, PACKING_ENV, REPO_ROOT, STANDIN_LAUNCHER, assert_invariant, deploy_control, fleet_snapshot, reset_nodes, ship,
                      ship_with)
+
+RESET_TAGS = "python build.py deploy --reset-tags"
 
 # The subject is kvbake's journal, node locks and fences, which no image store changes: with Docker 26.1 on both stores
 # the module runs on the classic store (the kills across a classic and a containerd node: test_mixed_fleet.py).
@@ -322,14 +324,49 @@ def test_the_one_call_a_stopped_host_had_begun_lands_late_and_the_documented_rep
     late = {**reverted, "a": {**reverted["a"], "previous": reverted["a"]["current"]}}
     assert reverted["a"]["previous"] is None and after == late, "the late call moved node a's `previous` tag, and nothing else"
     assert node_audits(rig) == audits
-    assert ship_with(capsys, shipped, host2, "verify-running")[0] == 0, "what serves is what the records say"
+    named = "node spark-a: tag previous points at"
+    code, _, err = ship_with(capsys, shipped, host2, "verify-running")
+    assert code == 7 and f"{named} {after['a']['previous'][:19]}, but its records name no previous release" in err, err
     code, _, err = ship_with(capsys, shipped, host2, "rollback")
-    assert code == 12 and "no previous release on spark-a, spark-b" in err, "the stray tag is no rollback target"
-    # The documented repair: the next deploy (here of the release the nodes run) re-points both tags from the records.
-    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "mend")
+    assert code == 12 and named in err and RESET_TAGS in err, "the stray tag is no rollback target, and the refusal names the repair"
+    assert fleet_snapshot(rig, shipped, host2) == late
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--reset-tags")  # the documented repair
     assert code == 0, err
     assert fleet_snapshot(rig, shipped, host2) == reverted
     assert_invariant(capsys, shipped, rig, set())
+
+
+def test_a_late_current_tag_is_named_refused_and_reset_from_the_records(capsys, shipped, rig):
+    """A `current` tag that lands after the nodes settled (as the late `docker tag` of a stopped host whose lock was
+    broken would: here node a's `current` names the base image): status and the next deploy name it, the repair the
+    refusal prints puts it back once (a second run changes nothing), and deploy then works."""
+    reset_nodes(rig, shipped["repository"])
+    deploy_control(capsys, shipped, "baseline")
+    settled = fleet_snapshot(rig, shipped)
+    node_a = Engine(rig["a"].host)
+    stray = node_a.image_id_of(BASE)
+    node_a.tag(stray, f"{shipped['repository']}:current")
+    named = f"node spark-a: tag current points at {stray[:19]}, but its current record names sha256:"
+    code, out, err = ship(capsys, shipped, "status", "--json")
+    assert code == 0, err
+    assert [line.startswith(named) for line in json.loads(out)["stray_tags"]] == [True], out
+    code, out, _ = ship(capsys, shipped, "status")
+    assert f"STRAY TAG: {named}" in out and RESET_TAGS in out
+    stray_fleet = fleet_snapshot(rig, shipped)
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "after")
+    assert code == 12 and named in err, err
+    repair = re.search(r"python build\.py deploy --reset-tags", err)
+    assert repair, err
+    assert fleet_snapshot(rig, shipped) == stray_fleet, "nothing was changed"
+    code, out, err = ship(capsys, shipped, *repair.group(0).split()[2:])
+    assert code == 0 and f"node spark-a: tag current back at {settled['a']['current'][:19]}, was {stray[:19]}" in out, out + err
+    assert fleet_snapshot(rig, shipped) == settled
+    code, out, err = ship(capsys, shipped, "deploy", "--reset-tags")
+    assert code == 0 and "nothing changed" in out, out + err
+    assert fleet_snapshot(rig, shipped) == settled
+    code, _, err = ship(capsys, shipped, "deploy", "--preset", "packing-327680", "--image", shipped["digest"], "--reason", "after")
+    assert code == 0, err
+    assert_invariant(capsys, shipped, rig, PACKING_ENV)
 
 
 AUDIT_RUNNER = """

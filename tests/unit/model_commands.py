@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Callable
 
-from kvbake.ship.adapters import adoption, basesync, rollout, status as status_module
+from kvbake.ship.adapters import adoption, basesync, rollout, status as status_module, tag_reset
 from kvbake.ship.adapters.fleet import Fleet
 
 from fake_fleet import BASE, CONTROL, OTHER, PACKING
@@ -47,6 +47,11 @@ def recover(mode: str, command: str = "deploy", break_lock: bool = False) -> Com
         return rollout.recover(fleet, mode, break_lock, command=command)
 
     return run
+
+
+def reset_tags(break_lock: bool = False) -> Command:
+    """`deploy --reset-tags [--break-lock]`."""
+    return lambda fleet: tag_reset.reset_tags(fleet, break_lock)
 
 
 def base_sync(force: bool = False) -> Command:

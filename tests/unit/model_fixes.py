@@ -36,6 +36,8 @@ def as_command(command: str, options: dict[str, str | None]) -> commands.Command
     """The model's command for a printed one, run with --break-lock as the docs say for a stale lock (None: read-only)."""
     if command in ("deploy", "adopt") and ("--resume" in options or "--revert" in options):
         return commands.recover("resume" if "--resume" in options else "revert", command, True)
+    if command == "deploy" and "--reset-tags" in options:
+        return commands.reset_tags(True)
     if command == "deploy":
         reseat = options.get("--reseat")
         nodes = frozenset(NODES) if reseat in (None, "NODE") else frozenset({reseat})

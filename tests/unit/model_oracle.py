@@ -15,7 +15,7 @@ from kvbake.ship.core.noderecords import NodeRecords, decode
 from kvbake.ship.core.release import Release
 
 from fake_fleet import CONTAINER, REPO
-from model_commands import recover
+from model_commands import recover, status
 from model_world import HOSTS, NODES, STALE, World, acting_on
 
 def audit_lines(world: World, node: str) -> Counter:
@@ -107,9 +107,22 @@ def released_half_way(world: World, node: str, kind: str, tagged: str | None, re
     return node in world.release_interrupted and kind == "previous" and tagged is None and bool(release and release.adopted)
 
 
+def named_stray_tags(world: World) -> list[str]:
+    """The stray tags kvbake's `status` names, read on a copy of the world with every node back (a node may be down)."""
+    twin = world.copy()
+    try:
+        with acting_on(twin):
+            for fake in twin.fakes.values():
+                fake.down = False
+            return list(status()(twin.fleets[HOSTS[0]])["stray_tags"])
+    finally:
+        shutil.rmtree(twin.folder, ignore_errors=True)
+
+
 def tag_failures(world: World) -> list[str]:
-    """A node that keeps no transition and no diverged mark has its tags on the images of its records; every node that
-    keeps a transition keeps the same one."""
+    """A node that keeps no transition and no diverged mark has its tags on the images of its records, unless `status`
+    names the tag that differs (a late write of a host whose lock was broken: the next deploy is refused, and its fix,
+    `deploy --reset-tags`, is run); every node that keeps a transition keeps the same one."""
     failures, kept = [], {}
     for node in NODES:
         r = records(world, node)
@@ -121,9 +134,19 @@ def tag_failures(world: World) -> list[str]:
             tagged, expected = world.fakes[node].tags.get(f"{REPO}:{kind}"), image_of(release) if release else None
             if tagged != expected and not released_half_way(world, node, kind, tagged, release):
                 failures.append(f"{node}: tag {kind} names {tagged}, its record {expected}")
+    if failures:
+        named = named_stray_tags(world)
+        failures = [f for f in failures if not any(line.startswith(stray_line(f)) for line in named)]
     if len(set(kept.values())) > 1:
         failures.append(f"the nodes keep different journals: {kept}")
     return failures
+
+
+def stray_line(failure: str) -> str:
+    """How `status` names the tag of a failure of tag_failures: `node a: tag current points at <image>`."""
+    node, _, rest = failure.partition(": tag ")
+    kind, _, rest = rest.partition(" names ")
+    return f"node {node}: tag {kind} points at {rest.partition(', its record ')[0][:19]}"
 
 
 def stray_copies(world: World) -> list[str]:

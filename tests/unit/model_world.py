@@ -51,8 +51,8 @@ class Killed(BaseException):
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault of a step: where (`a.copy_in`, `a.*` for any call to node a, `journal`, `ready`, `guard`, or `b:packing`
-    for a launcher that fails on that node for that preset), at which call of it, and what happens (kill, error, lost,
+    """One fault of a step: where (`a.copy_in`, `a.*` for any call to node a, `a.tag:current` for its calls that move
+    its `current` tag, `journal`, `ready`, `guard`, or `b:packing` for a launcher that fails on that node for that preset), at which call of it, and what happens (kill, error, lost,
     timeout, launcher, pause-revert, pause-resume, pause-deploy, late-revert, late-resume, late-deploy, meanwhile-revert,
     meanwhile-resume, meanwhile-deploy)."""
 
@@ -74,10 +74,16 @@ class NodeProxy:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             # which calls are writes comes from the tests' own list: kvbake's (fencing.WRITES) is what the model checks
-            self._world.at(f"{self._node}.{name}", between_writes=name not in STATE_CHANGING_CALLS or fence_rename(name, args))
+            self._world.at(f"{self._node}.{name}", between_writes=name not in STATE_CHANGING_CALLS or fence_rename(name, args),
+                           also=current_tag_call(self._node, name, args))
             return attr(*args, **kwargs)
 
         return call
+
+
+def current_tag_call(node: str, method: str, args: tuple) -> str | None:
+    """`a.tag:current` for a call that points node a's `current` tag at an image: a fault may pick that call alone."""
+    return f"{node}.tag:current" if method == "tag" and len(args) > 1 and str(args[1]).endswith(":current") else None
 
 
 def fires_here(kind: str, between_writes: bool) -> bool:
@@ -165,15 +171,16 @@ class World:
         finally:
             self.fault, self.failing_launch, self.locks[host], self.acting, self.dying = None, set(), [], None, False
 
-    def at(self, where: str, held: HeldLocks | None = None, between_writes: bool = True) -> None:
+    def at(self, where: str, held: HeldLocks | None = None, between_writes: bool = True, also: str | None = None) -> None:
         """A fault point: fire the armed fault at its chosen call. A pause (`pause-*`) fires only between two writes
         (before a read, or before the fence's advance that opens a write); a late write (`late-*`) only inside one,
-        after its fence advanced: the write the host had begun lands once it goes on."""
+        after its fence advanced: the write the host had begun lands once it goes on. `also` is a narrower name of the
+        same call (`a.tag:current`), which a fault may pick instead."""
         if self.locks[HOSTS[0]] and self.locks[HOSTS[1]]:
             self.violations += lock_violations(self)
         fault = self.fault
         node, _, method = where.partition(".")
-        if fault is None or fault.where not in (where, f"{node}.*") or not fires_here(fault.kind, between_writes):
+        if fault is None or fault.where not in (where, f"{node}.*", also) or not fires_here(fault.kind, between_writes):
             return
         self.calls[fault.where] += 1
         if self.calls[fault.where] != fault.nth:

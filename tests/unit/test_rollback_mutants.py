@@ -95,6 +95,8 @@ def test_nodes_whose_previous_releases_differ_are_refused_before_anything_moves(
     deploy(world, PACKING)
     state = NodeState("b", world.engines["b"])
     state.update(world.engines["b"].image_id_of(f"{REPO}:current"), "a previous record from elsewhere", previous=OTHER)
+    world.engines["b"].pull(OTHER.image)  # and its tag where that record says, so that only the releases differ
+    world.engines["b"].tag(world.engines["b"].image_id_of(OTHER.image), f"{REPO}:previous")
     before = world.snapshot()
     with pytest.raises(RolloutError) as refused:
         rollout.rollback(world.fleet, False)

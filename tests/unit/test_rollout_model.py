@@ -5,7 +5,8 @@
 # engine error or a lost node at a chosen call of a chosen engine method, a kill after a chosen journal write, a launcher
 # that fails for one node and preset, a readiness timeout, the other host running a whole command between two engine
 # calls, or a pause of the host (before a chosen lock check, between any two of its writes to a node, or inside a write,
-# its fence advanced and the write itself landing once the host goes on) past the locks' staleness by the nodes' clocks,
+# its fence advanced and the write itself landing once the host goes on, such as its call that moves a node's `current`
+# tag) past the locks' staleness by the nodes' clocks,
 # with its own clock jumped ahead, still or back, while the other host breaks its locks.
 # The invariants (model_oracle.py) are checked after every step; one of them, that no audit line is ever lost.
 # KVBAKE_MODEL_STEPS sets the number of steps (default 10,000), KVBAKE_MODEL_SEED the seed (default fixed, so CI
@@ -64,7 +65,11 @@ faults = st.one_of(st.none(), st.none(), st.one_of(
     st.builds(Fault, st.just("journal"), st.integers(1, 8), st.just("kill")),
     st.builds(Fault, st.just("ready"), st.integers(1, 2), st.sampled_from(("kill", "timeout"))),
     st.builds(lambda node, preset: Fault(f"{node}:{preset}", 0, "launcher"), st.sampled_from(NODES), st.sampled_from(PRESETS)),
-    st.builds(Fault, st.just("guard"), st.integers(1, 6), st.sampled_from(("pause-revert", "pause-resume", "pause-deploy")))))
+    st.builds(Fault, st.just("guard"), st.integers(1, 6), st.sampled_from(("pause-revert", "pause-resume", "pause-deploy"))),
+    # the late `current` tag: a host stopped inside its call that moves a node's `current`, which lands after the other
+    # host broke its locks and settled the nodes
+    st.builds(lambda node, nth, kind: Fault(f"{node}.tag:current", nth, kind), st.sampled_from(NODES), st.integers(1, 2),
+              st.sampled_from(("late-revert", "late-resume", "late-deploy")))))
 ran = [0]  # steps run in this process
 fixes = [0]  # refusals whose printed fix was run
 
@@ -149,6 +154,11 @@ class RolloutModel(RuleBasedStateMachine):
             node, how = disturb.split()
             disturb_base(self.world.fakes[node], how)
         self.step(host, commands.base_sync(force), fault)
+
+    @rule(host=hosts, break_lock=st.booleans(), fault=faults)
+    def reset_tags(self, host: str, break_lock: bool, fault: Fault | None) -> None:
+        """`deploy --reset-tags`."""
+        self.step(host, commands.reset_tags(break_lock), fault)
 
     @rule(host=hosts)
     def status(self, host: str) -> None:

@@ -10,8 +10,10 @@ import model_commands as commands
 from kvbake.errors import DivergedError, EngineError, LockLost, RolloutError
 from kvbake.ship.adapters.node_locks import LOCK_NAME
 from kvbake.ship.adapters.nodestate import STATE_NAME
-from model_oracle import adopted_failures, audit_lines, lost_audit_lines, records, serving_failures, tag_failures, unsettled
-from fake_fleet import CONTAINER
+from model_fixes import fix_failures
+from model_oracle import (adopted_failures, audit_lines, lost_audit_lines, named_stray_tags, records, serving_failures, tag_failures,
+                          unsettled)
+from fake_fleet import CONTAINER, OTHER, PACKING, REPO
 from model_world import NODES, STALE, Fault, World, acting_on, patched
 
 
@@ -171,3 +173,23 @@ def test_a_record_write_that_lands_late_removes_no_audit_line_the_other_host_wro
     assert world.audit_marks, "h1 ran in the middle of h0's write"
     assert lost_audit_lines(world, seen) == []
     assert any("broke stale lock" in line for line in audit_lines(world, where[0]))
+
+
+def test_a_late_current_tag_is_named_and_the_refusals_printed_fix_resets_it(world):
+    """h0's deploy of other is paused inside its call that points node a's `current` at other; h1 breaks the locks and
+    reverts; then h0's call lands. Node a's records say packing, its tag other: status names the tag, the next deploy is
+    refused naming it and `deploy --reset-tags`, which puts it back once; the deploy then works."""
+    assert world.run("h0", commands.deploy("control")) is None
+    assert world.run("h0", commands.deploy("packing")) is None
+    assert isinstance(world.run("h0", commands.deploy("other"), Fault("a.tag:current", 1, "late-revert")), LockLost)
+    assert tag_failures(world) == [], "the disagreeing tag is named by status"
+    assert world.fakes["a"].tags[f"{REPO}:current"] == OTHER.config_digest and records(world, "a").current.preset == "packing"
+    [named] = named_stray_tags(world)
+    assert named.startswith(f"node a: tag current points at {OTHER.config_digest[:19]}, but its current record names {PACKING.config_digest[:19]}")
+    refused = world.run("h1", commands.deploy("control"))
+    assert isinstance(refused, RolloutError) and named in refused.message and fix_failures(world, "h1", refused) == []
+    assert "python build.py deploy --reset-tags" in refused.fix
+    assert world.run("h1", commands.reset_tags()) is None
+    assert world.fakes["a"].tags[f"{REPO}:current"] == PACKING.config_digest and named_stray_tags(world) == []
+    assert not unsettled(world)
+    assert world.run("h1", commands.deploy("control")) is None

@@ -56,7 +56,8 @@ def test_a_rank_without_a_record_or_a_container_is_refused_as_such(world):
     del world.engines["b"].containers[CONTAINER]
     failure = refusal(world)
     assert says(failure.message, "b: the serving container is not there")
-    assert failure.message.startswith("verify-running: 2 problem(s)")
+    assert says(failure.message, "node b: tag current points at")  # the tag its records no longer name
+    assert failure.message.startswith("verify-running: 3 problem(s)")
 
 
 @pytest.mark.parametrize("read", [lambda fleet: verify_running(fleet, None), status], ids=["verify-running", "status"])
@@ -71,7 +72,7 @@ def test_damaged_records_name_the_node_they_belong_to(world, read):
 def test_the_table_lists_several_switches_comma_separated_in_name_order():
     row = {"node": "a", "role": "head", "current": None, "previous": None, "running": True, "running_matches_current": False,
            "switches": {"Z": "2", "A": "1"}}
-    table = status_table({"nodes": [row], "diverged": False, "marked_diverged": None, "pending_journal": None})
+    table = status_table({"nodes": [row], "diverged": False, "marked_diverged": None, "pending_journal": None, "stray_tags": []})
     assert table.splitlines()[1].split()[-1] == "A=1,Z=2"
 
 
@@ -139,7 +140,8 @@ def test_ranks_that_each_run_their_own_record_but_different_releases_fail_verify
     deploy(world, CONTROL)
     deploy(world, PACKING)
     NodeState("b", world.engines["b"]).update("base:1", "back", current=CONTROL)
-    world.engines["b"].run_serving(CONTAINER, f"{REPO}:previous", [])  # control: no switches
+    world.engines["b"].tag(world.engines["b"].image_id_of(f"{REPO}:previous"), f"{REPO}:current")  # its tag as its record says
+    world.engines["b"].run_serving(CONTAINER, f"{REPO}:current", [])  # control: no switches
     failure = refusal(world)
     assert failure.message.startswith("verify-running: 1 problem(s): the ranks disagree: ")
     assert says(failure.message, f"a runs 2 layers with {{'{SWITCH}': '3'}}") and says(failure.message, "b runs 2 layers with no switches")

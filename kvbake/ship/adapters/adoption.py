@@ -20,6 +20,7 @@ from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.adopted_copy import commit_copy, remove_stray_copies
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
+from kvbake.ship.adapters.stray_tags import refuse_stray_tags
 from kvbake.ship.adapters.rollout import NodeView, check_views, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
 from kvbake.serve.core.launcher_ties import RUNBOOK, launcher_ties
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank, serving_container
@@ -217,6 +218,7 @@ def rollback_to_adopted(fleet: Fleet, break_lock: bool) -> Journal:
     try:
         views = [view(fleet, name) for name in fleet.engines]
         check_views(views)
+        refuse_stray_tags(fleet, {v.name: v.records for v in views})
         refuse_other_serves(fleet, {v.name: v.records for v in views})
         adopted_serve.refuse_missing_secrets({v.name: v.records.adopted for v in views})
         without = [v.name for v in views if v.records.adopted is None]

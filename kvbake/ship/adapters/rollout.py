@@ -22,6 +22,7 @@ from kvbake.ship.adapters.node_locks import HeldLocks, NodeLock
 from kvbake.ship.adapters.node_identity import config_digest_on, repository_of
 from kvbake.ship.adapters.nodestate import NodeState, node_audit
 from kvbake.ship.adapters.other_serves import refuse_other_serves
+from kvbake.ship.adapters.stray_tags import refuse_stray_tags
 from kvbake.ship.adapters.transitions import marker_image, records_of, release_of, revert, run_transition
 from kvbake.ship.core.lock_claims import LockClaim
 from kvbake.ship.core.journal import (Journal, NodePlan, clear_diverged, clear_journal, from_node_copy, journal_from_dict, read_diverged,
@@ -45,8 +46,9 @@ class NodeView:
 def view(fleet: Fleet, name: str, reseat: frozenset[str] = frozenset()) -> NodeView:
     """What one node records and which images its tags name; a reseated node's records do not count. A `previous` tag
     on a node whose records name a current release and no previous one counts as none (a write of a host whose lock
-    was broken can land late, after the revert that cleared that record): the next transition's retag removes it
-    instead of carrying it on. Records lost altogether leave both tags as they are."""
+    was broken can land late, after the revert that cleared that record), never a rollback target; the transitions
+    refuse it first as a stray tag (`stray_tags`), which `deploy --reset-tags` removes. Records lost altogether leave
+    both tags as they are."""
     engine = fleet.engines[name]
     try:
         records = NodeState(name, engine).read()
@@ -266,6 +268,7 @@ def deploy(fleet: Fleet, release: Release, base_image: str, base_layers: tuple[s
     try:
         views = [view(fleet, name, reseated) for name in fleet.engines]
         check_views(views, reseated)
+        refuse_stray_tags(fleet, {v.name: v.records for v in views if v.name not in reseated})
         refuse_other_serves(fleet, {v.name: v.records for v in views})
         adopted_serve.refuse_missing_secrets({v.name: v.records.current for v in views})  # a failed deploy brings it back
         journal = Journal(journal_id, "deploy", release.id, tuple(deploy_plan(v, staged[v.name], release) for v in views))
@@ -286,6 +289,7 @@ def rollback(fleet: Fleet, break_lock: bool) -> Journal:
     try:
         views = [view(fleet, name) for name in fleet.engines]
         check_views(views)
+        refuse_stray_tags(fleet, {v.name: v.records for v in views})
         refuse_other_serves(fleet, {v.name: v.records for v in views})
         for kind in ("previous", "current"):  # the rollback, or its revert, brings it back
             adopted_serve.refuse_missing_secrets({v.name: getattr(v.records, kind) for v in views})

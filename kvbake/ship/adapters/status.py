@@ -9,9 +9,11 @@ from kvbake.errors import IntegrityError
 from kvbake.ship.adapters.fleet import Fleet
 from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import other_serves
+from kvbake.ship.adapters.stray_tags import stray_tags
 from kvbake.ship.core.journal import read_diverged, read_journal
 from kvbake.ship.core.release import Release
 from kvbake.ship.core.running import agreement_failures, rank_failures, switch_env
+from kvbake.ship.core.tag_agreement import RESET_COMMAND
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ def verify_running(fleet: Fleet, expect: dict[str, str] | None) -> list[RankRepo
         observed[node.name] = check.signature
         reports.append(RankReport(node.name, tuple(check.failures), check.switches))
     failures += agreement_failures(observed)
+    failures += [stray.describe() for node in fleet.deployment.nodes
+                 for stray in stray_tags(fleet, node.name, NodeState(node.name, fleet.engines[node.name]).read())]
     failures += [f"{node.name}: a second vLLM serve runs in {name} (neither kvbake's nor the adopted one)"
                  for node in fleet.deployment.nodes for name in other_serves(fleet, node.name, NodeState(node.name, fleet.engines[node.name]).read())]
     if failures:
@@ -62,6 +66,7 @@ def status(fleet: Fleet) -> dict[str, Any]:
             "running_layers": len((image or {}).get("RootFS", {}).get("Layers", [])),
             "running_matches_current": bool(held and image and tuple(image["RootFS"]["Layers"]) == records.current.layers),
             "switches": env,
+            "stray_tags": [stray.describe() for stray in stray_tags(fleet, node.name, records)],
         })
         node_marks += [dict(records.diverged)] if records.diverged else []
         node_journals += [records.transition.get("id")] if records.transition else []
@@ -72,7 +77,7 @@ def status(fleet: Fleet) -> dict[str, Any]:
     disagree = len(currents) > 1 or len(switch_sets) > 1 or any(r["recorded_current_missing"] for r in rows)
     return {"nodes": rows, "diverged": disagree or not all(r["running_matches_current"] for r in rows if r["current"]),
             "marked_diverged": read_diverged(fleet.deployment.state_dir) or (node_marks[0] if node_marks else None),
-            "pending_journal": pending}
+            "pending_journal": pending, "stray_tags": [line for r in rows for line in r["stray_tags"]]}
 
 
 def _brief(release: Release | None) -> dict[str, Any] | None:
@@ -93,6 +98,8 @@ def status_table(data: dict[str, Any]) -> str:
         lines.append(f"{row['node']:<10} {row['role']:<7} {cur:<30} {prev:<30} {run:<8} {switches}")
     if data["diverged"] or data["marked_diverged"]:
         lines.append("DIVERGED: the ranks do not agree" + (f"; repair: {data['marked_diverged']['repair']}" if data["marked_diverged"] else ""))
+    for line in data["stray_tags"]:
+        lines.append(f"STRAY TAG: {line}; reset it from the records: {RESET_COMMAND}")
     if data["pending_journal"]:
         lines.append(f"interrupted: {data['pending_journal']}; run deploy --resume or deploy --revert")
     return "\n".join(lines)
