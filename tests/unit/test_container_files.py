@@ -4,10 +4,12 @@ under each of its names, and a file whose executable bits differ from the image'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -15,7 +17,7 @@ from kvbake.bake.core.container_files import (READER, ContainerFile, mode_change
                                               tmpfs_targets)
 from kvbake.bake.core.served_overlay import record_dict, served_overlay
 from kvbake.errors import UsageError
-from kvbake.ship.adapters.served_files import changed_in_layer, copied_links, regular_files, tmpfs_files
+from kvbake.ship.adapters.served_files import changed_in_layer, copied_links, read_served_overlay, regular_files, tmpfs_files
 
 ROOT = "/usr/lib/py"
 
@@ -118,3 +120,27 @@ def test_files_in_a_tmpfs_under_the_source_root_are_read_through_the_container(t
     engine = Reading("", held)
     found = tmpfs_files(engine, {"Id": "c1", "Name": "/serve", "HostConfig": {"Tmpfs": {f"{ROOT}/vllm/hot": ""}}}, ROOT)
     assert {p: (c.data, c.how) for p, c in found.items()} == {"vllm/hot/fix.py": (b"fixed\n", f"in a tmpfs at {ROOT}/vllm/hot")}
+
+
+class Chmodded:
+    """An engine whose serve `c1` holds the image's bytes of every file, made executable (chmod +x) when `executable`."""
+
+    def __init__(self, executable: bool) -> None:
+        self.executable = executable
+
+    @contextlib.contextmanager
+    def created_container(self, image: str) -> Iterator[str]:
+        yield "image"
+
+    def copy_out(self, container: str, path: str, destination: Path) -> bool:
+        destination.write_bytes(b"same\n")
+        destination.chmod(0o755 if container == "c1" and self.executable else 0o644)
+        return True
+
+
+def test_a_file_of_the_image_made_executable_in_the_serve_is_refused_by_the_reading_and_its_bytes_alone_are_no_change():
+    serve = {"Id": "c1", "Name": "/serve", "Image": "sha256:i"}
+    with pytest.raises(UsageError, match=rf"init: serve serves {ROOT}/vllm/run.py \(0755, the image's 0644\) with another mode"):
+        read_served_overlay(Chmodded(True), serve, {f"{ROOT}/vllm/run.py": "C"}, ROOT)  # type: ignore[arg-type]
+    overlay, data = read_served_overlay(Chmodded(False), serve, {f"{ROOT}/vllm/run.py": "C"}, ROOT)  # type: ignore[arg-type]
+    assert overlay.files == () and data == {}
