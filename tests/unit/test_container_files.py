@@ -92,10 +92,11 @@ class Reading:
         destination.symlink_to(self.link)
         return True
 
-    def python_in(self, container: str, code: str, *args: str) -> str:
-        self.ran.append(args)
-        local = [str(self.held / arg.lstrip("/")) for arg in args]
-        out = subprocess.run([sys.executable, "-c", code, *local], check=True, capture_output=True, text=True).stdout
+    def exec_in(self, container: str, argv: list[str]) -> str:
+        assert argv[:3] == ["python3", "-c", READER]
+        self.ran.append(tuple(argv[3:]))
+        local = [str(self.held / arg.lstrip("/")) for arg in argv[3:]]
+        out = subprocess.run([sys.executable, "-c", READER, *local], check=True, capture_output=True, text=True).stdout
         return out.replace(str(self.held), "")
 
 

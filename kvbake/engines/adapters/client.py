@@ -306,14 +306,6 @@ class Engine(ContainerOps):
             raise EngineError(f"{self.label}: docker build failed ({_stderr(err)})", "read the build output with --debug") from None
         return image.id
 
-    def python_in(self, container: str, code: str, *args: str) -> str:
-        """Run a running container's own python3 on `code` (docker exec): what it prints."""
-        try:
-            return str(self.client.container.execute(container, ["python3", "-c", code, *args]))
-        except DockerException as err:
-            raise EngineError(f"{self.label}: running python3 in the container {container} failed ({_stderr(err)})",
-                              "check that the serve's container runs and has python3 on its PATH") from None
-
     def run_python(self, image: str, code: str) -> str | None:
         """Run the image's own python3 on `code` with no network; stdout, or None when the image has no python3."""
         try:

@@ -49,7 +49,7 @@ def in_container(engine: Engine, container: Mapping[str, Any], paths: list[str],
     """These paths (files, links, folders walked) as the running container reads them, by path under the source root."""
     if not paths:
         return {}
-    found = parse_reading(engine.python_in(str(container["Id"]), READER, *paths))
+    found = parse_reading(engine.exec_in(str(container["Id"]), ["python3", "-c", READER, *paths]))
     return {relative_to_root(f.path, source_root): served_copy(f, how, container_name(container)) for f in found}
 
 
