@@ -1,7 +1,8 @@
 """The seed's bind-mounted overlay becomes the chain, by proof, in every serve shape on two real node engines: init reads
 the files mounted over the source root on every rank, lock proves the chain's result equals them byte for byte (or
 refuses naming the file that differs, writing nothing), `init --capture` bakes them without a chain, and the derived
-image built and deep-verified from either holds exactly the mounted bytes."""
+image built and deep-verified from either holds exactly the mounted bytes; a module linked into the source root counts
+by its target's bytes, and a file in a tmpfs under the source root is read through the serve."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import yaml
 
 from kvbake.bake.adapters.extract import Extractor
 from kvbake.engines.adapters.client import Engine
-from kvbake_rig.serve_shapes import SHAPES, ShapePorts
+from kvbake_rig.serve_shapes import CONTROL_LENGTH, SERVED, SHAPES, ShapePorts, multi_node_args, standin_serve
+from kvbake_rig.serve_shapes import run as run_serve
 
 from conftest import run
 from serveshapes import (NODES, SOURCE_ROOT, STANDIN, chain_overlay, clear_nodes, donor_clone, serving_keys, shape_ports, start_shape,
@@ -142,3 +144,58 @@ def test_capture_bakes_the_served_bytes_without_a_chain(capsys, engine, rig, shi
     assert f"proof: the baked image holds the bytes the serve runs: {len(mounted)} files, sha256 equal" in out.splitlines()
     image = build_and_verify(capsys, engine, project)
     assert baked_files(engine, image, sorted(mounted)) == mounted
+
+
+LINKED = "vllm/v1/core/sched/scheduler.py"  # a module of the image a hot patch links to a mod kept elsewhere in the container
+MOD = b"# the hot-patched scheduler, kept outside the package\nLINKED_MOD = True\n"
+WRITE = "import os, sys; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); open(sys.argv[1], 'wb').write(sys.argv[2].encode())"
+
+
+def on_each_serve(rig: dict, shape: str, *argv: str) -> None:
+    """Run one command in each node's serve container, as an operator's hot patch does."""
+    for key, name in SHAPES[shape][1].items():
+        rig[key].client().container.execute(name, list(argv))
+
+
+def captured_and_proven(capsys, rig: dict, shipped: dict, project: Path, path: str, how: str) -> dict:
+    """init --capture reads the seed's overlay and `path` (`how` it got there), and lock proves the chain it wrote."""
+    found = init(capsys, rig, shipped, project, "--capture")
+    served = {f["path"]: f for f in found["served"]}
+    assert len(served) == len(chain_overlay()) + 1 and served[path]["how"] == how, found["served"]
+    code, out, err = run(capsys, "lock", "--manifest", str(project / "manifest.yaml"))
+    assert code == 0, err
+    assert f"proof: the baked image holds the bytes the serve runs: {len(served)} files, sha256 equal" in out.splitlines()
+    return served[path]
+
+
+def test_a_module_linked_into_the_source_root_is_captured_by_its_targets_bytes_and_proven(capsys, engine, rig, shipped, pair, tmp_path):
+    start(rig, tmp_path, "main process", chain_overlay())
+    on_each_serve(rig, "main process", "python3", "-c", WRITE, "/workspace/mods/scheduler.py", MOD.decode())
+    on_each_serve(rig, "main process", "ln", "-sf", "/workspace/mods/scheduler.py", f"{SOURCE_ROOT}/{LINKED}")
+    project = tmp_path / "project"
+    linked = captured_and_proven(capsys, rig, shipped, project, LINKED, "changed in the container's writable layer, "
+                                 "a symbolic link to /workspace/mods/scheduler.py (its target's bytes)")
+    assert linked["base_sha256"] is not None, "the link replaced the image's own module"
+    image = build_and_verify(capsys, engine, project)
+    assert baked_files(engine, image, [LINKED]) == {LINKED: MOD}, "the derived image holds the link's target at the link's path"
+
+
+HOT = "vllm/hotfix"  # a folder the serve keeps in a tmpfs under the source root
+HOT_FILE = b"# written into the tmpfs by the operator\nHOT = True\n"
+
+
+def main_process_with_tmpfs(client, key: str, ports: ShapePorts) -> str:
+    """The main-process shape with a tmpfs under the source root (docker run --tmpfs)."""
+    command = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args, *multi_node_args(key, ports))
+    return run_serve(client, "vllm-serve", command, ports, restart="unless-stopped", tmpfs=[f"{SOURCE_ROOT}/{HOT}"])
+
+
+def test_a_file_in_a_tmpfs_under_the_source_root_is_read_through_the_serve_and_proven(capsys, engine, rig, shipped, pair, tmp_path):
+    ports = shape_ports(tmp_path, chain_overlay())
+    for key in NODES:
+        main_process_with_tmpfs(rig[key].client(), key, ports)
+    wait_for_serves(rig, SHAPES["main process"][1], serving_keys("main process"))
+    on_each_serve(rig, "main process", "python3", "-c", WRITE, f"{SOURCE_ROOT}/{HOT}/patch.py", HOT_FILE.decode())
+    project = tmp_path / "project"
+    captured_and_proven(capsys, rig, shipped, project, f"{HOT}/patch.py", f"in a tmpfs at {SOURCE_ROOT}/{HOT}")
+    assert (project / ".kvbake" / "served" / "files" / HOT / "patch.py").read_bytes() == HOT_FILE

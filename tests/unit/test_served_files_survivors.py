@@ -32,6 +32,11 @@ class Copier:
         return True
 
 
+def plain(found: dict) -> dict:
+    """(bytes, how) of each file read."""
+    return {path: (copy.data, copy.how) for path, copy in found.items()}
+
+
 def serve(*targets: str) -> dict:
     return {"Id": "c1", "Name": "/serve", "Image": "sha256:i",
             "Mounts": [{"Type": "bind", "Source": f"/srv{target}", "Destination": target} for target in targets]}
@@ -39,20 +44,20 @@ def serve(*targets: str) -> dict:
 
 def test_each_file_of_a_mounted_folder_is_named_by_its_own_path(tmp_path: Path):
     engine = Copier({f"{ROOT}/vllm/ops": {"a.py": b"a\n", "sub/b.py": b"b\n"}})
-    found = mounted_files(engine, serve(f"{ROOT}/vllm/ops"), ROOT, tmp_path)
+    found = plain(mounted_files(engine, serve(f"{ROOT}/vllm/ops"), ROOT, tmp_path))
     assert found == {"vllm/ops/a.py": (b"a\n", f"mounted from /srv{ROOT}/vllm/ops"),
                      "vllm/ops/sub/b.py": (b"b\n", f"mounted from /srv{ROOT}/vllm/ops")}
 
 
 def test_a_mount_that_cannot_be_copied_out_is_passed_over_and_the_next_is_read(tmp_path: Path):
     engine = Copier({f"{ROOT}/vllm/b.py": b"b\n"})
-    found = mounted_files(engine, serve(f"{ROOT}/vllm/a.py", f"{ROOT}/vllm/b.py"), ROOT, tmp_path)
+    found = plain(mounted_files(engine, serve(f"{ROOT}/vllm/a.py", f"{ROOT}/vllm/b.py"), ROOT, tmp_path))
     assert found == {"vllm/b.py": (b"b\n", f"mounted from /srv{ROOT}/vllm/b.py")}
 
 
 def test_each_file_of_a_folder_added_in_the_writable_layer_is_named_by_its_own_path(tmp_path: Path):
     engine = Copier({f"{ROOT}/vllm/extra": {"a.py": b"a\n", "b.py": b"b\n"}})
-    found = changed_in_layer(engine, serve(), {f"{ROOT}/vllm/extra": "A"}, ROOT, tmp_path)
+    found = plain(changed_in_layer(engine, serve(), {f"{ROOT}/vllm/extra": "A"}, ROOT, tmp_path))
     assert sorted(found) == ["vllm/extra/a.py", "vllm/extra/b.py"] and found["vllm/extra/b.py"][0] == b"b\n"
 
 

@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from kvbake.bake.adapters.extract import Extractor
+from kvbake.bake.adapters.extract import BaseFile, Extractor
+from kvbake.bake.core.container_files import READER, ServedCopy, parse_reading, refuse_mode_changes, served_copy, tmpfs_targets
 from kvbake.bake.core.served_overlay import (ServedOverlay, container_name, overlay_mounts, relative_to_root, served_overlay,
                                              served_paths, under_root)
 from kvbake.engines.adapters.client import Engine
@@ -20,34 +21,70 @@ from kvbake.ship.core.startup_hooks import hook_failures, mount_sources, unprove
 
 
 def regular_files(folder: Path) -> Iterator[tuple[str, bytes]]:
-    """(relative path, bytes) of every regular file below a copied-out folder (or the one file it is)."""
-    if folder.is_file() and not folder.is_symlink():
-        yield "", folder.read_bytes()
+    """(relative path, bytes) of every regular file below a copied-out folder (or the one file it is); a hard link is a
+    regular file like any other, read under each of its names."""
+    for inner, path in copied_paths(folder):
+        if stat.S_ISREG(path.lstat().st_mode):
+            yield inner, path.read_bytes()
+
+
+def copied_links(folder: Path) -> list[str]:
+    """The relative path of every symbolic link below a copied-out folder (or "" when the copy is one link): docker cp
+    copies a link, not its target, so the container must read what it points at."""
+    return [inner for inner, path in copied_paths(folder) if path.is_symlink()]
+
+
+def copied_paths(folder: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every entry below a copied-out folder that is not a folder (or the copy itself)."""
+    if folder.is_symlink() or not folder.is_dir():
+        yield "", folder
         return
-    for root, _, names in os.walk(folder):
-        for name in names:
+    for root, dirs, names in os.walk(folder):
+        for name in sorted(names) + sorted(d for d in dirs if (Path(root) / d).is_symlink()):
             path = Path(root) / name
-            if stat.S_ISREG(path.lstat().st_mode):
-                yield path.relative_to(folder).as_posix(), path.read_bytes()
+            yield path.relative_to(folder).as_posix(), path
 
 
-def mounted_files(engine: Engine, container: Mapping[str, Any], source_root: str, scratch: Path) -> dict[str, tuple[bytes, str]]:
+def in_container(engine: Engine, container: Mapping[str, Any], paths: list[str], how: str, source_root: str) -> dict[str, ServedCopy]:
+    """These paths (files, links, folders walked) as the running container reads them, by path under the source root."""
+    if not paths:
+        return {}
+    found = parse_reading(engine.exec_in(str(container["Id"]), ["python3", "-c", READER, *paths]))
+    return {relative_to_root(f.path, source_root): served_copy(f, how, container_name(container)) for f in found}
+
+
+def copied_files(engine: Engine, container: Mapping[str, Any], path: str, copied: Path, how: str, source_root: str) -> dict[str, ServedCopy]:
+    """The files of one path copied out (each by its path under the source root), its links read through the container."""
+    def joined(inner: str) -> str:
+        return f"{path}/{inner}" if inner else path
+    found = {relative_to_root(joined(inner), source_root): ServedCopy(data, how, stat.S_IMODE((copied / inner if inner else copied).stat().st_mode))
+             for inner, data in regular_files(copied)}
+    return {**found, **in_container(engine, container, [joined(inner) for inner in copied_links(copied)], how, source_root)}
+
+
+def mounted_files(engine: Engine, container: Mapping[str, Any], source_root: str, scratch: Path) -> dict[str, ServedCopy]:
     """Every file the container's bind mounts put at or under the source root, as the running container shows it."""
     found = {}
     for number, (target, source) in enumerate(overlay_mounts(container, source_root)):
         copied = scratch / f"mount-{number}"
-        if not engine.copy_out(str(container["Id"]), target, copied):
-            continue
-        for inner, data in regular_files(copied):
-            path = relative_to_root(f"{target}/{inner}" if inner else target, source_root)
-            found[path] = (data, f"mounted from {source}")
+        if engine.copy_out(str(container["Id"]), target, copied):
+            found.update(copied_files(engine, container, target, copied, f"mounted from {source}", source_root))
+    return found
+
+
+def tmpfs_files(engine: Engine, container: Mapping[str, Any], source_root: str) -> dict[str, ServedCopy]:
+    """Every file in a tmpfs at or under the source root, read through the running container (docker cp would read the
+    image's files the tmpfs hides)."""
+    found = {}
+    for target in tmpfs_targets(container, source_root):
+        found.update(in_container(engine, container, [target], f"in a tmpfs at {target}", source_root))
     return found
 
 
 def changed_in_layer(engine: Engine, container: Mapping[str, Any], changes: Mapping[str, str], source_root: str,
-                     scratch: Path) -> dict[str, tuple[bytes, str]]:
+                     scratch: Path) -> dict[str, ServedCopy]:
     """Every file the container's writable layer changed or added under the source root (outside its mounts)."""
-    mounted = [target for target, _ in overlay_mounts(container, source_root)]
+    mounted = [target for target, _ in overlay_mounts(container, source_root)] + list(tmpfs_targets(container, source_root))
     found = {}
     for number, (path, kind) in enumerate(changed_files(changes, source_root)):
         if any(under_root(path, target) for target in mounted):
@@ -58,8 +95,7 @@ def changed_in_layer(engine: Engine, container: Mapping[str, Any], changes: Mapp
                              f"put the file back (docker cp it from the image), or recreate the serve, then run init again")
         copied = scratch / f"changed-{number}"
         if engine.copy_out(str(container["Id"]), path, copied):
-            for inner, data in regular_files(copied):
-                found[relative_to_root(f"{path}/{inner}" if inner else path, source_root)] = (data, "changed in the container's writable layer")
+            found.update(copied_files(engine, container, path, copied, "changed in the container's writable layer", source_root))
     return found
 
 
@@ -102,11 +138,16 @@ def refuse_foreign_hooks(command: str, ranks: list[tuple[str, Engine, Mapping[st
 
 def image_files(engine: Engine, image: str, paths: list[str], source_root: str) -> dict[str, bytes | None]:
     """The image's own bytes of each path under the source root (None: the image has no such file)."""
+    return {path: (found.data if found else None) for path, found in image_copies(engine, image, paths, source_root).items()}
+
+
+def image_copies(engine: Engine, image: str, paths: list[str], source_root: str) -> dict[str, BaseFile | None]:
+    """The image's own file (bytes and mode) of each path under the source root (None: the image has no such file)."""
     if not paths:
         return {}
     with engine.created_container(image) as created:
         extractor = Extractor(engine, created, source_root)
-        return {path: (found.data if (found := extractor.file(path)) else None) for path in paths}
+        return {path: extractor.file(path) for path in paths}
 
 
 def read_served_overlay(engine: Engine, container: Mapping[str, Any], changes: Mapping[str, str],
@@ -115,7 +156,10 @@ def read_served_overlay(engine: Engine, container: Mapping[str, Any], changes: M
     with tempfile.TemporaryDirectory(prefix="kvbake-served-") as folder:
         scratch = Path(folder)
         served = {**changed_in_layer(engine, container, changes, source_root, scratch),
-                  **mounted_files(engine, container, source_root, scratch)}
+                  **mounted_files(engine, container, source_root, scratch), **tmpfs_files(engine, container, source_root)}
     kept = {path: served[path] for path in served_paths(served)}
-    base = image_files(engine, str(container["Image"]), list(kept), source_root)
-    return served_overlay(source_root, str(container["Image"]), kept, base)
+    base = image_copies(engine, str(container["Image"]), list(kept), source_root)
+    refuse_mode_changes(container_name(container), {path: copy.mode for path, copy in kept.items()},
+                        {path: found.mode if found else None for path, found in base.items()}, source_root)
+    return served_overlay(source_root, str(container["Image"]), {path: (copy.data, copy.how) for path, copy in kept.items()},
+                          {path: found.data if found else None for path, found in base.items()})
