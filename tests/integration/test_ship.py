@@ -258,9 +258,23 @@ def test_an_image_that_differs_only_in_its_config_is_refused_in_phase_one(capsys
     assert ship(capsys, shipped, "verify-running")[0] == 0
 
 
-def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and_rollback(capsys, shipped, rig, tmp_path):
+NO_PYTHON3 = "kvbake-test/no-python3:1"  # the base with its python3 moved off PATH: the process probe cannot run there
+
+
+def without_python3_on_path(client) -> tuple[str, str, dict[str, str]]:
+    """The base with python3 moved to /opt/py (off PATH), committed on the node: image, interpreter, environment."""
+    move = "mkdir -p /opt/py && cp /usr/bin/python3.11 /opt/py/python3 && rm -f /usr/bin/python3 /usr/bin/python3.11 /usr/local/bin/python3*"
+    client.run(BASE, ["-c", move], entrypoint="sh", name="no-python3-build", networks=["none"])
+    client.container.commit("no-python3-build", NO_PYTHON3)
+    client.container.remove("no-python3-build", force=True)
+    return NO_PYTHON3, "/opt/py/python3", {"PYTHONHOME": "/usr"}
+
+
+@pytest.mark.parametrize("python3", ["on PATH", "off PATH"])
+def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and_rollback(capsys, shipped, rig, tmp_path, python3):
     """An old launcher's serve beside kvbake's on one GPU node: verify-running names it, deploy and rollback refuse it
-    before anything moves."""
+    before anything moves; also when its image has no python3 on PATH (the process probe cannot run: `docker top`
+    reads it)."""
     from kvbake_rig.serve_shapes import STANDIN_VLLM, standin_serve
     from serveshapes import serves
 
@@ -269,11 +283,14 @@ def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and
     (tmp_path / "model").mkdir()
     command = standin_serve(4096)
     client = rig["b"].client()
-    client.run(BASE, command[1:], entrypoint=command[0], name="old-launcher-serve", detach=True, networks=["none"],
+    image, interpreter, env = (BASE, command[0], {}) if python3 == "on PATH" else without_python3_on_path(client)
+    client.run(image, command[1:], entrypoint=interpreter, name="old-launcher-serve", detach=True, networks=["none"], envs=env,
                mounts=[STANDIN_VLLM, ["type=bind", f"source={tmp_path / 'model'}", "target=/models/standin", "readonly"]])
     try:
         deadline = time.monotonic() + 20
-        while not serves(Engine(rig["b"].host), "old-launcher-serve"):
+        started = (lambda: serves(Engine(rig["b"].host), "old-launcher-serve")) if python3 == "on PATH" else (
+            lambda: any("vllm serve" in command for _, command in Engine(rig["b"].host).top("old-launcher-serve")))
+        while not started():
             assert time.monotonic() < deadline, "the second serve never started its vLLM process"
             time.sleep(0.2)
         code, _, err = ship(capsys, shipped, "verify-running")
@@ -285,4 +302,6 @@ def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and
             assert fleet_snapshot(rig, shipped) == before, f"{argv[0]} changed a node"
     finally:
         client.container.remove("old-launcher-serve", force=True)
+        if python3 == "off PATH":
+            client.image.remove(NO_PYTHON3, force=True)
     assert ship(capsys, shipped, "verify-running")[0] == 0
