@@ -270,7 +270,7 @@ def without_python3_on_path(client) -> tuple[str, str, dict[str, str]]:
     return NO_PYTHON3, "/opt/py/python3", {"PYTHONHOME": "/usr"}
 
 
-@pytest.mark.parametrize("python3", ["on PATH", "off PATH"])
+@pytest.mark.parametrize("python3", ["on PATH", pytest.param("off PATH", marks=pytest.mark.once_on_classic)])  # no store is its subject
 def test_a_second_vllm_serve_on_a_node_fails_verify_running_and_stops_deploy_and_rollback(capsys, shipped, rig, tmp_path, python3):
     """An old launcher's serve beside kvbake's on one GPU node: verify-running names it, deploy and rollback refuse it
     before anything moves; also when its image has no python3 on PATH (the process probe cannot run: `docker top`
