@@ -122,6 +122,8 @@ def test_a_failed_first_deploy_after_adopt_restores_the_bind_mount_serve(capsys,
 
 
 MOD_LINE = "# patched where it runs, by the launcher mod"
+LINKED = BAKED.rsplit("/", 2)[0] + "/linked_mod.py"  # a module the mod links into the package
+LINKED_TARGET = "/workspace/mods/linked_mod.py"
 COPIES = "kvbake-adopted"
 
 
@@ -130,7 +132,8 @@ def start_modded_rm_serve(rig: dict, key: str) -> str:
     command = standin_serve()
     container = rig[key].client().run(BASE, command[1:], entrypoint=command[0], name=CONTAINER, detach=True, networks=["none"],
                                       remove=True, envs={"VLLM_DSV41_KV_PAIR": "3"}, mounts=[STANDIN_VLLM])
-    Engine(rig[key].host).exec_in(CONTAINER, ["sh", "-c", f"echo '{MOD_LINE}' >> {BAKED}"])
+    Engine(rig[key].host).exec_in(CONTAINER, ["sh", "-c", f"echo '{MOD_LINE}' >> {BAKED} && mkdir -p /workspace/mods && "
+                                              f"echo '{MOD_LINE}' > {LINKED_TARGET} && ln -sf {LINKED_TARGET} {LINKED}"])
     return container.id
 
 
@@ -156,6 +159,11 @@ def test_a_rm_serve_with_a_mod_comes_back_from_its_copy_and_goes_home_without_it
     copies = {key: engine.tags_of_repository(COPIES) for key, engine in engines.items()}
     assert copies == {key: [f"{COPIES}:{ids[key][:12]}"] for key in ("a", "b")}, copies
     assert ship(capsys, shipped, "verify-running")[0] == 0
+    engines["b"].exec_in(CONTAINER, ["sh", "-c", f"echo '# edited after adopt' >> {LINKED_TARGET}"])  # the link's target
+    code, _, err = ship(capsys, shipped, "verify-running")
+    assert code == 7 and f"spark-b: {LINKED} was edited in the adopted serve's container after adopt" in err, err
+    engines["b"].exec_in(CONTAINER, ["sh", "-c", f"echo '{MOD_LINE}' > {LINKED_TARGET}"])
+    assert ship(capsys, shipped, "verify-running")[0] == 0
     deploy_control(capsys, shipped, "first baked release")
     assert all(engine.container_inspect(f"{CONTAINER}-kvbake-adopted") is None for engine in engines.values()), "--rm: gone once set aside"
     code, _, err = ship(capsys, shipped, "rollback", "--to", "adopted")
@@ -164,6 +172,7 @@ def test_a_rm_serve_with_a_mod_comes_back_from_its_copy_and_goes_home_without_it
         serving = engine.container_inspect(CONTAINER)
         assert serving["Id"] != ids[key] and serving["Image"] == engine.image_id_of(copies[key][0]), "created again, from the copy"
         assert engine.exec_in(CONTAINER, ["tail", "-n", "1", BAKED]).strip() == MOD_LINE, f"spark-{key} lost its mod"
+        assert engine.exec_in(CONTAINER, ["cat", LINKED]).strip() == MOD_LINE, f"spark-{key} lost its linked mod"
         assert "VLLM_DSV41_KV_PAIR=3" in serving["Config"]["Env"]
     code, out, err = ship(capsys, shipped, "verify-running")
     assert code == 0, out + err

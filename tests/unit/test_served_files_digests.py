@@ -1,5 +1,5 @@
-"""The digests of served files: each file of a running container's layer by its own copy (a folder, a link or a copy
-that failed partway is left out), each file of its image through a created container, and a refusal of foreign
+"""The digests of served files: each file of a running container's layer by its own copy, a link by its target's bytes
+read through the container (a folder or a copy that failed partway is left out), each file of its image through a created container, and a refusal of foreign
 start-up hooks that names every one and says how to go on."""
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ class Node:
         finally:
             del self.containers["created-1"]
 
+    def exec_in(self, container: str, argv: list[str]) -> str:
+        """The reader kvbake runs in a container, answered for its links: each link's target, read on this machine."""
+        held = self.containers.get(container, {})
+        return repr([{"path": path, "link": held[path], "mode": 0o644, "data": Path(str(held[path])).read_bytes()}
+                     for path in argv[3:] if isinstance(held.get(path), str)])
+
     def copy_out(self, container: str, path: str, destination: Path) -> bool:
         found = self.containers.get(container, {}).get(path)
         if found is None:
@@ -56,13 +62,13 @@ class Node:
         return True
 
 
-def test_each_file_of_the_layer_is_digested_from_its_own_copy_and_the_rest_left_out(tmp_path: Path):
+def test_each_file_of_the_layer_is_digested_from_its_own_copy_a_link_by_its_target_and_the_rest_left_out(tmp_path: Path):
     target = tmp_path / "elsewhere.py"
     target.write_bytes(b"linked\n")
     node = Node({"serve-1": {"/r/folder": {"x.py": b"x\n"}, "/r/a.py": b"a\n", "/r/link.py": str(target),
                              "/r/partial.py": (b"half",), "/r/b.py": b"b\n"}})
     paths = ["/r/folder", "/r/a.py", "/r/link.py", "/r/partial.py", "/r/gone.py", "/r/b.py"]
-    assert layer_digests(node, "serve-1", paths) == {"/r/a.py": sha(b"a\n"), "/r/b.py": sha(b"b\n")}
+    assert layer_digests(node, "serve-1", paths) == {"/r/a.py": sha(b"a\n"), "/r/b.py": sha(b"b\n"), "/r/link.py": sha(b"linked\n")}
     assert layer_digests(node, "other", paths) == {}
 
 

@@ -14,7 +14,7 @@ from kvbake.bake.core.container_files import READER, ServedCopy, parse_reading, 
 from kvbake.bake.core.served_overlay import (ServedOverlay, container_name, overlay_mounts, relative_to_root, served_overlay,
                                              served_paths, under_root)
 from kvbake.engines.adapters.client import Engine
-from kvbake.errors import IntegrityError, UsageError
+from kvbake.errors import EngineError, IntegrityError, UsageError
 from kvbake.ship.adapters.serve_reader import RankServe
 from kvbake.ship.core.process_checks import changed_files
 from kvbake.ship.core.startup_hooks import hook_failures, mount_sources, unproven_hooks
@@ -100,15 +100,31 @@ def changed_in_layer(engine: Engine, container: Mapping[str, Any], changes: Mapp
 
 
 def layer_digests(engine: Engine, container: str, paths: list[str]) -> dict[str, str]:
-    """The sha256 of each of these files as the running container holds them; a path that is gone, or is a folder, is
-    left out."""
-    found = {}
+    """The sha256 of each of these files as the running container holds them, a symbolic link by its target's bytes
+    (read through the container: `docker cp` copies the link); a path that is gone, or is a folder, is left out."""
+    found, links = {}, []
     with tempfile.TemporaryDirectory(prefix="kvbake-layer-") as folder:
         for number, path in enumerate(paths):
             copied = Path(folder) / str(number)
-            if engine.copy_out(container, path, copied) and copied.is_file() and not copied.is_symlink():
+            if not engine.copy_out(container, path, copied):
+                continue
+            if copied.is_symlink():
+                links.append(path)
+            elif copied.is_file():
                 found[path] = hashlib.sha256(copied.read_bytes()).hexdigest()
-    return found
+    return {**found, **link_digests(engine, container, links)}
+
+
+def link_digests(engine: Engine, container: str, links: list[str]) -> dict[str, str]:
+    """The sha256 of each link's target as the container's own python3 reads it; a dangling link is left out, and so
+    is every link of a container without python3 (what is left out counts as gone where a digest was recorded)."""
+    if not links:
+        return {}
+    try:
+        read = parse_reading(engine.exec_in(container, ["python3", "-c", READER, *links]))
+    except EngineError:
+        return {}
+    return {f.path: hashlib.sha256(f.data).hexdigest() for f in read if f.data is not None}
 
 
 def image_digests(engine: Engine, image: str, paths: list[str]) -> dict[str, str | None]:
