@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from kvbake.bake.adapters.extract import BaseFile, Extractor
-from kvbake.bake.core.container_files import READER, ServedCopy, parse_reading, refuse_mode_changes, served_copy, tmpfs_targets
+from kvbake.bake.core.container_files import READER, ContainerFile, ServedCopy, parse_reading, refuse_mode_changes, served_copy, tmpfs_targets
 from kvbake.bake.core.served_overlay import (ServedOverlay, container_name, overlay_mounts, relative_to_root, served_overlay,
                                              served_paths, under_root)
 from kvbake.engines.adapters.client import Engine
@@ -49,8 +49,13 @@ def in_container(engine: Engine, container: Mapping[str, Any], paths: list[str],
     """These paths (files, links, folders walked) as the running container reads them, by path under the source root."""
     if not paths:
         return {}
-    found = parse_reading(engine.exec_in(str(container["Id"]), ["python3", "-c", READER, *paths]))
+    found = read_through(engine, str(container["Id"]), paths)
     return {relative_to_root(f.path, source_root): served_copy(f, how, container_name(container)) for f in found}
+
+
+def read_through(engine: Engine, container: str, paths: list[str]) -> tuple[ContainerFile, ...]:
+    """These paths as the container's own python3 reads them (links followed, folders walked)."""
+    return parse_reading(engine.exec_in(container, ["python3", "-c", READER, *paths]))
 
 
 def copied_files(engine: Engine, container: Mapping[str, Any], path: str, copied: Path, how: str, source_root: str) -> dict[str, ServedCopy]:
@@ -121,7 +126,7 @@ def link_digests(engine: Engine, container: str, links: list[str]) -> dict[str, 
     if not links:
         return {}
     try:
-        read = parse_reading(engine.exec_in(container, ["python3", "-c", READER, *links]))
+        read = read_through(engine, container, links)
     except EngineError:
         return {}
     return {f.path: hashlib.sha256(f.data).hexdigest() for f in read if f.data is not None}
