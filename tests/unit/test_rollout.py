@@ -207,6 +207,9 @@ def test_damaged_records_are_refused_then_reseated(world):
         deploy(world, PACKING, reseat=frozenset({"a"}))
     deploy(world, PACKING, reseat=frozenset({"b"}))
     assert world.snapshot()["nodes"]["b"]["records"] == (PACKING.id, None)
+    assert f"{REPO}:previous" not in world.engines["b"].tags, "a reseated node keeps a previous tag no record names"
+    deploy(world, CONTROL)
+    assert world.snapshot()["nodes"]["b"]["records"] == (CONTROL.id, PACKING.id)
 
 
 def test_launcher_arguments_arrive_whole(world, tmp_path):

@@ -423,12 +423,15 @@ def admit_recovered(fleet: Fleet, journal: Journal, mode: str) -> None:
 
 def deploy_plan(v: NodeView, staged_id: str, release: Release) -> NodePlan:
     """`current` becomes the release; `previous` becomes the old current, unless the release is already current:
-    then the real rollback target is kept."""
+    then the real rollback target is kept. A node whose records name no current release (a first deploy, or a node
+    being reseated) keeps no `previous` tag: no record would name the image it points at."""
     before = records_of(v.records.current, v.records.previous, v.records.adopted)
     if v.records.current is not None and v.records.current.id == release.id and v.current_id == staged_id:
         return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.previous_id, before,
                         records_of(release, v.records.previous, v.records.adopted))
-    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, v.current_id, before, records_of(release, v.records.current, v.records.adopted))
+    previous_after = v.current_id if v.records.current is not None else None
+    return NodePlan(v.name, v.current_id, v.previous_id, staged_id, previous_after, before,
+                    records_of(release, v.records.current, v.records.adopted))
 
 
 def refuse_different_previous(views: list[NodeView]) -> None:
