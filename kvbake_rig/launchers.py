@@ -210,3 +210,99 @@ def seed_nodes(source: Engine, registry: str, hosts: Sequence[str], image: str =
     if errors:
         raise errors[0]
     return reference
+
+
+EUGR_NODES = f"{ADDRESSES['a']},{ADDRESSES['b']}"
+EUGR_CONTAINER = "vllm_node"  # launch-cluster.sh's default container name
+EUGR_WORKER_ALIAS = "kvbake-eugr-worker"  # the worker's sshd host key, under the name the rig's ssh config gives it
+SESSION_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class EugrCluster:
+    """eugr's launch-cluster.sh on two node engines, run from the head as its README shows: `-n HEAD,WORKER` with
+    `--eth-if` and `--ib-if` given, the worker reached over ssh. This machine is both nodes, so `ssh 127.0.0.3` (and
+    scp, for a mod) lands in the rig's sshd, whose sessions talk to the worker's engine with the same `docker` wrapper
+    first on PATH. Ray's egress is turned off and the model mounted through the script's own knob,
+    VLLM_SPARK_EXTRA_DOCKER_ARGS. LOCAL_IP (a variable autodiscover.sh reads before looking at the interface) gives
+    the head 127.0.0.2: the loopback interface's own address, 127.0.0.1, is one Ray replaces by the machine's outward
+    address."""
+
+    hosts: dict[str, str]
+    folder: Path
+    model_dir: Path
+    image: str = SERVING_RAY_BASE
+    mods: tuple[Path, ...] = ()
+    sshd: object | None = None
+    script: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.bin = docker_wrapper(self.folder / "bin")
+        self.home = self.folder / "home"
+        (self.home / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)
+
+    def open(self) -> None:
+        """Start the worker's sshd and write the ssh and scp wrappers that reach it as the script's `ssh 127.0.0.3`."""
+        from kvbake_rig.sshd import LoopbackSshd, prepare_ssh_client
+
+        client = prepare_ssh_client(self.folder / "ssh")
+        sshd = LoopbackSshd(self.folder / "sshd", client, self.hosts["b"], session_path=f"{self.bin}:{SESSION_PATH}", sftp=True)
+        sshd.start()
+        self.sshd = sshd
+        config = self.folder / "ssh" / "eugr_config"
+        config.write_text(
+            f"Host {ADDRESSES['b']}\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  HostKeyAlias {EUGR_WORKER_ALIAS}\n"
+            f"  IdentityFile {client.key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+            f"  UserKnownHostsFile {client.known_hosts}\n  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n")
+        key_type, key_body = (self.folder / "sshd" / "host_ed25519.pub").read_text().split()[:2]
+        with client.known_hosts.open("a") as known:
+            known.write(f"{EUGR_WORKER_ALIAS} {key_type} {key_body}\n")
+        for tool in ("ssh", "scp"):
+            real = subprocess.run(["sh", "-c", f"PATH={SESSION_PATH} command -v {tool}"], capture_output=True, text=True, check=True).stdout.strip()
+            wrapper = self.bin / tool
+            wrapper.write_text(f"#!/bin/sh\n# kvbake rig: {tool} with the rig's config, which reaches the worker's sshd\n"
+                               f"exec {shlex.quote(real)} -F {shlex.quote(str(config))} \"$@\"\n")
+            wrapper.chmod(0o755)
+
+    def close(self) -> None:
+        if self.script is not None and self.script.poll() is None:
+            self.script.kill()
+        if self.sshd is not None:
+            self.sshd.stop()
+
+    def env(self) -> dict[str, str]:
+        extra = [*egress_args(), "-v", f"{self.model_dir}:{MODEL_IN_CONTAINER}:ro"]
+        return {**os.environ, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "DOCKER_HOST": self.hosts["a"],
+                "HOME": str(self.home), "LOCAL_IP": ADDRESSES["a"], "VLLM_SPARK_EXTRA_DOCKER_ARGS": " ".join(extra)}
+
+    def argv(self, *action: str) -> list[str]:
+        mods = [item for mod in self.mods for item in ("--apply-mod", str(mod))]
+        return ["bash", str(EUGR), "-n", EUGR_NODES, "-t", self.image, "--eth-if", "lo", "--ib-if", "none", *mods, *action]
+
+    def run(self, *action: str, timeout_s: float = 300.0) -> str:
+        """One action the script ends by itself (`start -d`, `stop`, `status`); its output, or the error naming it."""
+        result = subprocess.run(self.argv(*action), env=self.env(), capture_output=True, text=True, timeout=timeout_s,
+                                stdin=subprocess.DEVNULL, check=False)
+        if result.returncode != 0:
+            raise KvbakeError(f"launch-cluster.sh {' '.join(action)} exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}",
+                              "read the script's output above")
+        return result.stdout
+
+    def exec_serve(self, command: Sequence[str]) -> None:
+        """`launch-cluster.sh … exec CMD` as typed in a terminal: it starts the cluster (applying the mods), then runs
+        CMD with `docker exec -i vllm_node bash -i -c CMD` and waits; its output goes to exec.log. Standard input is a
+        pipe kept open, as the terminal would be."""
+        with (self.folder / "exec.log").open("ab") as out:
+            self.script = subprocess.Popen(self.argv("exec", *command), env=self.env(), stdin=subprocess.PIPE, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+
+    def detach(self) -> None:
+        """The runbook's retirement: SIGKILL the script alone (its trap does not run), its `docker exec` keeps vLLM up."""
+        if self.script is not None and self.script.poll() is None:
+            os.kill(self.script.pid, signal.SIGKILL)
+            self.script.wait(timeout=30)
+
+    def log(self) -> str:
+        path = self.folder / "exec.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""

@@ -24,6 +24,7 @@ from kvbake_rig.ports import LOOPBACK, accepts_connections, free_port
 from kvbake_rig.processes import Daemon, ProcessRef, log_tail, spawn, wait_until
 
 SSHD_BINARY = "/usr/sbin/sshd"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 PRIVSEP_DIR = Path("/run/sshd")
 READY_SECONDS = 10.0
 CONTROL_DIR = "/tmp"
@@ -122,11 +123,14 @@ def prepare_ssh_client(root: Path) -> SshClientFiles:
 class LoopbackSshd:
     """One sshd on a loopback port whose sessions talk to one engine; a context manager."""
 
-    def __init__(self, root: Path, client: SshClientFiles, engine_host: str, user: str = "root") -> None:
+    def __init__(self, root: Path, client: SshClientFiles, engine_host: str, user: str = "root",
+                 session_path: str | None = None, sftp: bool = False) -> None:
         self.root = root
         self.client = client
         self.engine_host = engine_host
         self.user = user
+        self.session_path = session_path  # PATH of a session (a `docker` wrapper first), or sshd's own
+        self.sftp = sftp  # scp's default protocol since OpenSSH 9.0
         self.port: int | None = None
         self.daemon: Daemon | None = None
         self.last_start_seconds: float | None = None
@@ -149,7 +153,8 @@ class LoopbackSshd:
             "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPrintMotd no\n"
             "X11Forwarding no\nAllowTcpForwarding no\nAllowAgentForwarding no\nPermitTTY no\n"
-            f"SetEnv DOCKER_HOST={self.engine_host}\n"
+            f"SetEnv DOCKER_HOST={self.engine_host}{f' PATH={self.session_path}' if self.session_path else ''}\n"
+            + (f"Subsystem sftp {SFTP_SERVER}\n" if self.sftp else "")
         )
         return config
 

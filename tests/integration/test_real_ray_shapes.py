@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 from kvbake.engines.adapters.client import Engine
+from kvbake_rig.ports import fixed_ports_held
 from kvbake_rig.serve_shapes import RAY_BASE, RAY_NO_EGRESS, RAY_NODE_IPS, REAL_RAY_SHAPES, RIG_SECRETS, SHAPES
 
 from conftest import ship_standin
@@ -50,14 +51,17 @@ def ray_reviewer(ray_shipped: dict, tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def ray_rig(rig, ray_shipped, monkeypatch) -> Iterator[None]:
-    reset_nodes(rig, ray_shipped["repository"])
-    for name, value in RIG_SECRETS.items():
-        monkeypatch.setenv(name, value)
-    for shape, entry in REAL_RAY_SHAPES.items():
-        monkeypatch.setitem(SHAPES, shape, entry)
-    yield
-    clear_nodes(rig, tuple({name for _, names in REAL_RAY_SHAPES.values() for name in names.values()}))
-    reset_nodes(rig, ray_shipped["repository"])
+    """Both nodes reset to the Ray stand-in, the real-Ray shapes in the walk's table, and Ray's fixed ports (its
+    client server's 10001 on the head's address) held against another pass's real Ray."""
+    with fixed_ports_held():
+        reset_nodes(rig, ray_shipped["repository"])
+        for name, value in RIG_SECRETS.items():
+            monkeypatch.setenv(name, value)
+        for shape, entry in REAL_RAY_SHAPES.items():
+            monkeypatch.setitem(SHAPES, shape, entry)
+        yield
+        clear_nodes(rig, tuple({name for _, names in REAL_RAY_SHAPES.values() for name in names.values()}))
+        reset_nodes(rig, ray_shipped["repository"])
 
 
 # current eugr's cluster (`ray start` by docker exec beside `sleep infinity`, --rm: only its raylet shows the node, and
