@@ -506,16 +506,14 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
         node_launch=node, ray_port=ray_port, secret_env=read_secret_env(env, container_env),
-        **read_ray_start(env, shape, node, env.get("KVBAKE_NODE_ADDRESS", "")))
+        **ray_start_settings(read_ray_start(env, shape, node, env.get("KVBAKE_NODE_ADDRESS", "")), env))
 
 
-def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_address: str) -> dict:
+def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_address: str) -> tuple[str, ...]:
     """The Ray node's own `ray start` options beyond the launcher's (ray shape): RAY_START_ARGS, which every node shares,
-    then this node's launch.ray_start; `{node_address}` replaced by this node's address, a `{secret:NAME}` value by
-    NAME's value where the launcher runs. As LaunchSettings' ray_start and ray_withheld (each option that holds a
-    secret, with the form --print shows)."""
+    then this node's launch.ray_start; `{node_address}` replaced by this node's address. A `{secret:NAME}` value stays
+    as written, but NAME must be set where the launcher runs."""
     shared = read_ray_start_options(_string_list(env, "RAY_START_ARGS"), "RAY_START_ARGS") if env.get("RAY_START_ARGS") else ()
-    given = []
     for name, options in (("RAY_START_ARGS", shared), ("KVBAKE_NODE_LAUNCH_JSON.ray_start", node.ray_start)):
         if options and shape != "ray":
             raise LaunchInputError(f"{name} is set but SHAPE is {shape}", f"set SHAPE=ray, or drop {name}")
@@ -523,23 +521,30 @@ def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_ad
             if "{node_address}" in option and not node_address:
                 raise LaunchInputError(f"{name} {option} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
                                        "give every node an address: in the deployment file")
-            given.append((name, option.replace("{node_address}", node_address)))
-    filled = [(with_secret(name, option, env), option) for name, option in given]
-    return {"ray_start": tuple(option for option, _ in filled),
-            "ray_withheld": {option: written for option, written in filled if referenced_secret(written)}}
+            require_secret(name, option, env)
+    return tuple(option.replace("{node_address}", node_address) for option in (*shared, *node.ray_start))
 
 
-def with_secret(where: str, option: str, env: Mapping[str, str]) -> str:
-    """An option whose value is `{secret:NAME}` with NAME's value from the environment the launcher runs in (kvbake
-    deploy's); any other option as it is. A variable that is not set there (or empty) is refused."""
+def require_secret(where: str, option: str, env: Mapping[str, str]) -> None:
+    """A `--name={secret:NAME}` option needs NAME set (not empty) in the environment the launcher runs in (kvbake deploy's)."""
     variable = referenced_secret(option)
-    if variable is None:
-        return option
-    name = option.partition("=")[0]
-    if not env.get(variable):
-        raise LaunchInputError(f"{where} gives {name} from {variable}, which is not set where the launcher runs",
+    if variable is not None and not env.get(variable):
+        raise LaunchInputError(f"{where} gives {option.partition('=')[0]} from {variable}, which is not set where the launcher runs",
                                f"export {variable} in the environment kvbake deploy runs in (kvbake records the secret by name only)")
-    return f"{name}={env[variable]}"
+
+
+def ray_start_settings(written: Sequence[str], env: Mapping[str, str]) -> dict:
+    """LaunchSettings' ray_start, each `{secret:NAME}` value replaced by NAME's value, and ray_withheld: each option
+    that holds a secret, with the form --print shows (as written, by name)."""
+    filled = [(with_secret(option, env), option) for option in written]
+    return {"ray_start": tuple(option for option, _ in filled),
+            "ray_withheld": {option: given for option, given in filled if referenced_secret(given)}}
+
+
+def with_secret(option: str, env: Mapping[str, str]) -> str:
+    """An option whose value is `{secret:NAME}` with NAME's value from `env`; any other option as it is."""
+    variable = referenced_secret(option)
+    return option if variable is None else f"{option.partition('=')[0]}={env[variable]}"
 
 
 def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
