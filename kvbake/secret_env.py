@@ -16,7 +16,8 @@ SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_AP
 # Any other variable whose name ends so (or is the word itself) holds a secret too; MAX_TOKENS or MAX_TOKEN_LEN does not.
 SECRET_SUFFIXES = ("_TOKEN", "_API_KEY", "_PASSWORD")
 # The options of vLLM (and of `ray start`) whose value is a secret, and the variable that value is restored from: the one
-# vLLM or the Hugging Face hub reads the same value from when the option is absent (Ray reads none: the name is kvbake's).
+# vLLM or the Hugging Face hub reads the same value from when the option is absent (Ray reads none: the name is kvbake's,
+# and init writes the option as `--redis-password={secret:RAY_REDIS_PASSWORD}`, which kvbake's launcher fills in).
 # Not secrets: --max-num-batched-tokens, --tokenizer, --ssl-keyfile (a path).
 SECRET_OPTIONS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN", "--redis-password": "RAY_REDIS_PASSWORD"}
 # vLLM's --api-key takes every value up to the next option (several keys); the others one, a bare --hf-token none.

@@ -228,8 +228,8 @@ def init_report(result) -> Result:
         lines.append(f"drafter: {d.drafter.url} ({d.drafter.option}, written once: DRAFTER_ARGS) "
                      + (f"serves {d.drafter.served_positions} positions, as its /v1/models says" if d.drafter.served_positions else
                         f"did not answer /v1/models; its limit is taken as {d.drafter.limit or d.max_model_len}"))
-    if d.secrets:
-        lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(d.secrets)}")
+    if d.secrets or d.ray_secrets:
+        lines.append(f"secrets (by name only; export them where kvbake deploy runs): {', '.join(sorted({*d.secrets, *d.ray_secrets}))}")
     lines += [privileged_line(node, d.node_launch.get(node) or {}) for node in d.privileged]
     lines += served_lines(result)
     lines += [f"tied to its launcher: {tie}; retire the launcher before adopt ({RUNBOOK})" for tie in result.ties]

@@ -455,12 +455,3 @@ def test_a_token_given_on_the_command_line_is_carried_by_its_variable_and_a_bare
     bare = [node("spark-a", serve_argv(*HEAD, "--hf-token")), node("spark-b", serve_argv(*WORKER, "--hf-token"))]
     described = describe(bare, SWITCHES, ROOT)
     assert described.secrets == () and described.launcher_args[-1:] == ("--hf-token",), "the host's own login: no secret"
-
-
-def test_a_secret_ray_start_option_is_refused_before_init_writes_anything():
-    head_ray = ("ray", "start", "--block", "--head", "--port=6380", "--redis-password", "plain-ray-password")
-    head = node("spark-a", serve_argv("--distributed-executor-backend", "ray"), execd=True, ray=head_ray)
-    worker = node("spark-b", None, ray=("ray", "start", "--block", "--address=10.0.0.11:6380"))
-    with pytest.raises(IntegrityError, match="init: the Ray node on spark-a gives --redis-password a secret value, which init would "
-                                             "write in clear into deploy.yaml; fix: start the Ray nodes without it"):
-        describe([head, worker], SWITCHES, ROOT)

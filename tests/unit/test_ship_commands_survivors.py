@@ -20,7 +20,7 @@ LAUNCH = {"devices": ["/dev/infiniband/uverbs0"], "cap_add": ["IPC_LOCK"], "ulim
 def result(drafter=None, privileged=(), node_launch=None, files=()) -> SimpleNamespace:
     """What init found on a one-node serve, as its report reads it."""
     described = SimpleNamespace(base=SimpleNamespace(image="base:1", by_digest=True), max_model_len=4096, launcher_args=(), switches={},
-                                changes={}, overrides=(), drafter=drafter, secrets=(), privileged=privileged, node_launch=node_launch or {})
+                                changes={}, overrides=(), drafter=drafter, secrets=(), ray_secrets=(), privileged=privileged, node_launch=node_launch or {})
     return SimpleNamespace(described=described, nodes=(), implied=None, written=(Path("manifest.yaml"),), left=(), captured=False,
                            served=ServedOverlay("/src", "sha256:image", tuple(files)), served_record=RECORD, ties=())
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvbake.launcher.core.node_launch import (CODE_OVERRIDES, MODEL_MOUNT, RAY_OWN_OPTIONS, LaunchInputError, Mount, NodeLaunch,
-                                         absolute_path, read_node_launch, read_ray_start_options, refuse_over_source_root,
-                                         refuse_protected_target, refuse_shadowing_target)
+                                         absolute_path, read_node_launch, read_ray_start_options, referenced_secret,
+                                         refuse_over_source_root, refuse_protected_target, refuse_shadowing_target)
 
 # The head serves the OpenAI API. A worker runs the serve subcommand through the module behind the `vllm` console
 # script: in vLLM 0.32.0 and 0.33.0 only that entry acts on --headless (the api_server module parses it, then starts
@@ -100,7 +100,8 @@ class LaunchSettings:
     ray_port: int = int(DEFAULTS["RAY_PORT"])
     secret_env: tuple[str, ...] = ()
     hub_model: str = ""  # MODEL: a Hugging Face id vLLM fetches, in place of a mounted MODEL_DIR
-    ray_start: tuple[str, ...] = ()  # RAY_START_ARGS, then the node's launch.ray_start, `{node_address}` filled in
+    ray_start: tuple[str, ...] = ()  # RAY_START_ARGS, then the node's launch.ray_start, `{node_address}` and secrets filled in
+    ray_withheld: Mapping[str, str] = field(default_factory=dict)  # each of those holding a secret -> as written, by name
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class DockerRun:
     cluster_command: tuple[str, ...] = CLUSTER_COMMAND
     starts_vllm: bool = True
     secret_env: tuple[str, ...] = ()  # passed by name: docker reads each value from the launcher's own environment
+    withheld: Mapping[str, str] = field(default_factory=dict)  # a command token holding a secret -> what --print shows
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -171,7 +173,8 @@ class DockerRun:
     def argv(self) -> list[str]:
         """The equivalent `docker run` command line, for review (`--print`)."""
         entrypoint, command = self.container_command()
-        return ["docker", "run", *self.run_options(), "--entrypoint", entrypoint, self.image, *command]
+        shown = [self.withheld.get(token, token) for token in command]  # a secret by its variable's name, never its value
+        return ["docker", "run", *self.run_options(), "--entrypoint", entrypoint, self.image, *shown]
 
     def exec_argv(self) -> list[str]:
         """The exec shape's `docker exec` command line that starts vLLM in the waiting container."""
@@ -503,12 +506,13 @@ def read_settings(env: Mapping[str, str]) -> LaunchSettings:
         shm_size=read_shm_size(env), extra_mounts=extra_mounts, container_env=container_env,
         drafter_args=read_drafter_args(env, preset_args), shape=shape,
         node_launch=node, ray_port=ray_port, secret_env=read_secret_env(env, container_env),
-        ray_start=read_ray_start(env, shape, node, env.get("KVBAKE_NODE_ADDRESS", "")))
+        **ray_start_settings(read_ray_start(env, shape, node, env.get("KVBAKE_NODE_ADDRESS", "")), env))
 
 
 def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_address: str) -> tuple[str, ...]:
     """The Ray node's own `ray start` options beyond the launcher's (ray shape): RAY_START_ARGS, which every node shares,
-    then this node's launch.ray_start; `{node_address}` replaced by this node's address."""
+    then this node's launch.ray_start; `{node_address}` replaced by this node's address. A `{secret:NAME}` value stays
+    as written, but NAME must be set where the launcher runs."""
     shared = read_ray_start_options(_string_list(env, "RAY_START_ARGS"), "RAY_START_ARGS") if env.get("RAY_START_ARGS") else ()
     for name, options in (("RAY_START_ARGS", shared), ("KVBAKE_NODE_LAUNCH_JSON.ray_start", node.ray_start)):
         if options and shape != "ray":
@@ -517,7 +521,30 @@ def read_ray_start(env: Mapping[str, str], shape: str, node: NodeLaunch, node_ad
             if "{node_address}" in option and not node_address:
                 raise LaunchInputError(f"{name} {option} uses {{node_address}} but KVBAKE_NODE_ADDRESS is empty",
                                        "give every node an address: in the deployment file")
+            require_secret(name, option, env)
     return tuple(option.replace("{node_address}", node_address) for option in (*shared, *node.ray_start))
+
+
+def require_secret(where: str, option: str, env: Mapping[str, str]) -> None:
+    """A `--name={secret:NAME}` option needs NAME set (not empty) in the environment the launcher runs in (kvbake deploy's)."""
+    variable = referenced_secret(option)
+    if variable is not None and not env.get(variable):
+        raise LaunchInputError(f"{where} gives {option.partition('=')[0]} from {variable}, which is not set where the launcher runs",
+                               f"export {variable} in the environment kvbake deploy runs in (kvbake records the secret by name only)")
+
+
+def ray_start_settings(written: Sequence[str], env: Mapping[str, str]) -> dict:
+    """LaunchSettings' ray_start, each `{secret:NAME}` value replaced by NAME's value, and ray_withheld: each option
+    that holds a secret, with the form --print shows (as written, by name)."""
+    filled = [(with_secret(option, env), option) for option in written]
+    return {"ray_start": tuple(option for option, _ in filled),
+            "ray_withheld": {option: given for option, given in filled if referenced_secret(given)}}
+
+
+def with_secret(option: str, env: Mapping[str, str]) -> str:
+    """An option whose value is `{secret:NAME}` with NAME's value from `env`; any other option as it is."""
+    variable = referenced_secret(option)
+    return option if variable is None else f"{option.partition('=')[0]}={env[variable]}"
 
 
 def read_ports(env: Mapping[str, str], shape: str) -> tuple[int, int, int]:
@@ -629,7 +656,8 @@ def docker_run(s: LaunchSettings) -> DockerRun:
                      envs={**s.container_env, **node.env}, labels=labels, shape=s.shape, devices=node.devices,
                      cap_add=node.cap_add, ulimits=tuple(node.ulimit_options()),
                      cluster_command=ray_node_command(s) if s.shape == "ray" else CLUSTER_COMMAND,
-                     starts_vllm=s.shape != "ray" or s.topology.role == "head", secret_env=s.secret_env)
+                     starts_vllm=s.shape != "ray" or s.topology.role == "head", secret_env=s.secret_env,
+                     withheld=dict(s.ray_withheld) if s.shape == "ray" else {})
 
 
 def plan(env: Mapping[str, str]) -> DockerRun | StopServe:

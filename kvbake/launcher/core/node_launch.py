@@ -22,6 +22,9 @@ KEYS = ("env", "devices", "cap_add", "ulimits", "shm_size", "cache_mounts", "ray
 # What the launcher gives `ray start` itself: the operator's own options (RAY_START_ARGS, a node's launch.ray_start) may
 # not give them.
 RAY_OWN_OPTIONS = ("--block", "--head", "--port", "--address")
+# A secret `ray start` option (--redis-password) is written by the name of the variable its value is restored from,
+# `--redis-password={secret:RAY_REDIS_PASSWORD}`: the launcher reads that variable where it runs, at launch time.
+SECRET_REFERENCE = re.compile(r"\{secret:([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SHM_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
 CAPABILITY = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]*$")
@@ -237,14 +240,33 @@ def read_cache_mounts(raw: object, where: str) -> tuple[Mount, ...]:
 
 def read_ray_start_options(raw: object, where: str) -> tuple[str, ...]:
     """`ray start` options of the operator's own: each `--name` or `--name=value`, none of the launcher's RAY_OWN_OPTIONS;
-    `{node_address}` stands for the node's address."""
+    `{node_address}` stands for the node's address, a whole value `{secret:NAME}` for the value of the variable NAME."""
     fix = f"give only options of your own; the launcher gives {', '.join(RAY_OWN_OPTIONS)}"
     if not isinstance(raw, list | tuple) or not all(isinstance(option, str) for option in raw):
         raise LaunchInputError(f"{where} is not a list of \"--option=value\" strings", fix)
     for option in raw:
         if not option.startswith("--") or option.partition("=")[0] in RAY_OWN_OPTIONS:
             raise LaunchInputError(f"{where} gives {option}", fix)
+        refuse_partial_reference(option, where)
     return tuple(raw)
+
+
+def secret_reference(variable: str) -> str:
+    """How a secret value is written by its variable's name: `{secret:RAY_REDIS_PASSWORD}`."""
+    return "{secret:" + variable + "}"
+
+
+def referenced_secret(option: str) -> str | None:
+    """The variable a `--name={secret:NAME}` option takes its value from, else None."""
+    found = SECRET_REFERENCE.fullmatch(option.partition("=")[2])
+    return found.group(1) if found else None
+
+
+def refuse_partial_reference(option: str, where: str) -> None:
+    """A secret reference stands for an option's whole value, never for a part of it."""
+    if "{secret:" in option and referenced_secret(option) is None:
+        raise LaunchInputError(f"{where} gives {option.partition('=')[0]} a secret reference that is not its whole value",
+                               "write the option as --name={secret:NAME}, NAME the variable that holds its value where kvbake runs")
 
 
 def read_node_launch(raw: object, where: str) -> NodeLaunch:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kvbake.errors import IntegrityError, RolloutError
+from kvbake.launcher.core.node_launch import secret_reference
 from kvbake.secret_env import SECRET_OPTIONS, secret_option, split_secrets
 from kvbake.secretscan import credential_kind
 from kvbake.serve.core.serve_reading import ServeReading, ServingProcess, second_serves
@@ -122,6 +123,7 @@ class ServeDescription:
     ray_port: str = ""
     secrets: tuple[str, ...] = ()  # variables the serve needs by name only: their values come from where kvbake runs
     ray_start: tuple[str, ...] = ()  # the `ray start` options every Ray node shares, `{node_address}` for each node's address
+    ray_secrets: tuple[str, ...] = ()  # the variables a secret `ray start` option is restored from (`{secret:NAME}`)
     host_ip_by_address: bool = False  # every rank sets its own VLLM_HOST_IP: CONTAINER_ENV gives it as {node_address}
     privileged: tuple[str, ...] = ()  # the nodes whose serve ran --privileged: kvbake's gets explicit settings instead
     length_from_api: bool = False  # control's length is what the serve's /v1/models said (it gave no --max-model-len)
@@ -151,29 +153,53 @@ def ray_start_options(nodes: Sequence[NodeServe], head: NodeServe) -> tuple[tupl
     """The `ray start` options the Ray nodes were given beyond the launcher's own (the object store, CPUs, the node's
     address as `{node_address}`): (those every Ray node shares, in the head's order; each node's own others, in its
     order). Each node keeps its options as read: `run_cluster.sh` gives `--node-ip-address` to the head alone, eugr's
-    node script gives the dashboard's options to the head alone."""
+    node script gives the dashboard's options to the head alone. A secret option's value is kept by its variable's name
+    (`--redis-password={secret:RAY_REDIS_PASSWORD}`), which kvbake's launcher reads where it runs."""
     def options_of(node: NodeServe) -> tuple[str, ...]:
         own = node_address_of(node)
-        return tuple(f"{name}={'{node_address}' if name in RAY_ADDRESS_OPTIONS and value == own else value}" if value is not None else name
-                     for name, value in ray_options(node.ray_node) if name not in RAY_OWN)
+        return tuple(f"{name}={'{node_address}' if name in RAY_ADDRESS_OPTIONS and value == own else by_name(name, value)}"
+                     if value is not None else name for name, value in ray_options(node.ray_node) if name not in RAY_OWN)
     if not head.ray_node:
         return (), {}
-    refuse_ray_secrets(nodes)
+    refuse_ray_credentials(nodes)
     by_node = {node.node: options_of(node) for node in nodes if node.ray_node}
     shared = tuple(option for option in by_node[head.node] if all(option in given for given in by_node.values()))
     own = {node: tuple(option for option in given if option not in shared) for node, given in by_node.items()}
     return shared, {node: given for node, given in own.items() if given}
 
 
-def refuse_ray_secrets(nodes: Sequence[NodeServe]) -> None:
-    """A secret `ray start` option (--redis-password) or an option whose value looks like a credential would be written in
-    clear into the deployment file: Ray reads no variable in its place, so init refuses it."""
+def by_name(name: str, value: str) -> str:
+    """A `ray start` option's value as init writes it: a secret option's (SECRET_OPTIONS) as its variable's reference."""
+    option = secret_option(name)
+    return secret_reference(SECRET_OPTIONS[option]) if option and value else value
+
+
+def ray_secret_names(nodes: Sequence[NodeServe]) -> tuple[str, ...]:
+    """The variables the Ray nodes' secret `ray start` options are restored from, sorted."""
+    return tuple(sorted({SECRET_OPTIONS[option] for node in nodes for name, value in ray_options(node.ray_node)
+                         if value and (option := secret_option(name))}))
+
+
+def refuse_ray_credentials(nodes: Sequence[NodeServe]) -> None:
+    """A `ray start` option that is no secret option but whose value looks like a credential would be written in clear
+    into the deployment file, and secret values that differ between the nodes cannot come from one variable: init
+    refuses both."""
+    values: dict[str, set[str]] = {}
     for node in nodes:
         for name, value in ray_options(node.ray_node):
-            if secret_option(name) or credential_kind(value or ""):
-                raise IntegrityError(f"init: the Ray node on {node.node} gives {name} a secret value, which init would write in "
-                                     "clear into deploy.yaml",
-                                     "start the Ray nodes without it (kvbake's launcher gives `ray start` no secret), then run init again")
+            option = secret_option(name)
+            if option and value:
+                values.setdefault(option, set()).add(value)
+            elif credential_kind(value or ""):
+                raise IntegrityError(f"init: the Ray node on {node.node} gives {name} a value that looks like a credential, which "
+                                     "init would write in clear into deploy.yaml",
+                                     "start the Ray nodes without it, or give a secret by an option kvbake carries by name "
+                                     "(--redis-password), then run init again")
+    for option, given in sorted(values.items()):
+        if len(given) > 1:
+            raise IntegrityError(f"init: the Ray nodes give {option} different values, which one variable "
+                                 f"({SECRET_OPTIONS[option]}) cannot carry",
+                                 f"start every Ray node with the same {option}, then run init again")
 
 
 def node_address_of(node: NodeServe) -> str:
@@ -379,7 +405,7 @@ def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_roo
     return ServeDescription(
         base=base, head=head.node, max_model_len=length, launcher_args=launcher_args, switches=switches, env=env,
         mounts=mounts, addresses=addresses_of(nodes, head), master_port=head.serving.serve.args.value("--master-port") or "",
-        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), ray_start=shared_ray_start,
+        shape=serve_shape(head), ray_port=ray_port_of(head.ray_node), ray_start=shared_ray_start, ray_secrets=ray_secret_names(nodes),
         model=head.serving.serve.model, drafter=find_drafter(head.serving.serve.args),
         gpus=bool(host_config.get("DeviceRequests")), shm_size=shm_text(host_config.get("ShmSize")), overrides=overrides,
         changes={n.node: n.changes for n in nodes if n.changes}, node_env=node_env, secrets=secrets,
