@@ -199,3 +199,26 @@ def test_a_file_in_a_tmpfs_under_the_source_root_is_read_through_the_serve_and_p
     project = tmp_path / "project"
     captured_and_proven(capsys, rig, shipped, project, f"{HOT}/patch.py", f"in a tmpfs at {SOURCE_ROOT}/{HOT}")
     assert (project / ".kvbake" / "served" / "files" / HOT / "patch.py").read_bytes() == HOT_FILE
+
+
+HIDDEN = "vllm/parser/engine"  # a folder of the image that a tmpfs hides; the stand-in serve never imports it
+
+
+def test_a_tmpfs_over_a_folder_of_the_image_that_hides_its_files_is_refused_naming_them(capsys, engine, rig, shipped, pair, tmp_path):
+    """The operator keeps one patched module of an image folder in a tmpfs over that folder: the serve runs without the
+    folder's other files, which the baked image would hold. init names them and writes nothing."""
+    ports = shape_ports(tmp_path, chain_overlay())
+    command = standin_serve(CONTROL_LENGTH, *SERVED, *ports.serve_args)
+    for key in NODES:
+        run_serve(rig[key].client(), "vllm-serve", [*command, *multi_node_args(key, ports)], ports, restart="unless-stopped",
+                  tmpfs=[f"{SOURCE_ROOT}/{HIDDEN}"])
+    wait_for_serves(rig, SHAPES["main process"][1], serving_keys("main process"))
+    on_each_serve(rig, "main process", "python3", "-c", WRITE, f"{SOURCE_ROOT}/{HIDDEN}/adapters.py", HOT_FILE.decode())
+    project = tmp_path / "project"
+    nodes = [f"--node={NODES[key]}={rig[key].host}" for key in NODES]
+    code, out, err = run(capsys, "init", *nodes, "--template", str(shipped["manifest"]), "--out", str(project),
+                         "--registry", rig["registry"].address)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert f"{SOURCE_ROOT}/{HIDDEN} hides {SOURCE_ROOT}/{HIDDEN}/__init__.py, " in err and f"{HIDDEN}/events.py" in err, err
+    assert f"{HIDDEN}/adapters.py" not in err, "the file the tmpfs holds is not hidden"
+    assert not project.exists(), "a refused init writes nothing"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from kvbake.bake.core.served_overlay import container_name, under_root
 from kvbake.errors import UsageError
@@ -109,3 +109,28 @@ def refuse_mode_changes(name: str, served_modes: Mapping[str, int], base_modes: 
         shown = ", ".join(f"{posixpath.join(source_root, path)} ({served_modes[path]:04o}, the image's {base_modes.get(path) or 0:04o})" for path in changed)
         raise UsageError(f"init: {name} serves {shown} with another mode than its image; a chain changes bytes, never a mode",
                          "give the file the image's mode back (chmod in the container, or on the mounted file), then run init again")
+
+
+def hidden_image_files(image_paths: Mapping[str, Iterable[str]], served: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """By mount target: the image's files under it (paths under the source root) that the mount holds no file at, so
+    the serve runs without them. Python's bytecode caches are left out (the interpreter writes them again)."""
+    shown = set(served)
+    hidden = {}
+    for target, paths in image_paths.items():
+        missing = tuple(sorted(path for path in paths if path not in shown and "__pycache__" not in path.split("/")
+                               and not path.endswith(".pyc")))
+        if missing:
+            hidden[target] = missing
+    return hidden
+
+
+def refuse_hidden_image_files(name: str, hidden: Mapping[str, tuple[str, ...]], source_root: str) -> None:
+    """A mount that hides files of the image is refused, each named: the serve runs without them while the baked image
+    would hold them, and a chain changes or adds a file, never removes one."""
+    if not hidden:
+        return
+    shown = "; ".join(f"{target} hides {', '.join(posixpath.join(source_root, path) for path in paths)}" for target, paths in hidden.items())
+    raise UsageError(f"init: {name} mounts a folder over its image's files, which the serve then runs without ({shown}); "
+                     "a chain changes or adds a file, never removes one",
+                     "put the hidden files into the mounted folder (copy them from the image), or mount only the patched "
+                     "files, then run init again")

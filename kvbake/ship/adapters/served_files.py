@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from kvbake.bake.adapters.extract import BaseFile, Extractor
-from kvbake.bake.core.container_files import READER, ContainerFile, ServedCopy, parse_reading, refuse_mode_changes, served_copy, tmpfs_targets
+from kvbake.bake.core.container_files import (READER, ContainerFile, ServedCopy, hidden_image_files, parse_reading, refuse_hidden_image_files,
+                                              refuse_mode_changes, served_copy, tmpfs_targets)
 from kvbake.bake.core.served_overlay import (ServedOverlay, container_name, overlay_mounts, relative_to_root, served_overlay,
                                              served_paths, under_root)
 from kvbake.engines.adapters.client import Engine
@@ -89,7 +90,7 @@ def tmpfs_files(engine: Engine, container: Mapping[str, Any], source_root: str) 
 def changed_in_layer(engine: Engine, container: Mapping[str, Any], changes: Mapping[str, str], source_root: str,
                      scratch: Path) -> dict[str, ServedCopy]:
     """Every file the container's writable layer changed or added under the source root (outside its mounts)."""
-    mounted = [target for target, _ in overlay_mounts(container, source_root)] + list(tmpfs_targets(container, source_root))
+    mounted = mount_targets(container, source_root)
     found = {}
     for number, (path, kind) in enumerate(changed_files(changes, source_root)):
         if any(under_root(path, target) for target in mounted):
@@ -171,13 +172,35 @@ def image_copies(engine: Engine, image: str, paths: list[str], source_root: str)
         return {path: extractor.file(path) for path in paths}
 
 
+def image_paths_under(engine: Engine, image: str, targets: list[str], source_root: str) -> dict[str, tuple[str, ...]]:
+    """By target: every file (or link) the image itself holds at or under it, by path under the source root."""
+    if not targets:
+        return {}
+    found = {}
+    with engine.created_container(image) as created, tempfile.TemporaryDirectory(prefix="kvbake-image-") as folder:
+        for number, target in enumerate(targets):
+            copied = Path(folder) / f"image-{number}"
+            if engine.copy_out(created, target, copied):
+                found[target] = tuple(relative_to_root(f"{target}/{inner}" if inner else target, source_root)
+                                      for inner, _ in copied_paths(copied))
+    return found
+
+
+def mount_targets(container: Mapping[str, Any], source_root: str) -> list[str]:
+    """Every bind mount and tmpfs at or under the source root."""
+    return [target for target, _ in overlay_mounts(container, source_root)] + list(tmpfs_targets(container, source_root))
+
+
 def read_served_overlay(engine: Engine, container: Mapping[str, Any], changes: Mapping[str, str],
                         source_root: str) -> tuple[ServedOverlay, dict[str, bytes]]:
-    """What one running serve runs under its source root that its image does not hold, with the bytes."""
+    """What one running serve runs under its source root that its image does not hold, with the bytes. A mount that
+    hides files of the image is refused, named."""
     with tempfile.TemporaryDirectory(prefix="kvbake-served-") as folder:
         scratch = Path(folder)
         served = {**changed_in_layer(engine, container, changes, source_root, scratch),
                   **mounted_files(engine, container, source_root, scratch), **tmpfs_files(engine, container, source_root)}
+    under_mounts = image_paths_under(engine, str(container["Image"]), mount_targets(container, source_root), source_root)
+    refuse_hidden_image_files(container_name(container), hidden_image_files(under_mounts, served), source_root)
     kept = {path: served[path] for path in served_paths(served)}
     base = image_copies(engine, str(container["Image"]), list(kept), source_root)
     refuse_mode_changes(container_name(container), {path: copy.mode for path, copy in kept.items()},
