@@ -1,5 +1,6 @@
-"""lock reads the base where it already lives: a registry copy's config and the engine's directories, with no `docker save`,
-and writes the same lock as the save does; without a reachable copy it falls back to one save and says so."""
+"""lock reads the base where it already lives: a registry copy's config and the engine's directories, or, for a base
+no registry holds (built on its node), the config from the engine's own store through a container that never runs;
+never a `docker save` of the whole base, and the same lock either way."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kvbake_rig import LocalRegistry
 
 from tiny import TINY_BASE
 
-pytestmark = pytest.mark.docker  # every profile: the registry route and the engine's archive heads on both stores
+pytestmark = pytest.mark.docker  # every profile: the registry route, the engine's store and its archive heads on both stores
 SOURCE_LOGGER = "kvbake.bake.adapters.base_source"
 
 
@@ -42,22 +43,23 @@ def forget_registry_copies(engine: Engine, image: str) -> None:
     assert not [d for d in left if names_registry_host(repository_of(d))], left
 
 
-def locked(manifest: Path, caplog: pytest.LogCaptureFixture) -> tuple[bytes, list[str]]:
-    """Lock again; the lock's bytes and the warnings the base reader logged."""
+def locked(manifest: Path, caplog: pytest.LogCaptureFixture) -> tuple[bytes, list[str], str]:
+    """Lock again; the lock's bytes, the warnings the base reader logged, and where lock said it read the config."""
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger=SOURCE_LOGGER):
+    with caplog.at_level(logging.INFO, logger="kvbake"):
         assert main(["lock", "--manifest", str(manifest)]) == 0
     warnings = [r.getMessage() for r in caplog.records if r.name == SOURCE_LOGGER and r.levelno >= logging.WARNING]
-    return (manifest.parent / "manifest.lock.json").read_bytes(), warnings
+    (source,) = [r.getMessage().partition(" from ")[2] for r in caplog.records if r.getMessage().startswith("lock read the config of ")]
+    return (manifest.parent / "manifest.lock.json").read_bytes(), warnings, source
 
 
-def test_a_registry_copy_of_the_base_spares_the_save_and_yields_the_same_lock(engine: Engine, tiny: Path, tmp_path: Path,
-                                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_base_without_a_registry_copy_is_read_from_the_engine_s_store_and_a_copy_yields_the_same_lock(
+        engine: Engine, tiny: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     forget_registry_copies(engine, TINY_BASE)
     started = datetime.now(timezone.utc)
-    from_save, warnings = locked(tiny, caplog)
-    assert any("docker save" in text for text in warnings), warnings
-    assert saves_since(engine, started), "without a registry copy, lock reads the base from one save"
+    from_store, warnings, source = locked(tiny, caplog)
+    assert (source, warnings) == ("the engine's own store", []), warnings
+    assert saves_since(engine, started) == [], "a base no registry holds is read from the store, never saved whole"
 
     with LocalRegistry(tmp_path / "registry") as registry:
         copy = f"{registry.address}/kvbake-test/tiny:1"
@@ -65,15 +67,16 @@ def test_a_registry_copy_of_the_base_spares_the_save_and_yields_the_same_lock(en
         try:
             engine.client.image.push(copy, quiet=True)
             started = datetime.now(timezone.utc)
-            from_registry, warnings = locked(tiny, caplog)
+            from_registry, warnings, source = locked(tiny, caplog)
             assert (warnings, saves_since(engine, started)) == ([], [])
-            assert from_registry == from_save
+            assert source.startswith(f"registry {registry.address}/kvbake-test/tiny"), source
+            assert from_registry == from_store
 
-            # the copy's registry stops: lock falls back to the save, names it, and writes the same lock again
+            # the copy's registry stops: lock reads the engine's store again, and writes the same lock again
             registry.stop()
             started = datetime.now(timezone.utc)
-            after_outage, warnings = locked(tiny, caplog)
-            assert any("docker save" in text for text in warnings) and saves_since(engine, started)
-            assert after_outage == from_save
+            after_outage, warnings, source = locked(tiny, caplog)
+            assert (source, warnings, saves_since(engine, started)) == ("the engine's own store", [], [])
+            assert after_outage == from_store
         finally:
             engine.client.image.remove(copy, force=False, prune=False)

@@ -53,6 +53,11 @@ class FakeEngine:
         self.serial += 1
         return f"{self.label}-{self.serial}"
 
+    def store_root(self) -> tuple[str, str]:
+        """No image store on a host kvbake can mount: lock's store route finds nothing here."""
+        self._up()
+        return "", ""
+
     def system_time(self) -> str:
         self._up()
         from datetime import datetime, timezone

@@ -1,7 +1,9 @@
-"""Adapter: the base's raw config from a registry copy and its directories from the engine; one `docker save` if no copy."""
+"""Adapter: the base's raw config from a registry copy or the engine's own store, its directories from the engine; one
+`docker save` if neither serves it."""
 
-# The containerd store's manifest comes from the registry copy too. Only when no registry named in the image's
-# RepoDigests serves the config does lock stream one `docker save` of the whole base (and says so).
+# The containerd store's manifest comes from the registry copy too. When no registry named in the image's RepoDigests
+# serves the config (a base built on its node), lock reads it from the engine's own store (store_blobs); only when
+# that fails too does it stream one `docker save` of the whole base (and says so).
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbake.bake.adapters.basecapture import capture_base
+from kvbake.bake.adapters.store_blobs import stored_config
 from kvbake.bake.core.registry_copies import RegistryCopy, platform_entries, registry_copies
 from kvbake.digests import sha256_digest
 from kvbake.engines.adapters import manifestcache
@@ -48,8 +51,15 @@ def read_base(engine: Engine, reference: str, inspect: dict[str, Any], platform:
         if config_bytes is not None:
             check_layers(reference, config_bytes, inspect)
             return BaseRead(config_bytes, identity, engine_dirs(engine, reference, wanted_dirs), f"registry {copy.reference}")
-    log.warning("lock reads %s from one docker save (O(base)): %s; `python build.py base sync`, or pulling the base from "
-                "its registry, lets lock read only its config and directories", reference,
+    stored = stored_config(engine, reference, inspect, platform)
+    if stored is not None:
+        if stored.manifest is not None:
+            engine.remember_manifest(stored.manifest)
+        check_layers(reference, stored.config_bytes, inspect, "the engine store's")
+        return BaseRead(stored.config_bytes, stored.config_digest, engine_dirs(engine, reference, wanted_dirs), "the engine's own store")
+    log.warning("lock reads %s from one docker save (O(base)): %s, and the engine's own store cannot be read through a "
+                "container; `python build.py base sync`, or pulling the base from its registry, lets lock read only its "
+                "config and directories", reference,
                 "no registry named in its RepoDigests serves it" if copies else "the image names no registry copy")
     saved = capture_base(engine, reference, tuple(inspect["RootFS"]["Layers"]), wanted_dirs)
     named = engine.config_digest_of(inspect, reference)  # the containerd store's manifest came with the save
@@ -112,15 +122,15 @@ def _quietly(copy: RegistryCopy, read):
         return None
 
 
-def check_layers(reference: str, config_bytes: bytes, inspect: dict[str, Any]) -> None:
-    """The registry's config must describe exactly the layers the engine holds."""
+def check_layers(reference: str, config_bytes: bytes, inspect: dict[str, Any], whose: str = "the registry's") -> None:
+    """The config read (from a registry copy, or the engine's own store) must describe exactly the layers the engine holds."""
     try:
         diff_ids = json.loads(config_bytes)["rootfs"]["diff_ids"]
     except (ValueError, KeyError, TypeError):
-        raise BaseImageError(f"the registry's config {sha256_digest(config_bytes)[:19]} of {reference} has no rootfs.diff_ids",
+        raise BaseImageError(f"{whose} config {sha256_digest(config_bytes)[:19]} of {reference} has no rootfs.diff_ids",
                              "check the registry copy of the base, or remove it so that lock reads a docker save") from None
     if list(diff_ids) != list(inspect["RootFS"]["Layers"]):
-        raise BaseImageError(f"the registry's config of {reference} names other layers than the engine reports",
+        raise BaseImageError(f"{whose} config of {reference} names other layers than the engine reports",
                              "the image changed; pull or load the base again, then run lock again")
 
 

@@ -80,6 +80,14 @@ class Engine(ContainerOps):
         self._profile = profile_from_info(facts, self.label)
         return {**facts, "profile": self._profile.name}
 
+    def store_root(self) -> tuple[str, str]:
+        """Where the engine keeps its data on its own host (`docker info` DockerRootDir) and its storage driver."""
+        try:
+            info = self.client.system.info()
+        except DockerException as err:
+            raise EngineError(f"{self.label}: docker info failed ({_stderr(err)})", "check the engine") from None
+        return str(info.docker_root_dir or ""), str(info.driver or "")
+
     def system_time(self) -> str:
         """The engine's own clock (`docker info` SystemTime, RFC 3339): node locks age by it, never by this host's."""
         try:
@@ -164,12 +172,15 @@ class Engine(ContainerOps):
         return found
 
     @contextlib.contextmanager
-    def created_container(self, image: str) -> Iterator[str]:
-        """A container that is created but never started; removed on exit, even on failure."""
+    def created_container(self, image: str, read_only_folder: tuple[str, str] | None = None) -> Iterator[str]:
+        """A container that is created but never started; removed on exit, even on failure. `read_only_folder`
+        (a folder of the engine's host, where it appears in the container) is bind-mounted read-only: `docker cp`
+        reads it through the container without running anything."""
         self.require_image(image)
         name = f"kvbake-extract-{secrets.token_hex(6)}"
+        mounts = [["type=bind", f"source={read_only_folder[0]}", f"target={read_only_folder[1]}", "readonly"]] if read_only_folder else []
         try:
-            self.client.container.create(image, ["true"], name=name, networks=["none"], pull="never",
+            self.client.container.create(image, ["true"], name=name, networks=["none"], pull="never", mounts=mounts,
                                          labels={"org.kvbake.extract.pid": str(os.getpid())})
         except DockerException as err:
             raise EngineError(f"{self.label}: cannot create a container from {image} ({_stderr(err)})", "check the engine and the image") from None
