@@ -183,8 +183,19 @@ def test_a_created_container_is_never_started_has_no_network_and_is_removed_even
             assert name.startswith("kvbake-extract-") and len(name) == len("kvbake-extract-") + 12
             raise RuntimeError("the caller failed")
     assert engine.client.container.calls == [
-        ("create", ("base:1", ["true"]), {"name": name, "networks": ["none"], "pull": "never", "labels": {"org.kvbake.extract.pid": "4242"}}),
+        ("create", ("base:1", ["true"]), {"name": name, "networks": ["none"], "pull": "never", "mounts": [],
+                                          "labels": {"org.kvbake.extract.pid": "4242"}}),
         ("remove", (name,), {"force": True})]
+
+
+def test_a_created_container_may_hold_one_folder_of_the_engine_s_host_read_only(monkeypatch):
+    monkeypatch.setattr(module.os, "getpid", lambda: 4242)
+    engine = engine_with(inspect=IMAGE)
+    with engine.created_container("base:1", ("/var/lib/docker/image/overlay2/imagedb/content/sha256", "/kvbake-store")):
+        pass
+    (_, _, options), _ = engine.client.container.calls
+    assert options["mounts"] == [["type=bind", "source=/var/lib/docker/image/overlay2/imagedb/content/sha256",
+                                  "target=/kvbake-store", "readonly"]] and options["networks"] == ["none"]
 
 
 def test_a_container_that_cannot_be_created_is_an_engine_error_and_a_failed_removal_is_ignored():

@@ -19,7 +19,7 @@ WRITES = frozenset({"commit", "copy_in", "create_marker", "ensure_empty_image", 
 READS = frozenset({"changes", "config_digest_of", "config_dir", "container_inspect", "containers_labelled", "container_log_tail", "container_logs", "copy_out",
                    "created_container", "dir_meta", "exec_in", "existing_paths", "identify", "image_id_of", "import_origins",
                    "inspect_image", "ping", "processes", "profile", "remember_manifest", "require_image", "run_probe", "run_python",
-                   "running_containers", "save_stream", "store_manifest", "system_time", "tags_of_repository", "top"})
+                   "running_containers", "save_stream", "store_manifest", "store_root", "system_time", "tags_of_repository", "top"})
 
 
 def fence_name(generation: int) -> str:
