@@ -7,8 +7,8 @@ eugr's launch-cluster.sh walks the same way in test_launcher_eugr.py.
 
 vLLM's CPU build cannot run one tensor-parallel group across two nodes, so real vLLM serves on the head alone (a group
 of one rank) and the worker is a real Ray node that joins the head's cluster; kvbake still restarts both as a gang.
-The walk binds the script's fixed port (Ray 6379): it runs once, in one engine profile (once_on_classic), holding the
-machine-wide fixed-ports lock that eugr's walk, run in another pass, takes too."""
+The walk binds the script's fixed port (Ray 6379): it runs once, on the classic store (once_on_classic), as eugr's walk
+and the real-Ray shapes do, one after the other, each holding the machine-wide fixed-ports lock."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ the script's autodiscover.sh reads before it looks at `--eth-if` (the loopback i
 one Ray replaces by the machine's outward one); the serve is typed as the module `vllm serve` runs (the CPU image has
 no `vllm` console script); and the mod edits with python3 (the CPU image has no `patch`). vLLM's CPU build cannot run
 one tensor-parallel group across two nodes: real vLLM serves on the head alone and the worker is a real Ray node.
-The walk binds the script's fixed ports (Ray 6379, the dashboard 8265): it runs once, on the containerd store, holding
-the machine-wide fixed-ports lock that run_cluster.sh's walk, run in another pass, takes too."""
+The walk binds the script's fixed ports (Ray 6379, the dashboard 8265): it runs once, on the classic store, after
+run_cluster.sh's walk in the same pass, and holds the machine-wide fixed-ports lock every real-Ray test takes."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from conftest import run
 from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk, fixed_ports,  # noqa: F401
                           gang_restarts, launcher_rig, serves, wait_serving)
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
 # The serve as the module `vllm serve` starts: the rig's CPU image installs vLLM without its console script and metadata.
 VLLM_SERVE = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
 MOD_LINE = "# edited where it runs, by the launcher's mod"

@@ -24,7 +24,7 @@ from serveshapes import (NODES, SOURCE_ROOT, STANDIN, chain_overlay, clear_nodes
                          wait_for_serves)
 from shiprig import reset_nodes
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd]
 
 
 @pytest.fixture()

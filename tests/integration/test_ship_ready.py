@@ -22,7 +22,7 @@ from faultscenarios import without_running_flags
 from kvbake.engines.adapters.client import Engine
 from shiprig import REPO_ROOT, STANDIN_LAUNCHER, fleet_snapshot, reset_nodes, ship_with, write_deploy
 
-pytestmark = [pytest.mark.docker, pytest.mark.once_on_classic]
+pytestmark = [pytest.mark.docker, pytest.mark.once_on_containerd]
 
 
 def free_port() -> int:

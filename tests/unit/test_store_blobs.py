@@ -13,7 +13,7 @@ from kvbake.bake.adapters import base_source
 from kvbake.bake.adapters.store_blobs import MOUNTED_AT, BlobReader, StoredConfig, read_config, stored_config
 from kvbake.digests import canonical_json, sha256_digest
 from kvbake.engines.adapters import manifestcache
-from kvbake.engines.core.store_paths import blob_folders, blob_name
+from kvbake.engines.core.blob_folders import blob_folders, blob_name
 from kvbake.errors import EngineError
 from test_base_source import CONFIG, CONFIG_DIGEST, WANTED, image_manifest, inspect_of, save_instead
 

@@ -1,5 +1,4 @@
-"""Adapter: the base's raw config from a registry copy or the engine's own store, its directories from the engine; one
-`docker save` if neither serves it."""
+"""Adapter: the base's raw config from a registry copy or the engine's own store; one `docker save` if neither has it."""
 
 # The containerd store's manifest comes from the registry copy too. When no registry named in the image's RepoDigests
 # serves the config (a base built on its node), lock reads it from the engine's own store (store_blobs); only when

@@ -1,7 +1,7 @@
 """Adapter: the base's raw config read from the engine's own image store, through a container that never runs."""
 
 # A base built on its node has no registry copy, and `docker save` streams the whole image for a config of a few
-# kilobytes. The engine keeps that config on its own host (store_paths): a container of the base, created and never
+# kilobytes. The engine keeps that config on its own host (blob_folders): a container of the base, created and never
 # started, with that folder bind-mounted read-only, lets `docker cp` hand kvbake one blob, whatever the image's size,
 # over whatever connection reaches the engine. Every blob is held to its digest; a folder that is absent, unreadable,
 # or holds other bytes means "not from here", and lock falls back to the save.
@@ -18,7 +18,7 @@ from typing import Any
 from kvbake.bake.core.registry_copies import platform_entries
 from kvbake.digests import sha256_digest
 from kvbake.engines.adapters.client import Engine
-from kvbake.engines.core.store_paths import blob_folders, blob_name
+from kvbake.engines.core.blob_folders import blob_folders, blob_name
 from kvbake.errors import EngineError
 
 log = logging.getLogger(__name__)
