@@ -24,7 +24,7 @@ from kvbake_rig.ports import free_port
 from kvbake_rig.serve_shapes import RIG_API_KEY
 
 from launcherwalk import (LAUNCHER_CONTAINER, NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk,
-                          fixed_ports, gang_restarts, launcher_rig, serves, wait_serving)  # noqa: F401 - fixtures by name
+                          fixed_ports, gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)  # noqa: F401 - fixtures by name
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
 
@@ -41,11 +41,7 @@ def run_cluster(launcher_rig: LauncherRig, tmp_path: Path, fixed_ports: None) ->
         yield pair, names, port
     finally:
         pair.interrupt()
-        for host in launcher_rig.hosts.values():
-            for container in Engine(host).client.container.list(all=True):
-                Engine(host).remove_container(container.id)
-
-
+        remove_every_container(launcher_rig)
 
 
 def test_run_cluster_sh_as_written_is_read_replaced_validated_and_brought_back_under_its_own_names(

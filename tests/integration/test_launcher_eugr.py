@@ -29,7 +29,7 @@ from kvbake_rig.serve_shapes import RIG_API_KEY, within_this_machines_memlock
 
 from conftest import run
 from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk, fixed_ports,  # noqa: F401
-                          gang_restarts, launcher_rig, serves, wait_serving)
+                          gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
 # The serve as the module `vllm serve` starts: the rig's CPU image installs vLLM without its console script and metadata.
@@ -73,9 +73,7 @@ def eugr(launcher_rig: LauncherRig, tmp_path: Path, fixed_ports: None) -> Iterat
         yield cluster, port
     finally:
         cluster.close()
-        for host in launcher_rig.hosts.values():
-            for container in Engine(host).client.container.list(all=True):
-                Engine(host).remove_container(container.id)
+        remove_every_container(launcher_rig)
 
 
 def test_eugr_launch_cluster_sh_with_a_mod_is_read_replaced_and_brought_back_with_the_mod_then_runs_as_before(

@@ -13,6 +13,7 @@ import pytest
 from kvbake.bake.core.container_files import hidden_image_files, refuse_hidden_image_files
 from kvbake.errors import UsageError
 from kvbake.ship.adapters.served_files import image_paths_under
+from test_served_files_survivors import Copier
 
 ROOT = "/usr/lib/py"
 
@@ -37,11 +38,12 @@ def test_the_refusal_names_the_mount_and_every_file_it_hides_in_one_line():
     refuse_hidden_image_files("serve", {}, ROOT)  # nothing hidden: no refusal
 
 
-class ImageCopier:
-    """An engine whose image holds these files and folders (name -> bytes) under a created container."""
+class ImageCopier(Copier):
+    """An engine whose image holds these files and folders (name -> bytes), read through a created container."""
 
     def __init__(self, held: dict[str, bytes | dict[str, bytes]]) -> None:
-        self.held, self.created = held, []
+        super().__init__(held)
+        self.created: list[str] = []
 
     @contextmanager
     def created_container(self, image: str) -> Iterator[str]:
@@ -50,16 +52,7 @@ class ImageCopier:
 
     def copy_out(self, container: str, path: str, destination: Path) -> bool:
         assert container == "created-1", "the image's own files are read through a created container"
-        found = self.held.get(path)
-        if found is None:
-            return False
-        if isinstance(found, bytes):
-            destination.write_bytes(found)
-            return True
-        for name, data in found.items():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            (destination / name).write_bytes(data)
-        return True
+        return super().copy_out(container, path, destination)
 
 
 def test_the_image_paths_under_each_mount_are_read_from_the_image_itself():
