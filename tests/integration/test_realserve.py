@@ -307,11 +307,37 @@ def wait_for_serving(engine: Engine, container: str, present: bool = True, timeo
 
 def restart_serve(engine: Engine, container: str, argv: list[str], env: dict[str, str], workdir: str | None = None) -> None:
     """Stop the vLLM serve docker exec started in the container and start it again as an operator would by hand."""
-    for serving in serving_processes(engine, container):
-        engine.exec_in(container, ["python3", "-c", f"import os; os.kill({serving.root.pid}, 15)"])
-    wait_for_serving(engine, container, present=False)
+    stop_serve(engine, container)
     engine.exec_detached(container, argv, env, workdir, None)
     wait_for_serving(engine, container)
+
+
+def stop_serve(engine: Engine, container: str) -> None:
+    """SIGTERM to each serve's root; a serve still starting may hold it back (vLLM sets its handlers late), and on a
+    loaded machine past any fair wait, so what still runs after 20 s is killed, root and descendants."""
+    roots = {serving.root.pid for serving in serving_processes(engine, container)}
+    signal_processes(engine, container, roots, 15)
+    try:
+        wait_for_serving(engine, container, present=False, timeout_s=20)
+    except AssertionError:
+        processes = engine.processes(container)
+        signal_processes(engine, container, descendants(processes, roots), 9)
+        wait_for_serving(engine, container, present=False)
+
+
+def descendants(processes: list, roots: set[int]) -> set[int]:
+    """The pids of the roots and of every process below them."""
+    found, grew = set(roots), True
+    while grew:
+        below = {p.pid for p in processes if p.ppid in found} - found
+        found, grew = found | below, bool(below)
+    return found
+
+
+def signal_processes(engine: Engine, container: str, pids: set[int], signal: int) -> None:
+    """Send the signal to each pid inside the container; one already gone is no error."""
+    script = f"import os\nfor pid in {sorted(pids)}:\n    try: os.kill(pid, {signal})\n    except ProcessLookupError: pass"
+    engine.exec_in(container, ["python3", "-c", script])
 
 
 def shadow_package(folder: Path) -> Path:
