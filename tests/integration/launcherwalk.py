@@ -55,7 +55,8 @@ def launcher_rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> It
     folder = tmp_path_factory.mktemp("launchers")
     model = rs.tiny_model(folder / "corpus", DEFAULT_HOST)  # the base that makes it is on the default engine
     with LocalRegistry(cache_root() / "launchers-registry") as registry, \
-            NodeEngine(folder / "a", name="la") as node_a, NodeEngine(folder / "b", name="lb") as node_b:
+            NodeEngine(folder / "a", name="la", own_shm=True) as node_a, \
+            NodeEngine(folder / "b", name="lb", own_shm=True) as node_b:
         hosts = {"a": node_a.host, "b": node_b.host}
         build_host = os.environ.get("DOCKER_HOST") or DEFAULT_HOST  # the engine of this profile (lock, build and push run there)
         image = seed_nodes(Engine(DEFAULT_HOST), registry.address, [build_host, *hosts.values()])

@@ -5,10 +5,11 @@ deploy, verify-running, validate against a serve that needs its API key, rollbac
 launcher's own serve under its own names), hand-back; then the launcher runs as before kvbake and adopt works again.
 eugr's launch-cluster.sh walks the same way in test_launcher_eugr.py.
 
-vLLM's CPU build cannot run one tensor-parallel group across two nodes, so real vLLM serves on the head alone (a group
-of one rank) and the worker is a real Ray node that joins the head's cluster; kvbake still restarts both as a gang.
-The walk binds the script's fixed port (Ray 6379): it runs once, on the classic store (once_on_classic), as eugr's walk
-and the real-Ray shapes do, one after the other, each holding the machine-wide fixed-ports lock."""
+Real vLLM serves on the head alone (a group of one rank) and the worker is a real Ray node that joins the head's
+cluster; kvbake still restarts both as a gang (test_launcher_eugr.py runs a group of two real ranks, with vLLM's
+multiprocessing backend). The walk binds the script's fixed port (Ray 6379): it runs once, last in the classic store's
+pass (once_on_classic, runs_last), after which the real-Ray shapes run; eugr's walks run first in the containerd
+store's pass; each holds the machine-wide fixed-ports lock."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from kvbake_rig.serve_shapes import RIG_API_KEY
 from launcherwalk import (LAUNCHER_CONTAINER, NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk,
                           fixed_ports, gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)  # noqa: F401 - fixtures by name
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic, pytest.mark.runs_last]
 
 
 @pytest.fixture()

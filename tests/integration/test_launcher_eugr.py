@@ -1,37 +1,48 @@
-"""eugr's launch-cluster.sh as its author wrote it (tests/launchers), with real Ray and real vLLM (the CPU build): the
-head runs the script with a mod (`--apply-mod`, whose run.sh patches a vLLM file in each running container) and `exec`
-for the serve; the worker is started over ssh. An operator walks the runbook's commands over that serve, as
-test_community_launchers.py does over run_cluster.sh's: init, the launcher retired, lock with the served-bytes proof,
-build, push --sign, adopt, deploy, verify-running, validate with the serve's API key, rollback, rollback --to adopted
-(both nodes' containers created again from adopt's copies, the mod intact), hand-back; then eugr's own `stop`, `start
--d` and `exec` work as before kvbake, and adopt works again.
+"""eugr's launch-cluster.sh as its author wrote it (tests/launchers), with real Ray and real vLLM (the CPU build), in
+the two serves its users run. With Ray: the head runs the script with a mod (`--apply-mod`, whose run.sh patches a vLLM
+file in each running container) and `exec` for the serve; the worker's Ray node is started over ssh. With vLLM's
+multiprocessing backend (eugr's newer default): the same containers, one tensor-parallel group of two real vLLM ranks,
+the worker's headless rank started by `docker exec` over ssh. An operator walks the runbook's commands over each serve,
+as test_community_launchers.py does over run_cluster.sh's: init, the launcher retired, lock with the served-bytes
+proof, build, push --sign, adopt, deploy, verify-running, validate with the serve's API key, rollback, rollback --to
+adopted (both nodes' containers created again from adopt's copies, a mod intact), hand-back; then eugr's own `stop`,
+`start -d` and `exec` work as before kvbake.
 
 What differs from an operator's Spark, and why: this machine is both nodes, so `ssh 127.0.0.3` reaches the worker's
-engine through the rig's sshd (tests/launchers/README.md allows it); the head's address comes from LOCAL_IP, a variable
-the script's autodiscover.sh reads before it looks at `--eth-if` (the loopback interface's own address, 127.0.0.1, is
-one Ray replaces by the machine's outward one); the serve is typed as the module `vllm serve` runs (the CPU image has
-no `vllm` console script); and the mod edits with python3 (the CPU image has no `patch`). vLLM's CPU build cannot run
-one tensor-parallel group across two nodes: real vLLM serves on the head alone and the worker is a real Ray node.
-The walk binds the script's fixed ports (Ray 6379, the dashboard 8265): it runs once, on the classic store, after
-run_cluster.sh's walk in the same pass, and holds the machine-wide fixed-ports lock every real-Ray test takes."""
+engine through the rig's sshd (tests/launchers/README.md allows it), and each node engine runs in an IPC and mount
+namespace with a /dev/shm of its own (kvbake_rig/node_engine.py: eugr's `--ipc=host` would otherwise give both nodes'
+ranks one /dev/shm, and vLLM takes ranks that share one for ranks of one node); the head's address comes from
+LOCAL_IP, a variable the script's autodiscover.sh reads before it looks at `--eth-if` (the loopback interface's own
+address, 127.0.0.1, is one Ray replaces by the machine's outward one); the Ray walk's serve is typed as the module
+`vllm serve` runs (the CPU image has no `vllm` console script); the multiprocessing walk's image adds the `vllm`
+distribution record a field image has (kvbake_rig/launchers.py: field_base), which the headless rank's entry reads; and
+the mod edits with python3 (the CPU image has no `patch`). In the Ray walk real vLLM serves on the head alone and the
+worker is a real Ray node. The walks bind the script's fixed ports (Ray 6379, the dashboard 8265): they run once, first
+in the containerd store's pass (run_cluster.sh's walk and the real-Ray shapes run last in the classic store's), and
+hold the machine-wide fixed-ports lock every real-Ray test takes."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from kvbake.engines.adapters.client import Engine
-from kvbake_rig.launchers import ADDRESSES, EUGR_CONTAINER, MODEL_IN_CONTAINER, EugrCluster, ray_nodes_alive
+from kvbake.serve.core.serve_reading import read_serve
+from kvbake_rig.launchers import (ADDRESSES, EUGR_CONTAINER, MODEL_IN_CONTAINER, EugrCluster, field_base, ray_nodes_alive,
+                                  seed_nodes, wait_for_ray_nodes)
 from kvbake_rig.ports import free_port
+from kvbake_rig.profile_engine import DEFAULT_HOST
 from kvbake_rig.serve_shapes import RIG_API_KEY, within_this_machines_memlock
 
 from conftest import run
 from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk, fixed_ports,  # noqa: F401
                           gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd, pytest.mark.runs_first]
 # The serve as the module `vllm serve` starts: the rig's CPU image installs vLLM without its console script and metadata.
 VLLM_SERVE = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
 MOD_LINE = "# edited where it runs, by the launcher's mod"
@@ -144,3 +155,115 @@ def test_eugr_launch_cluster_sh_with_a_mod_is_read_replaced_and_brought_back_wit
     out = ops.ship("adopt", "--reason", "the launcher's new run", "--launcher-retired")
     assert all(f"{node}: adopted {EUGR_CONTAINER} " in out for node in NODES.values()), out
     ops.ship("verify-running")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The same containers with vLLM's multiprocessing backend, eugr's newer default: one tensor-parallel group of two
+# ranks, the head's serve (`--nnodes 2 --node-rank 0`) started by the script's `exec`, the worker's (`--node-rank 1
+# --headless`, through the entry `vllm serve` runs) by `docker exec` over ssh, as eugr's newer `exec` does on every
+# node. Both ranks are real vLLM: the CPU build joins the two over gloo on loopback.
+
+VLLM_CLI_SERVE = ("python3", "-m", "vllm.entrypoints.cli.main", "serve", "--model")
+
+
+def mp_serves(port: int, master_port: int) -> tuple[list[str], list[str]]:
+    """The head's and the worker's command lines of one two-rank serve."""
+    shared = ["--port", str(port), *SERVE_ARGS, "--api-key", RIG_API_KEY, "--tensor-parallel-size", "2",
+              "--distributed-executor-backend", "mp", "--nnodes", "2", "--master-addr", ADDRESSES["a"], "--master-port", str(master_port)]
+    return ([*VLLM_SERVE, MODEL_IN_CONTAINER, *shared, "--node-rank", "0"],
+            [*VLLM_CLI_SERVE, MODEL_IN_CONTAINER, *shared, "--node-rank", "1", "--headless"])
+
+
+@pytest.fixture()
+def eugr_mp(launcher_rig: LauncherRig, tmp_path: Path, fixed_ports: None) -> Iterator[tuple[EugrCluster, int]]:
+    """eugr's containers (its kept copy starts Ray in both) serving one two-rank group with the multiprocessing backend."""
+    build_host = os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+    source = Engine(DEFAULT_HOST)
+    image = seed_nodes(source, launcher_rig.registry, [build_host, *launcher_rig.hosts.values()],
+                       image=field_base(source, tmp_path / "field-base"))
+    cluster = EugrCluster(launcher_rig.hosts, tmp_path / "eugr", launcher_rig.model.folder, image=image)
+    port, master_port = free_port(), free_port()
+    head, worker = mp_serves(port, master_port)
+    try:
+        cluster.open()
+        cluster.exec_serve(head)
+        wait_for_ray_nodes(launcher_rig.hosts["a"], EUGR_CONTAINER, 2)
+        cluster.exec_worker_serve(worker)
+        try:
+            wait_serving(port)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}: {cluster.log()} {cluster.log('exec-worker.log')}") from None
+        yield cluster, port
+    finally:
+        cluster.close()
+        remove_every_container(launcher_rig)
+
+
+def serving_container_ids(hosts: dict[str, str], name: str = "vllm-serve") -> dict[str, str]:
+    return {key: Engine(host).container_inspect(name)["Id"] for key, host in hosts.items()}
+
+
+def rank_serves(host: str, container: str) -> tuple[list[str], bool]:
+    """The one vLLM serve a node's container runs (its arguments) and whether a Ray node runs beside it."""
+    processes = Engine(host).processes(container)
+    (serving,) = read_serve(processes).serving
+    return serving.serve.args.argv(), any(p.argv and p.argv[0].endswith("raylet") for p in processes)
+
+
+def test_eugr_containers_with_the_multiprocessing_backend_are_read_replaced_brought_back_and_handed_home(
+        capsys, launcher_rig, eugr_mp, tmp_path, monkeypatch):
+    cluster, port = eugr_mp
+    hosts = launcher_rig.hosts
+    assert serves(port) and not serves(port, key=None), "the two-rank serve answers, with its key"
+    assert ray_nodes_alive(hosts["a"], EUGR_CONTAINER) == 2, "eugr's containers run a Ray node each, which the serve does not use"
+    before = {key: containers(host) for key, host in hosts.items()}
+    cluster.detach()  # the script and the worker's terminal SIGKILLed: no trap runs, both ranks keep serving
+    assert serves(port) and {key: containers(host) for key, host in hosts.items()} == before
+    ops = Operator(capsys, launcher_rig, tmp_path, monkeypatch)
+
+    written, said = ops.init()
+    assert all(f"{node}: its vLLM (pid " in said for node in NODES.values()), said
+    env = written["deploy.yaml"]["launcher"]["env"]
+    assert env["SHAPE"] == "exec" and not any(name.startswith("RAY_") for name in env), "no rank serves through Ray"
+    assert json.loads(env["CONTAINER_ENV"])["VLLM_HOST_IP"] == "{node_address}", "each rank keeps the address eugr gave it"
+    assert not any(n["launch"].get("ray_start") for n in written["deploy.yaml"]["nodes"])
+    assert {key: containers(host) for key, host in hosts.items()} == before, "init changes nothing on the nodes"
+    within_this_machines_memlock(ops.project / "deploy.yaml")  # as in eugr's walk above: the machine's memlock limit
+    assert "spark-a serves preset control" in ops.ship("config", "--check")
+    ops.in_project("lock", "--donor", str(ops.donor))  # no mod: the chain's changes alone differ from the serve
+    ops.in_project("build")
+    ops.in_project("push", "--sign", str(ops.reviewer / "reviewer.key"))
+    ops.ship("base", "sync")
+    ops.ship("adopt", "--reason", "eugr multiprocessing serve", "--launcher-retired")
+    ops.ship("verify-running")
+
+    ops.deploy("control")
+    replaced = [serving_container_ids(hosts)]
+    assert serves(port) and "all ranks agree" in ops.ship("verify-running")
+    ops.deploy("packing-x2")
+    replaced.append(serving_container_ids(hosts))
+    assert all(replaced[0][key] != replaced[1][key] for key in hosts), "the deploy replaced both ranks"
+    assert serves(port) and "all ranks agree" in ops.ship("verify-running")
+    (head_args, head_ray), (worker_args, worker_ray) = (rank_serves(hosts[key], "vllm-serve") for key in ("a", "b"))
+    assert "--headless" in worker_args and "--headless" not in head_args and not (head_ray or worker_ray), "kvbake's ranks, no Ray node"
+    ops.in_project("validate", "--preset", "packing-x2", "--endpoint", f"http://{ADDRESSES['a']}:{port}",
+                   "--deploy", str(ops.project / "deploy.yaml"), "--corpus", str(launcher_rig.model.corpus), *VALIDATE)
+    ops.ship("rollback")
+    ops.ship("rollback", "--to", "adopted")
+    ops.ship("verify-running")
+    assert serves(port) and ray_nodes_alive(hosts["a"], EUGR_CONTAINER) == 2, "eugr's containers are back, Ray node included"
+    assert "--headless" in rank_serves(hosts["b"], EUGR_CONTAINER)[0], "the worker's rank runs again as it ran"
+
+    ops.ship("hand-back")
+    assert ops.typed == documented_walk("eugr's containers with the multiprocessing backend, start to home")
+    assert {key: set(containers(host)) for key, host in hosts.items()} == {"a": {EUGR_CONTAINER}, "b": {EUGR_CONTAINER}}
+    assert serves(port), "hand-back never touches the serve"
+
+    # the launcher as before kvbake: its stop removes both containers, start -d and the two ranks' execs serve again
+    cluster.run("stop")
+    assert {key: containers(host) for key, host in hosts.items()} == {"a": {}, "b": {}}, "eugr's stop removed its containers"
+    cluster.run("start", "-d")
+    head, worker = mp_serves(port, free_port())
+    cluster.exec_serve(head)
+    cluster.exec_worker_serve(worker)
+    wait_serving(port)

@@ -156,6 +156,26 @@ def test_a_ray_head_on_rays_default_port_needs_no_ray_port():
     assert described.shape == "ray" and "RAY_PORT" not in launcher_env(described, ROOT)
 
 
+@pytest.mark.parametrize("backend", [("--distributed-executor-backend", "mp"), ()], ids=["mp-named", "nnodes-alone"])
+def test_ray_nodes_a_multiprocessing_serve_does_not_use_are_no_part_of_it(backend):
+    # eugr's containers always run a Ray node; its newer launchers serve with vLLM's multiprocessing backend across
+    # them, the worker's rank headless: kvbake's release starts vLLM by docker exec on both and no Ray node
+    ray_worker = ("ray", "start", "--block", "--address=10.0.0.11:6380", "--node-ip-address=10.0.0.12")
+    described = describe([node("spark-a", serve_argv(*HEAD, *backend), execd=True, ray=(*RAY_HEAD, "--dashboard-port=8265")),
+                          node("spark-b", serve_argv(*WORKER, *backend), execd=True, ray=ray_worker)], SWITCHES, ROOT)
+    env = launcher_env(described, ROOT)
+    assert described.shape == "exec" and env["SHAPE"] == "exec" and described.ray_start == () and described.ray_port == ""
+    assert not any(name.startswith("RAY_") for name in env), env
+    assert all(not launch.get("ray_start") for launch in described.node_launch.values()), described.node_launch
+    assert described.master_port == "29501"
+
+
+def test_a_ray_node_the_serve_places_its_ranks_through_keeps_the_ray_shape():
+    described = describe([node("spark-a", serve_argv("--distributed-executor-backend", "ray", "--nnodes", "1"), execd=True, ray=RAY_HEAD),
+                          node("spark-b", None, execd=True, ray=RAY_WORKER_NODE)], SWITCHES, ROOT)
+    assert described.shape == "ray"
+
+
 def test_a_waiting_container_with_vllm_execd_is_the_exec_shape():
     described = describe([node("spark-a", serve_argv(*HEAD), execd=True), node("spark-b", serve_argv(*WORKER), execd=True)], SWITCHES, ROOT)
     assert described.shape == "exec" and launcher_env(described, ROOT)["SHAPE"] == "exec"

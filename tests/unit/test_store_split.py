@@ -102,3 +102,32 @@ def test_every_module_that_runs_real_ray_holds_the_fixed_ports_and_runs_in_one_p
     unlocked = [name for name in ray_modules
                 if not re.search(r"fixed_ports_held\(\)|\bfixed_ports: None\b", (ROOT / "tests" / "integration" / name).read_text())]
     assert unlocked == [], f"modules that run real Ray without the fixed-ports lock: {unlocked}"
+
+
+def order_marks_of(path: Path) -> set[str]:
+    return set(re.findall(r"pytest\.mark\.(runs_first|runs_last)\b", path.read_text()))
+
+
+def test_the_real_ray_walks_run_first_in_the_containerd_pass_and_last_in_the_classic_pass():
+    """The two Docker 26.1 passes start together: the containerd pass's real-Ray walks run first and the classic pass's
+    last, so neither waits for the other's fixed ports."""
+    for path in sorted((ROOT / "tests" / "integration").glob("test_*.py")):
+        if not any(word in path.read_text() for word in REAL_RAY):
+            assert not order_marks_of(path), f"{path.name} runs no real Ray: it keeps pytest's order"
+            continue
+        expected = {"once_on_containerd": {"runs_first"}, "once_on_classic": {"runs_last"}}[marks_of(path).pop()]
+        assert order_marks_of(path) == expected, path.name
+
+
+def test_a_pass_runs_first_marked_modules_first_and_last_marked_ones_last_keeping_each_groups_order():
+    from conftest import pass_rank
+
+    class Item:
+        def __init__(self, name: str, *marks: str) -> None:
+            self.name, self.marks = name, [getattr(pytest.mark, mark).mark for mark in marks]
+
+        def iter_markers(self):
+            return iter(self.marks)
+
+    items = [Item("a", "runs_last"), Item("b"), Item("c", "runs_first", "docker"), Item("d"), Item("e", "runs_last"), Item("f", "runs_first")]
+    assert [item.name for item in sorted(items, key=pass_rank)] == ["c", "f", "b", "d", "a", "e"]

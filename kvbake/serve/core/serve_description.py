@@ -387,9 +387,32 @@ def addresses_of(nodes: Sequence[NodeServe], head: NodeServe) -> dict[str, str]:
     return found
 
 
+def serves_through_ray(head: NodeServe) -> bool:
+    """Whether the head's vLLM places its ranks through the container's Ray node: it runs one, and the serve names no
+    other executor (`--distributed-executor-backend` other than ray, or `--nnodes` above 1: vLLM's multiprocessing
+    backend across nodes, which eugr's newer launchers start in containers that still run a Ray node)."""
+    if not head.ray_node or head.serving is None:
+        return bool(head.ray_node)
+    args = head.serving.serve.args
+    backend = args.value("--distributed-executor-backend")
+    if backend is not None:
+        return backend == "ray"
+    nnodes = args.value("--nnodes") or "1"
+    return not (nnodes.isdigit() and int(nnodes) > 1)
+
+
+def without_unused_ray(nodes: Sequence[NodeServe]) -> list[NodeServe]:
+    """The nodes as the serve uses them: a Ray node no rank serves through is no part of the serve (kvbake's release
+    starts none; the adopted serve's copy keeps it)."""
+    if serves_through_ray(head_of(nodes)):
+        return list(nodes)
+    return [replace(node, ray_node=(), ray_env={}) for node in nodes]
+
+
 def describe(nodes: Sequence[NodeServe], switch_names: Sequence[str], source_root: str) -> ServeDescription:
     """The whole description of a running pair (RolloutError when it is not one serve kvbake can describe)."""
     base = base_pin(nodes)
+    nodes = without_unused_ray(nodes)
     head = head_of(nodes)
     length, launcher_args = control_args(head, nodes)
     image_env = (head.image.get("Config") or {}).get("Env") or ()
