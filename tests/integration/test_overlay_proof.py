@@ -222,3 +222,20 @@ def test_a_tmpfs_over_a_folder_of_the_image_that_hides_its_files_is_refused_nami
     assert f"{SOURCE_ROOT}/{HIDDEN} hides {SOURCE_ROOT}/{HIDDEN}/__init__.py, " in err and f"{HIDDEN}/events.py" in err, err
     assert f"{HIDDEN}/adapters.py" not in err, "the file the tmpfs holds is not hidden"
     assert not project.exists(), "a refused init writes nothing"
+
+
+MODE_CHANGED = "vllm/parser/engine/events.py"  # a module of the image the stand-in serve never imports
+
+
+def test_a_module_made_executable_in_the_serve_is_refused_by_init_naming_both_modes(capsys, engine, rig, shipped, pair, tmp_path):
+    """A `chmod +x` on an image's module in the running serve changes no byte, but the baked image would give the file
+    the image's mode: a chain carries bytes, never a mode. init names the file with both modes and writes nothing."""
+    start(rig, tmp_path, "main process", chain_overlay())
+    on_each_serve(rig, "main process", "chmod", "0755", f"{SOURCE_ROOT}/{MODE_CHANGED}")
+    project = tmp_path / "project"
+    nodes = [f"--node={NODES[key]}={rig[key].host}" for key in NODES]
+    code, out, err = run(capsys, "init", *nodes, "--template", str(shipped["manifest"]), "--out", str(project),
+                         "--registry", rig["registry"].address)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert f"serves {SOURCE_ROOT}/{MODE_CHANGED} (0755, the image's 0644) with another mode than its image" in err, err
+    assert not project.exists(), "a refused init writes nothing"

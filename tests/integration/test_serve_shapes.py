@@ -411,6 +411,15 @@ def test_a_start_up_hook_the_image_does_not_hold_is_refused_by_init_and_adopt_an
     code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
     assert code == 7 and f"spark-b: its interpreter runs the start-up hook {linked} (in the container's writable layer)" in err, err
     assert "spark-b: its interpreter runs the start-up hook /dev/shm/switch.pth (on a kernel file system)" in err, err
+    # A module the image's own hook imports, planted outside the source root: Debian's sitecustomize.py installs
+    # apport_python_hook when it can import it, so a file of that name on sys.path runs at every start.
+    planted = "/usr/lib/python3/dist-packages/apport_python_hook.py"
+    plant = (f"import os; os.remove({linked!r}); os.makedirs({planted.rsplit('/', 1)[0]!r}, exist_ok=True); "
+             f"open({planted!r}, 'w').write('import os\\ndef install():\\n    os.environ[\\'VLLM_DSV41_KV_PAIR\\'] = \\'3\\'\\n')")
+    Engine(rig["b"].host).client.container.execute(walk.container, ["python3", "-c", plant])
+    code, _, err = ship_with(capsys, shipped, walk.deploy_file, "verify-running")
+    assert code == 7 and (f"spark-b: its interpreter runs the start-up hook {planted} (in the container's writable layer), "
+                          "which the image does not hold") in err, err
 
 
 ADOPT_WRITES = 3  # this host's journal, then one retag and record per node

@@ -56,3 +56,24 @@ def test_a_hook_on_a_kernel_file_system_is_never_the_images():
 
     origin = ImportOrigin("/src/vllm/__init__.py", ("/src",), hooks=(("/src/a.pth", "1"), ("/dev/shm/a.pth", "1"), ("/usr/lib/x.pth", "2")))
     assert unproven_hooks([origin], {}, ()) == {"/dev/shm/a.pth": "1"}
+
+
+def test_the_modules_a_sitecustomize_imports_are_hooks_wherever_they_live(tmp_path: Path):
+    """The image's own sitecustomize can import a module outside the source root that sets a switch: that module is
+    reported by its path, so a copy changed in the writable layer or mounted over the image's is caught."""
+    folder, elsewhere = tmp_path / "site", tmp_path / "opt"
+    (elsewhere / "ops_tools").mkdir(parents=True)
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_bytes(b"import kvbake_switch_setter\nfrom ops_tools.env import apply\n")
+    (elsewhere / "kvbake_switch_setter.py").write_bytes(b"import os\nos.environ['VLLM_X'] = '1'\n")
+    (elsewhere / "ops_tools" / "__init__.py").write_bytes(b"")
+    process = Process(1, 0, ("python3",), {"PYTHONPATH": f"{folder}{os.pathsep}{elsewhere}", "PATH": os.environ.get("PATH", "")},
+                      str(folder), sys.executable)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", ORIGINS, origins_request([process], ["-"])], capture_output=True,
+                          text=True, check=True, timeout=60)
+    (origin,) = parse_origins(done.stdout, 1)
+    hooks = dict(origin.hooks)
+    assert hooks[str(elsewhere / "kvbake_switch_setter.py")] == sha(b"import os\nos.environ['VLLM_X'] = '1'\n")
+    assert str(elsewhere / "ops_tools" / "__init__.py") in hooks, "a from-import's package is a hook too"
+    changed = {str(elsewhere / "kvbake_switch_setter.py"): "C"}
+    assert list(unproven_hooks([origin], changed, ())) == [str(elsewhere / "kvbake_switch_setter.py")], "changed after the image: unproven"

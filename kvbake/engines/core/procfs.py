@@ -57,18 +57,28 @@ print(repr(sorted(found, key=lambda p: p["pid"])))
 
 # For each process given (executable, environment, working directory, first sys.path entry): where `import vllm`
 # resolves under exactly those, the sys.path it searches, and the start-up hooks that interpreter runs before any
-# serve code (site, sitecustomize, usercustomize, every .pth file on that sys.path and the modules a .pth file's
-# `import` lines load: each by its path on sys.path and, when that is a link, by its real path too, with its sha256).
+# serve code (site, sitecustomize, usercustomize, every .pth file on that sys.path, the modules a .pth file's `import`
+# lines load, and the modules each of those Python files imports by name, wherever they live: each by its path on
+# sys.path and, when that is a link, by its real path too, with its sha256). A module reached only through another
+# module's imports is not followed further.
 # Run by the process's own interpreter in a child.
 ORIGINS = f"""
 import ast, subprocess, sys
 MARK = {PROBE_MARK!r}
-CHILD = "import hashlib, importlib.util, os, sys\\n" \\
+CHILD = "import ast, hashlib, importlib.util, os, sys\\n" \\
         "first = sys.argv[1]\\n" \\
         "if sys.path and sys.path[0] in ('', '.'):\\n" \\
         "    sys.path[0:1] = [first] if first != '-' else []\\n" \\
         "spec = importlib.util.find_spec('vllm')\\n" \\
         "hooks = set()\\n" \\
+        "def add_module(name):\\n" \\
+        "    top = name.split('.')[0]\\n" \\
+        "    try:\\n" \\
+        "        found = importlib.util.find_spec(top) if top.isidentifier() else None\\n" \\
+        "    except (ImportError, ValueError):\\n" \\
+        "        found = None\\n" \\
+        "    if found is not None and found.origin and os.path.isfile(found.origin):\\n" \\
+        "        hooks.add(found.origin)\\n" \\
         "for entry in sys.path:\\n" \\
         "    try:\\n" \\
         "        names = os.listdir(entry or '.')\\n" \\
@@ -86,16 +96,20 @@ CHILD = "import hashlib, importlib.util, os, sys\\n" \\
         "    except OSError:\\n" \\
         "        continue\\n" \\
         "    for line in lines:\\n" \\
-        "        if not line.startswith(('import ', 'import\\\\t')):\\n" \\
-        "            continue\\n" \\
-        "        for part in line[7:].split(';')[0].split(','):\\n" \\
-        "            name = part.strip().split(' ')[0].split('.')[0]\\n" \\
-        "            try:\\n" \\
-        "                found = importlib.util.find_spec(name) if name.isidentifier() else None\\n" \\
-        "            except (ImportError, ValueError):\\n" \\
-        "                found = None\\n" \\
-        "            if found is not None and found.origin and os.path.isfile(found.origin):\\n" \\
-        "                hooks.add(found.origin)\\n" \\
+        "        if line.startswith(('import ', 'import\\\\t')):\\n" \\
+        "            for part in line[7:].split(';')[0].split(','):\\n" \\
+        "                add_module(part.strip().split(' ')[0])\\n" \\
+        "for path in [p for p in hooks if p.endswith('.py')]:\\n" \\
+        "    try:\\n" \\
+        "        tree = ast.parse(open(path, 'rb').read())\\n" \\
+        "    except (OSError, SyntaxError, ValueError):\\n" \\
+        "        continue\\n" \\
+        "    for node in ast.walk(tree):\\n" \\
+        "        if isinstance(node, ast.Import):\\n" \\
+        "            for alias in node.names:\\n" \\
+        "                add_module(alias.name)\\n" \\
+        "        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:\\n" \\
+        "            add_module(node.module)\\n" \\
         "digests = {{}}\\n" \\
         "for path in hooks:\\n" \\
         "    try:\\n" \\
