@@ -22,7 +22,7 @@ ENTRY_POINTS = ("kvbake.cli",)
 # stands above the product and looks down into it; `cli` is the door to every stage; `shared` is kvbake's top-level
 # modules (errors, manifest, lock, deployfile, ...); the reference launcher, a program of its own, stands on nothing.
 ROOM_ORDER = ("kvbake_rig", "cli", "operate", "provenance", "ship", "attest", "serve", "rebase", "bake", "registry",
-              "engines", "kvarith", "terminal", "shared", "launcher")
+              "engines", "kvarith", "guard", "terminal", "shared", "launcher")
 STAGE_GROUPS = ("bake", "ship", "operate", "serve", "attest", "engines", "kvarith", "registry")
 # module groups whose names must not differ only by a suffix: the top-level modules, each stage, the rig
 STAGE_PREFIXES = tuple(f"kvbake.{group}." for group in STAGE_GROUPS)

@@ -1,5 +1,4 @@
-"""The start-up check's source: a module that hashes the chain's files where the interpreter runs and stops the process
-when one is not the chain's, and the .pth line that runs it in every interpreter the image starts."""
+"""The start-up check's source: a module that stops a process whose chain files are not the chain's, and its .pth line."""
 
 from __future__ import annotations
 
