@@ -169,7 +169,7 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
     adopt.add_argument("--container", default=None, metavar="NAME", help="the serving container on every node (default: each node's "
                        "container: in the deployment file, else launcher.container)")
     adopt.add_argument("--launcher-retired", action="store_true",
-                       help="the launcher that started the serve is retired (docs/production.md, Retire your launcher): adopt a "
+                       help="the launcher that started the serve is retired (docs/launchers.md, Retire your launcher): adopt a "
                             "serve started in the foreground or by an attached docker exec")
     adoption = adopt.add_mutually_exclusive_group()
     adoption.add_argument("--resume", action="store_true", help="finish an interrupted adopt from its journal")

@@ -13,7 +13,7 @@
 # (both write into a pipe of the engine's), and only the engine's exec record tells them apart, which its CLI does not
 # show: that one is not named, and the runbook says to retire it all the same.
 # The engine cannot say whether the client still runs, so adopt names each tie and needs the operator's word that the
-# launcher is retired (`adopt --launcher-retired`); docs/production.md, "Retire your launcher", says how per launcher.
+# launcher is retired (`adopt --launcher-retired`); docs/launchers.md, "Retire your launcher", says how per launcher.
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from kvbake.serve.core.serve_reading import SHELLS, ServeReading
 
-RUNBOOK = "docs/production.md, Retire your launcher"
+RUNBOOK = "docs/launchers.md, Retire your launcher"
 CLIENT_INPUTS = ("pipe:", "/dev/pts/", "/dev/tty")  # an input only an interactive `docker exec` (-i, -t) gives
 
 
