@@ -14,6 +14,7 @@ from hypothesis import settings
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.errors import EngineError, KvbakeError
+from kvbake_rig.pass_order import pass_rank
 from kvbake_rig.recipes import PROFILE_ENV, selected_profile
 
 # Property tests write nothing into the repository (no .hypothesis/ folder): they keep no example database (every
@@ -46,18 +47,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"kvbake engine profile under test: {name}"
 
 
-# A pass's order: modules marked runs_first before every other, those marked runs_last after (pytest's own order
-# within each group). The real-Ray walks hold the machine-wide fixed-ports lock; the containerd store's pass runs its
-# walk first and the classic store's pass runs its walks last, so the two passes, which start together, do not wait for
-# each other's ports.
-PASS_ORDER = {"runs_first": 0, "runs_last": 2}
-
-
-def pass_rank(item: pytest.Item) -> int:
-    return min((PASS_ORDER[mark.name] for mark in item.iter_markers() if mark.name in PASS_ORDER), default=1)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every pass in pass_rank's order (kvbake_rig/pass_order.py)."""
     items.sort(key=pass_rank)  # stable: each group keeps the collected order, so a module's tests stay together
 
 

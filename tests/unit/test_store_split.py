@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kvbake_rig.pass_order import pass_rank
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = (ROOT / "scripts" / "test.sh").read_text()
 MARKS = ("once_on_classic", "once_on_containerd")
@@ -120,8 +122,6 @@ def test_the_real_ray_walks_run_first_in_the_containerd_pass_and_last_in_the_cla
 
 
 def test_a_pass_runs_first_marked_modules_first_and_last_marked_ones_last_keeping_each_groups_order():
-    from conftest import pass_rank
-
     class Item:
         def __init__(self, name: str, *marks: str) -> None:
             self.name, self.marks = name, [getattr(pytest.mark, mark).mark for mark in marks]
