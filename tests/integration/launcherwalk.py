@@ -168,6 +168,19 @@ def containers(host: str) -> dict[str, tuple[bool, str]]:
 
 
 
+def containers_when(hosts: dict[str, str], expected: dict, timeout_s: float = 60.0) -> dict:
+    """Every node's containers as `containers` lists them, once they are `expected` or at the deadline: `docker stop`
+    of a `--rm` container returns when it stopped, and the engine removes it afterwards."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = {key: containers(host) for key, host in hosts.items()}
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
+
+
 def gang_restarts(engine: Engine, steps: dict, addresses: set[str] | None = None) -> tuple[list[str], set[str]]:
     """Run each step (a deploy or rollback) under a watch on the head's GCS: every old Ray node is gone before the
     first new one runs, and each new cluster forms of both nodes at the addresses the launcher's own cluster had

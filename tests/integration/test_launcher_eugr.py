@@ -39,7 +39,7 @@ from kvbake_rig.profile_engine import DEFAULT_HOST
 from kvbake_rig.serve_shapes import RIG_API_KEY, within_this_machines_memlock
 
 from conftest import run
-from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk, fixed_ports,  # noqa: F401
+from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, containers_when, documented_walk, fixed_ports,  # noqa: F401
                           gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd, pytest.mark.runs_first]
@@ -146,7 +146,7 @@ def test_eugr_launch_cluster_sh_with_a_mod_is_read_replaced_and_brought_back_wit
 
     # the launcher as before kvbake: its own stop (the containers were --rm: they are gone), start -d with the mod, exec
     cluster.run("stop")
-    assert {key: containers(host) for key, host in hosts.items()} == {"a": {}, "b": {}}, "eugr's stop removed its containers"
+    assert containers_when(hosts, {"a": {}, "b": {}}) == {"a": {}, "b": {}}, "eugr's stop removed its containers"
     cluster.run("start", "-d")
     assert all(mod_intact(host) for host in hosts.values()) and ray_nodes_alive(hosts["a"], EUGR_CONTAINER) == 2
     cluster.exec_serve([*VLLM_SERVE, MODEL_IN_CONTAINER, "--port", str(port), *SERVE_ARGS, "--api-key", RIG_API_KEY])
@@ -261,7 +261,7 @@ def test_eugr_containers_with_the_multiprocessing_backend_are_read_replaced_brou
 
     # the launcher as before kvbake: its stop removes both containers, start -d and the two ranks' execs serve again
     cluster.run("stop")
-    assert {key: containers(host) for key, host in hosts.items()} == {"a": {}, "b": {}}, "eugr's stop removed its containers"
+    assert containers_when(hosts, {"a": {}, "b": {}}) == {"a": {}, "b": {}}, "eugr's stop removed its containers"
     cluster.run("start", "-d")
     head, worker = mp_serves(port, free_port())
     cluster.exec_serve(head)
