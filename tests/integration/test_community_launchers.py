@@ -7,9 +7,9 @@ eugr's launch-cluster.sh walks the same way in test_launcher_eugr.py.
 
 Real vLLM serves on the head alone (a group of one rank) and the worker is a real Ray node that joins the head's
 cluster; kvbake still restarts both as a gang (test_launcher_eugr.py runs a group of two real ranks, with vLLM's
-multiprocessing backend). The walk binds the script's fixed port (Ray 6379): it runs once, last in the classic store's
-pass (once_on_classic, runs_last), after which the real-Ray shapes run; eugr's walks run first in the containerd
-store's pass; each holds the machine-wide fixed-ports lock."""
+multiprocessing backend). The walk binds the script's fixed port (Ray 6379): it runs once, in the classic store's pass
+(once_on_classic), with eugr's walks and the real-Ray shapes, one after the other, each holding the machine-wide
+fixed-ports lock."""
 
 from __future__ import annotations
 

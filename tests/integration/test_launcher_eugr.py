@@ -17,9 +17,9 @@ address, 127.0.0.1, is one Ray replaces by the machine's outward one); the Ray w
 `vllm serve` runs (the CPU image has no `vllm` console script); the multiprocessing walk's image adds the `vllm`
 distribution record a field image has (kvbake_rig/launchers.py: field_base), which the headless rank's entry reads; and
 the mod edits with python3 (the CPU image has no `patch`). In the Ray walk real vLLM serves on the head alone and the
-worker is a real Ray node. The walks bind the script's fixed ports (Ray 6379, the dashboard 8265): they run once, first
-in the containerd store's pass (run_cluster.sh's walk and the real-Ray shapes run last in the classic store's), and
-hold the machine-wide fixed-ports lock every real-Ray test takes."""
+worker is a real Ray node. The walks bind the script's fixed ports (Ray 6379, the dashboard 8265): they run once, in
+the classic store's pass with run_cluster.sh's walk and the real-Ray shapes, one after the other, and hold the
+machine-wide fixed-ports lock every real-Ray test takes."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from conftest import run
 from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, containers_when, documented_walk, fixed_ports,  # noqa: F401
                           gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd, pytest.mark.runs_first]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic, pytest.mark.runs_last]
 # The serve as the module `vllm serve` starts: the rig's CPU image installs vLLM without its console script and metadata.
 VLLM_SERVE = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
 MOD_LINE = "# edited where it runs, by the launcher's mod"

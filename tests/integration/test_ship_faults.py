@@ -32,7 +32,7 @@ RESET_TAGS = "python build.py deploy --reset-tags"
 
 # The subject is kvbake's journal, node locks and fences, which no image store changes: with Docker 26.1 on both stores
 # the module runs on the classic store (the kills across a classic and a containerd node: test_mixed_fleet.py).
-pytestmark = [pytest.mark.docker, pytest.mark.once_on_classic]
+pytestmark = [pytest.mark.docker, pytest.mark.once_on_containerd]  # the classic pass runs the real-Ray walks
 
 
 def test_a_failed_first_deploy_leaves_new_nodes_new_and_the_next_deploy_works(capsys, shipped, rig, tmp_path):
