@@ -159,11 +159,21 @@ def wait_serving(port: int, timeout_s: float = 300.0) -> None:
 
 def containers(host: str) -> dict[str, tuple[bool, str]]:
     """Every container of a node by name: running, and its image reference; kvbake's fence (its name moves) left out."""
+    from python_on_whales.exceptions import NoSuchContainer
+
     found = {}
-    for container in Engine(host).client.container.list(all=True):
-        if not container.name.startswith("kvbake-fence-"):
-            inspect = Engine(host).container_inspect(container.id)
-            found[container.name] = (bool(inspect["State"]["Running"]), inspect["Config"]["Image"])
+    try:
+        listed = Engine(host).client.container.list(all=True)
+    except NoSuchContainer:  # one removed while the listing read it: list again
+        listed = Engine(host).client.container.list(all=True)
+    for container in listed:
+        try:
+            name = container.name  # python-on-whales inspects the container for it
+        except NoSuchContainer:  # a stopped --rm container the engine removed after the listing
+            continue
+        inspect = Engine(host).container_inspect(container.id)  # None once the engine removed it
+        if inspect is not None and not name.startswith("kvbake-fence-"):
+            found[name] = (bool(inspect["State"]["Running"]), inspect["Config"]["Image"])
     return found
 
 
