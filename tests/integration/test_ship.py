@@ -13,6 +13,7 @@ import pytest
 
 from kvbake.engines.adapters.client import Engine
 from kvbake_rig import NodeEngine
+from kvbake_rig.ports import free_port
 
 from conftest import run
 from faultscenarios import failing_launcher, node_down_after_phase_one, node_down_after_the_other_was_retagged
@@ -197,6 +198,25 @@ def test_unreachable_node_and_rollback_without_previous(capsys, shipped, rig, tm
         assert code == 12 and "no previous release on spark-a" in err, err
     finally:
         client.image.tag(previous, f"{shipped['repository']}:previous")
+
+
+def test_a_worker_unreachable_over_ssh_is_one_line_and_nothing_moves(capsys, shipped, rig, tmp_path):
+    """A worker whose ssh endpoint answers nothing (a node down, a wrong port): deploy stops on it before any node
+    changes, in one line that names the node and the engine it could not reach."""
+    deploy_control(capsys, shipped, "baseline")
+    before = fleet_snapshot(rig, shipped)
+    broken = tmp_path / "deploy.yaml"
+    document = json.loads(shipped["deploy"].read_text())
+    port = free_port()  # nothing listens there
+    document["nodes"][1]["host"] = f"ssh://root@127.0.0.1:{port}"
+    broken.write_text(json.dumps(document))
+    code, _, err = ship_with(capsys, shipped, broken, "deploy", "--preset", "packing-327680", "--image", shipped["digest"],
+                             "--reason", "worker down")
+    assert code == 12 and "node spark-b" in err and "unreachable" in err and "ssh://root@127.0.0.1" in err, err
+    assert "Connection refused" in err and f"ssh -p {port} root@127.0.0.1 docker version" in err, "the fix names the ssh check"
+    assert len(err.strip().splitlines()) == 1, err
+    assert fleet_snapshot(rig, shipped) == before, "a node changed although the worker was never reached"
+    assert fleet_snapshot(rig, shipped, broken) == before, "the failed deploy left a journal or a diverged marker"
 
 
 def test_a_stale_lock_needs_break_lock_and_is_audited(capsys, shipped, rig):

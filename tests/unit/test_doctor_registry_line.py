@@ -186,7 +186,7 @@ def test_an_unreachable_engine_here_skips_the_registry_and_an_unreachable_node_s
                                                      ("base on n2", OK), ("memory, disk n2", OK)]
     unreachable = checks[2]
     assert type(unreachable.error) is RolloutError and unreachable.seen.startswith("unix:///n.sock is unreachable")
-    assert unreachable.error.fix.startswith("bring the node's engine up or fix its host in the deployment file")
+    assert unreachable.error.fix.startswith("bring the node's engine back, or fix its host in the deployment file")
     assert node.probes == [] and len(other.probes) == 1
 
 

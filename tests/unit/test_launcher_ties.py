@@ -87,3 +87,18 @@ def test_adopt_refuses_a_serve_started_in_the_foreground_until_the_launcher_is_s
     assert says(refused.value.fix, "nothing was changed") and all("kvbake-state" not in e.containers for e in world.engines.values())
     releases = adopt(world.fleet, "run_cluster.sh's serve, its script retired", False, launcher_retired=True)
     assert set(releases) == {"a", "b"}
+
+
+def test_a_launcher_kvbake_does_not_know_is_named_by_its_tie_and_adopt_changes_nothing(world):
+    """A wrapper of the operator's own (neither run_cluster.sh nor eugr's script) that keeps `docker run` in the
+    foreground: the tie is read from the container, not from the script's name, and adopt refuses with exit 12."""
+    start_serves(world)
+    serving = world.engines["b"].containers[CONTAINER]
+    serving["Name"] = "/team-serve"
+    serving["Config"]["AttachStderr"] = True
+    before = {name: set(engine.containers) for name, engine in world.engines.items()}
+    with pytest.raises(RolloutError) as refused:
+        adopt(world.fleet, "the team's wrapper", False)
+    assert refused.value.exit_code == 12 and says(refused.value.message, "team-serve") and says(refused.value.message, "foreground")
+    assert says(refused.value.fix, "Retire your launcher") and says(refused.value.fix, "adopt --launcher-retired")
+    assert {name: set(engine.containers) for name, engine in world.engines.items()} == before

@@ -61,7 +61,7 @@ def test_adopt_with_break_lock_breaks_a_stale_lock(world, options, capsys):
 
 
 def unreachable_node(deployment, manifest, lock):
-    raise RolloutError("node b: unix:///b is unreachable", "bring the node's engine back, then retry; nothing was changed")
+    raise RolloutError("node b: unix:///b is unreachable", "bring the node's engine back, or fix its host in the deployment file, then retry; nothing was changed")
 
 
 def test_adopt_on_a_diverged_deployment_is_refused_before_any_node_is_reached(world, options, capsys, monkeypatch):

@@ -23,6 +23,7 @@ from kvbake.engines.core.archive_head import dir_meta_of, first_entry
 from kvbake.engines.core.savefile import DirMeta
 from kvbake.engines.core.containerd import StoreManifest, parse_store_manifest
 from kvbake.engines.core.detection import EngineProfile, profile_from_info
+from kvbake.engines.core.reach import unreachable_fix, unreachable_reason
 from kvbake.errors import BaseImageError, EngineError, RegistryError
 from kvbake.terminal import progress
 
@@ -65,7 +66,7 @@ class Engine(ContainerOps):
     def ping(self) -> dict[str, Any]:
         """Engine facts and profile; an unreachable engine is an EngineError with the fix, one older than 20.10 too.
         An operator's engine is the machine's own service: the fix never points to the developers' set-up."""
-        unreachable = "start the Docker service of that machine (kvbake never starts an engine), or check DOCKER_HOST and --host"
+        unreachable = unreachable_fix(self.host)
         try:
             info = self.client.system.info()
             if not info.server_version:
@@ -74,7 +75,7 @@ class Engine(ContainerOps):
                 self.client.version()
                 raise EngineError(f"{self.label} is unreachable (docker info names no server)", unreachable)
         except DockerException as err:
-            raise EngineError(f"{self.label} is unreachable ({self._reason(err)})", unreachable) from None
+            raise EngineError(f"{self.label} is unreachable ({unreachable_reason(self.host, self._reason(err))})", unreachable) from None
         facts = {"server_version": info.server_version, "driver": info.driver, "driver_status": info.driver_status,
                  "architecture": info.architecture, "os_type": info.os_type}
         self._profile = profile_from_info(facts, self.label)

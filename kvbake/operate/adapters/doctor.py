@@ -14,6 +14,7 @@ from pathlib import Path
 from kvbake.attest.adapters.cosign import registry_reach
 from kvbake.deployfile import Deployment, Node
 from kvbake.engines.adapters.client import Engine
+from kvbake.engines.core.reach import node_reach_fix
 from kvbake.errors import BaseImageError, EngineError, KvbakeError, ManifestError, ResourceError, RolloutError
 from kvbake.launcher.core.node_launch import interface_matches
 from kvbake.lock import Lock
@@ -174,7 +175,7 @@ def diagnose(engine: Engine, manifest: Manifest, lock: Lock | None, deployment: 
         reach = checked(f"node {node.name}", lambda: engine_line(remote))
         checks.append(reach)
         if reach.verdict != OK:
-            checks[-1] = Check(reach.name, FAIL, reach.seen, RolloutError(reach.seen, "bring the node's engine up or fix its host in the deployment file"))
+            checks[-1] = Check(reach.name, FAIL, reach.seen, RolloutError(reach.seen, node_reach_fix(node.host)))
             continue
         base = checked(f"base on {node.name}", lambda: node_base_line(remote, node.name, manifest, lock))
         checks.append(base)

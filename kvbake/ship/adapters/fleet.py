@@ -8,6 +8,7 @@ from kvbake.bake.core.provenance import switch_names
 from kvbake.bake.core.thin_layer import in_image
 from kvbake.deployfile import Deployment, Node
 from kvbake.engines.adapters.client import Engine
+from kvbake.engines.core.reach import node_reach_fix
 from kvbake.errors import EngineError, RolloutError
 from kvbake.lock import Lock
 from kvbake.manifest import Manifest
@@ -137,7 +138,7 @@ def connect(deployment: Deployment) -> dict[str, Engine]:
             engine.ping()
         except EngineError as err:
             # The engine's message already names the host ("<host> is unreachable (…)"): the node is named once beside it.
-            raise RolloutError(f"node {node.name}: {err.message}", "bring the node's engine back, then retry; nothing was changed") from None
+            raise RolloutError(f"node {node.name}: {err.message}", f"{node_reach_fix(node.host)}, then retry; nothing was changed") from None
         engines[node.name] = engine
     return engines
 
