@@ -46,6 +46,7 @@ COMMANDS_HELP = """commands:
   hand-back         after rollback --to adopted: give every node back to your launcher (kvbake's state and tags removed)
   verify-running    check every rank: layers, labels, exact switch set, no bind mount over baked files
   status            a table of nodes, releases, what runs and divergence
+  export-k8s        write the pushed release for Kubernetes: a LeaderWorkerSet and sigstore admission policies, checked offline
   config PRESET     write the runtime configuration of a preset for every rank (--all; --check for drift)
   validate          run the supervised test plan against an endpoint; stop on any failure
   capacity PRESET   predict the KV capacity line the preset makes the serve log (--deploy: compare every rank's log)
@@ -57,7 +58,7 @@ COMMAND_STAGES = {"build": "bake", "plan": "bake", "lock": "bake", "verify": "ba
                   "push": "ship", "base": "ship", "init": "ship", "adopt": "ship", "deploy": "ship", "rollback": "ship", "hand-back": "ship",
                   "verify-running": "ship", "status": "ship",
                   "doctor": "operate", "config": "operate", "validate": "operate", "capacity": "operate", "rebase": "rebase",
-                  "keys": "provenance", "sign": "provenance", "trace": "provenance"}
+                  "keys": "provenance", "sign": "provenance", "trace": "provenance", "export-k8s": "kubernetes"}
 BEFORE = "before_command_"
 PROG = "python build.py"  # how build.py is run; the console script is CONSOLE_PROG
 CONSOLE_PROG = "kvbake"
@@ -118,6 +119,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     doctor.add_argument("--disk-floor", type=float, default=20.0, metavar="GIB", help="least free disk in the manifest's folder and under each node's data root (default 20)")
     add_ship_commands(sub, common)
     add_validation_commands(sub, common)
+    add_export_commands(sub, common)
     return top
 
 
@@ -188,11 +190,17 @@ def add_ship_commands(sub: argparse._SubParsersAction, common: argparse.Argument
                         help="also write the table as a self-contained HTML page to PATH (no script, nothing fetched)")
 
 
-def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def preset_status_flags() -> argparse.ArgumentParser:
+    """The options that let a held or untested preset be used, with the reason."""
     flags = argparse.ArgumentParser(add_help=False)
     flags.add_argument("--allow-held", action="store_true", help="allow a preset whose status is held (needs --reason)")
     flags.add_argument("--allow-untested", action="store_true", help="allow a preset whose status is untested (needs --reason)")
     flags.add_argument("--reason", help="why a held or untested preset is used (recorded)")
+    return flags
+
+
+def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    flags = preset_status_flags()
     config = sub.add_parser("config", parents=[common, flags], help="write the runtime configuration of a preset for every rank")
     config.add_argument("preset", nargs="?", default=None, help="the preset to write")
     config.add_argument("--all", action="store_true", help="every preset; held and untested ones with their status and a review override")
@@ -250,6 +258,42 @@ def add_validation_commands(sub: argparse._SubParsersAction, common: argparse.Ar
     capacity.add_argument("--deploy", type=Path, default=None, help="deployment file: compare the line every node's serving container logged")
 
 
+def replica_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of groups, 1 or more")
+    return int(text)
+
+
+def add_export_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    export = sub.add_parser("export-k8s", parents=[common, preset_status_flags()],
+                            help="write the pushed release as a LeaderWorkerSet with sigstore ClusterImagePolicies, each "
+                                 "checked against its pinned CRD schema and kvbake's own checks before anything is written")
+    export.add_argument("--preset", required=True, help="the preset (switch set and max-model-len) every pod runs")
+    export.add_argument("--out", required=True, type=Path, metavar="DIR|-",
+                        help="the folder to create for the YAML files (refused when it exists, unless --force); - prints "
+                             "them to stdout as one YAML stream")
+    export.add_argument("--force", action="store_true", help="replace an existing --out folder as a whole")
+    export.add_argument("--deploy", default="deploy.yaml", type=Path,
+                        help="deployment file: ranks, launcher settings, signing keys (default: ./deploy.yaml)")
+    export.add_argument("--replicas", type=replica_count, default=1, metavar="N",
+                        help="groups of ranks, each a leader and its workers on their own nodes (default 1: one pair)")
+    export.add_argument("--name", default=None, help="the LeaderWorkerSet's name (default: the manifest's name)")
+    export.add_argument("--namespace", default=None, help="the namespace to serve in (default: the set's name)")
+    model = export.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model-claim", default=None, metavar="NAME",
+                       help="the PersistentVolumeClaim holding the model, mounted read-only where the launcher mounts it")
+    model.add_argument("--model-host-path", default=None, metavar="PATH",
+                       help="the model folder on every GPU node (a hostPath volume), mounted read-only")
+    export.add_argument("--secret", default=None, metavar="NAME",
+                        help="the Secret holding the serve's secret variables (deploy.yaml's SECRET_ENV), one key per "
+                             "variable name; the pods read them by secretKeyRef")
+    export.add_argument("--pull-secret", default=None, metavar="NAME",
+                        help="the image pull secret of the private registry, for the pods and the policy-controller")
+    export.add_argument("--policy", action=argparse.BooleanOptionalAction, default=True,
+                        help="write the ClusterImagePolicies that admit only the release signed and attested with "
+                             "deploy.yaml's signing keys (default: --policy)")
+
+
 def configure_logging(debug: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -290,12 +334,14 @@ def report(err: KvbakeError, debug: bool) -> int:
 def handler_of(command: str) -> Callable[[argparse.Namespace], tuple[dict, str]]:
     """The function of its stage's commands module that runs `command`."""
     from kvbake.bake import commands as bake
+    from kvbake.kubernetes import commands as kubernetes
     from kvbake.operate import commands as operate
     from kvbake.provenance import commands as provenance
     from kvbake.rebase import commands as rebase
     from kvbake.ship import commands as ship
 
-    stage = {"bake": bake, "ship": ship, "operate": operate, "rebase": rebase, "provenance": provenance}[COMMAND_STAGES[command]]
+    stage = {"bake": bake, "ship": ship, "operate": operate, "rebase": rebase, "provenance": provenance,
+             "kubernetes": kubernetes}[COMMAND_STAGES[command]]
     return getattr(stage, "cmd_" + command.replace("-", "_"))
 
 

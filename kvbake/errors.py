@@ -34,7 +34,8 @@ class UsageError(KvbakeError):
     cases = ("an unknown command or option, a missing or conflicting argument (`deploy` without `--preset`, `deploy "
              "--resume` with `--revert`, `config` without a preset, `--rollback-on-failure` without `--deploy`), "
              "`--out` that is not a folder, `deploy --image` given by tag (a digest reference only), `validate` against "
-             "a serve that refuses its API key (HTTP 401/403) or whose key the environment lacks")
+             "a serve that refuses its API key (HTTP 401/403) or whose key the environment lacks; `export-k8s` into an "
+             "existing `--out` folder without `--force`, or a `--secret` that does not match deploy.yaml's `SECRET_ENV`")
 
 
 class ManifestError(KvbakeError):
@@ -86,7 +87,9 @@ class IntegrityError(KvbakeError):
              "hash, stale bytecode, what a rank's processes run, a node's `current` or `previous` tag that its records do not "
              "name); a credential in a label, a record or an option "
              "kvbake would write (`--reason`, `--endpoint`, `--model`); a serving vLLM process whose command line "
-             "kvbake cannot read honestly (`--config FILE`, no model, two models, a value option without its value)")
+             "kvbake cannot read honestly (`--config FILE`, no model, two models, a value option without its value); an "
+             "`export-k8s` document that breaks its pinned CRD schema or kvbake's own checks (an image by tag, a secret "
+             "given inline, a policy without a key authority, a namespace without the include label); nothing is written")
 
 
 class EngineError(KvbakeError):
@@ -204,7 +207,8 @@ class SignatureError(KvbakeError):
              "open the key, or refused by cosign (an unreachable registry, a refused upload: the signature tags are "
              "put back); `trace`: a signature or attestation that cosign refuses for a key, or that signs another "
              "digest or other materials; `deploy` and `rollback` with `signing.require_signature`: no listed key signs"
-             " and attests the release (or no key is listed); nothing moves")
+             " and attests the release (or no key is listed); nothing moves; `export-k8s` with its policies when deploy.yaml "
+             "lists no signing key")
 
 
 EXIT_CODES: tuple[type[KvbakeError], ...] = (

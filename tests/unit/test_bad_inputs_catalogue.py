@@ -30,10 +30,12 @@ REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
 EXIT_CODES_PAGE = REPO / "docs" / "exit_codes.md"
 STANDIN = REPO / "examples" / "standin"
+K8S_EXAMPLE = REPO / "docs" / "kubernetes-standin"  # the export example's deploy.yaml and reviewer's key
 KV_CONFIG = REPO / "tests" / "data" / "kvarith_configs" / "deepseek_v41_flash.json"
 THIS = "tests/unit/test_bad_inputs_catalogue.py"
 RUNNER = "test_bad_input"
-AREAS = ("manifest", "lock", "patches", "donor", "base", "registry", "deployment file", "presets", "CLI", "kv_arith", "serve", "rebase", "signature")
+AREAS = ("manifest", "lock", "patches", "donor", "base", "registry", "deployment file", "presets", "CLI", "kv_arith", "serve", "rebase", "signature",
+         "kubernetes")
 USAGE_EXIT = 2
 BY_TITLE = {cls.title: cls for cls in EXIT_CODES}
 BY_CODE = {cls.exit_code: cls for cls in EXIT_CODES}
@@ -898,6 +900,60 @@ def _(p: Project) -> Run:
 def _(p: Project) -> Run:
     p.standin()
     return build("validate", "--preset", "control", "--endpoint", "http://ops:hunter22@127.0.0.1:9")
+
+
+# -- kubernetes -----------------------------------------------------------------------------------------------
+
+
+def k8s_project(p: Project, pushed: bool = True) -> Project:
+    """The stand-in with the export example's deploy.yaml and key, and (unless told) a push record of its release."""
+    from kvbake.bake.core.plan import tag_for
+    from kvbake.lock import read_lock
+    from kvbake.manifest import load_manifest
+    from kvbake.ship.core.push_record import PUSHES_DIR
+
+    p.standin()
+    for name in ("deploy.yaml", "reviewer.pub"):
+        p.write(name, (K8S_EXAMPLE / name).read_text(encoding="utf-8"))
+    if pushed:
+        manifest = load_manifest(p.root / "manifest.yaml")
+        p.write(f"{PUSHES_DIR}/{tag_for(manifest, read_lock(manifest))}.json",
+                json.dumps({"pinned": f"{manifest.output.repository}@sha256:{'5e' * 32}"}))
+    return p
+
+
+def export_k8s(*argv: str) -> Run:
+    return build("export-k8s", "--model-claim", "standin-model", "--out", "k8s", *argv)
+
+
+@scenario("k8s-never-pushed")
+def _(p: Project) -> Run:
+    k8s_project(p, pushed=False)
+    return export_k8s("--preset", "control", "--secret", "standin-serve")
+
+
+@scenario("k8s-unknown-preset")
+def _(p: Project) -> Run:
+    k8s_project(p)
+    return export_k8s("--preset", "packing-999", "--secret", "standin-serve")
+
+
+@scenario("k8s-policy-without-signing-keys")
+def _(p: Project) -> Run:
+    k8s_project(p).replace("deploy.yaml", "signing:\n  require_signature: true\n  keys: [reviewer.pub]\n", "")
+    return export_k8s("--preset", "control", "--secret", "standin-serve")
+
+
+@scenario("k8s-out-exists")
+def _(p: Project) -> Run:
+    k8s_project(p).write("k8s/earlier.yaml", "kind: Namespace\n")
+    return export_k8s("--preset", "control", "--secret", "standin-serve")
+
+
+@scenario("k8s-secret-not-named")
+def _(p: Project) -> Run:
+    k8s_project(p)
+    return export_k8s("--preset", "control")
 
 
 # -- kv_arith -------------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ ENTRY_POINTS = ("kvbake.cli",)
 # The house, top to bottom (ARCHITECTURE.md, "The house"): a module imports only its own room or rooms below it. The rig
 # stands above the product and looks down into it; `cli` is the door to every stage; `shared` is kvbake's top-level
 # modules (errors, manifest, lock, deployfile, ...); the reference launcher, a program of its own, stands on nothing.
-ROOM_ORDER = ("kvbake_rig", "cli", "operate", "provenance", "ship", "attest", "serve", "rebase", "bake", "registry",
+ROOM_ORDER = ("kvbake_rig", "cli", "kubernetes", "operate", "provenance", "ship", "attest", "serve", "rebase", "bake", "registry",
               "engines", "kvarith", "guard", "terminal", "shared", "launcher")
-STAGE_GROUPS = ("bake", "ship", "operate", "serve", "attest", "engines", "kvarith", "registry")
+STAGE_GROUPS = ("bake", "ship", "operate", "serve", "attest", "engines", "kvarith", "registry", "kubernetes")
 # module groups whose names must not differ only by a suffix: the top-level modules, each stage, the rig
 STAGE_PREFIXES = tuple(f"kvbake.{group}." for group in STAGE_GROUPS)
 NAME_GROUPS = ("kvbake.", *STAGE_PREFIXES, "kvbake_rig.")
