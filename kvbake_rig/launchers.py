@@ -329,14 +329,27 @@ class EugrCluster:
 SERVING_FIELD_BASE = "kvbake-standin/vllm-cpu-base:0.32.0-ray-field"
 VLLM_RECORD = "vllm-0.32.0+cpu.dist-info"
 DIST_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+FIELD_BASE_SOURCE = "org.kvbake.rig.built-from"  # the label naming the image ID the field base was built from
+
+
+def field_base_source(engine: Engine) -> str | None:
+    """The image ID SERVING_FIELD_BASE on the engine was built from, or None (absent, or built before the label)."""
+    if engine.image_id_of(SERVING_FIELD_BASE) is None:
+        return None
+    return (engine.client.image.inspect(SERVING_FIELD_BASE).config.labels or {}).get(FIELD_BASE_SOURCE)
 
 
 def field_base(engine: Engine, folder: Path, image: str = SERVING_RAY_BASE) -> str:
-    """SERVING_FIELD_BASE on the engine, built from `image` once (the tag is kept); its reference."""
-    if engine.inspect_image(SERVING_FIELD_BASE) is None:
+    """SERVING_FIELD_BASE on the engine, built from `image` (kept, and built again when `image` is another image than
+    the one it was built from); its reference."""
+    source_id = engine.image_id_of(image)
+    if source_id is None:
+        raise KvbakeError(f"{image} is not on the default engine", "build it with python scripts/standin_vllm_ray_base.py (cached afterwards)")
+    if field_base_source(engine) != source_id:
         record = folder / VLLM_RECORD
         record.mkdir(parents=True, exist_ok=True)
         (record / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
-        (folder / "Dockerfile").write_text(f"FROM {image}\nCOPY {VLLM_RECORD} {DIST_PACKAGES}/{VLLM_RECORD}\n")
+        (folder / "Dockerfile").write_text(f"FROM {image}\nLABEL {FIELD_BASE_SOURCE}={source_id}\n"
+                                           f"COPY {VLLM_RECORD} {DIST_PACKAGES}/{VLLM_RECORD}\n")
         engine.legacy_build(folder, folder / "Dockerfile", SERVING_FIELD_BASE)
     return SERVING_FIELD_BASE

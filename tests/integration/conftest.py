@@ -104,6 +104,15 @@ def rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
 
 
 @pytest.fixture(scope="session")
+def launcher_rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """The community launchers' two node engines and serving image, shared by every launcher walk of a run (the walks
+    run one after the other, each leaving empty nodes): one engine pair and one pull of the image per run."""
+    from launcherwalk import launcher_nodes  # imports this module's `run`: read when the first walk starts
+    with launcher_nodes(engine, tmp_path_factory.mktemp("launchers")) as nodes:
+        yield nodes
+
+
+@pytest.fixture(scope="session")
 def shipped(engine: Engine, rig: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The stand-in, locked for the rig's registry, built and pushed; returns paths and the digest reference."""
     from shiprig import STANDIN_LAUNCHER, write_deploy

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +21,7 @@ from kvbake.engines.adapters.client import Engine
 from kvbake.engines.adapters.manifestcache import cache_root
 from kvbake_rig import LocalRegistry, NodeEngine
 from kvbake_rig import realserve as rs
-from kvbake_rig.launchers import ADDRESSES, RAY_PORT, seed_nodes
+from kvbake_rig.launchers import ADDRESSES, RAY_PORT, field_base, seed_nodes
 from kvbake_rig.ports import fixed_ports_held
 from kvbake_rig.profile_engine import DEFAULT_HOST
 from kvbake_rig.serve_shapes import RIG_API_KEY, donor_clone
@@ -50,18 +51,20 @@ class LauncherRig:
     engine: Engine
 
 
-@pytest.fixture(scope="module")
-def launcher_rig(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LauncherRig]:
-    folder = tmp_path_factory.mktemp("launchers")
+@contextmanager
+def launcher_nodes(engine: Engine, folder: Path) -> Iterator[LauncherRig]:
+    """Two node engines, each with a /dev/shm of its own as a second machine has, holding the field's serving image
+    (the serving base with Ray and vLLM's distribution record) pulled from the rig's registry; the tiny model beside.
+    tests/integration/conftest.py gives it to every launcher walk of a run (fixture `launcher_rig`)."""
     model = rs.tiny_model(folder / "corpus", DEFAULT_HOST)  # the base that makes it is on the default engine
     with LocalRegistry(cache_root() / "launchers-registry") as registry, \
             NodeEngine(folder / "a", name="la", own_shm=True) as node_a, \
             NodeEngine(folder / "b", name="lb", own_shm=True) as node_b:
         hosts = {"a": node_a.host, "b": node_b.host}
         build_host = os.environ.get("DOCKER_HOST") or DEFAULT_HOST  # the engine of this profile (lock, build and push run there)
-        image = seed_nodes(Engine(DEFAULT_HOST), registry.address, [build_host, *hosts.values()])
+        source = Engine(DEFAULT_HOST)
+        image = seed_nodes(source, registry.address, [build_host, *hosts.values()], image=field_base(source, folder / "field-base"))
         yield LauncherRig(registry.address, hosts, image, model, engine)
-
 
 
 @pytest.fixture()

@@ -7,9 +7,9 @@ eugr's launch-cluster.sh walks the same way in test_launcher_eugr.py.
 
 Real vLLM serves on the head alone (a group of one rank) and the worker is a real Ray node that joins the head's
 cluster; kvbake still restarts both as a gang (test_launcher_eugr.py runs a group of two real ranks, with vLLM's
-multiprocessing backend). The walk binds the script's fixed port (Ray 6379): it runs once, in the classic store's pass
-(once_on_classic), with eugr's walks and the real-Ray shapes, one after the other, each holding the machine-wide
-fixed-ports lock."""
+multiprocessing backend). The walk binds the script's fixed port (Ray 6379): it runs once, at the end of the classic
+store's pass (once_on_classic, runs_last), with eugr's walks, one after the other on the same node engines, each
+holding the machine-wide fixed-ports lock."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from kvbake_rig.ports import free_port
 from kvbake_rig.serve_shapes import RIG_API_KEY
 
 from launcherwalk import (LAUNCHER_CONTAINER, NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, documented_walk,
-                          fixed_ports, gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)  # noqa: F401 - fixtures by name
+                          fixed_ports, gang_restarts, remove_every_container, serves, wait_serving)  # noqa: F401 - fixtures by name
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic, pytest.mark.runs_last]
 

@@ -26,7 +26,7 @@ from serveshapes import NODES, clear_nodes, signed_by_a_reviewer
 from shiprig import reset_nodes
 from test_serve_shapes import Walk
 
-pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic, pytest.mark.runs_last]
+pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_containerd, pytest.mark.runs_first]
 EUGR_CURRENT = "eugr current, real ray"
 
 
