@@ -11,7 +11,7 @@ import pytest
 
 from kvbake.engines.core.procfs import Process
 from kvbake.errors import RolloutError
-from kvbake.serve.core.launcher_ties import interactive_shell, launcher_ties
+from kvbake.serve.core.launcher_ties import interactive_shell, launcher_ties, trap_ties
 from kvbake.serve.core.serve_reading import read_serve
 from kvbake.ship.adapters.adoption import adopt
 
@@ -26,16 +26,16 @@ def process(pid: int, ppid: int, argv: tuple[str, ...], stdout: str, stdin: str 
     return Process(pid, ppid, argv, {}, "/", "/usr/bin/python3", 0, stdout, stdin)
 
 
-def container(attached: bool = False) -> dict:
-    return {"Name": "/node-23127", "Config": {"AttachStdout": attached, "AttachStderr": attached}}
+def container(attached: bool = False, name: str = "node-23127") -> dict:
+    return {"Name": f"/{name}", "Config": {"AttachStdout": attached, "AttachStderr": attached}}
 
 
-def ties(processes: list[Process], attached: bool = False) -> list[str]:
-    return launcher_ties("spark-a", container(attached), read_serve(processes))
+def ties(processes: list[Process], attached: bool = False, name: str = "serve") -> list[str]:
+    return launcher_ties("spark-a", container(attached, name), read_serve(processes))
 
 
 def test_a_container_started_in_the_foreground_is_named_with_run_cluster_shs_trap():
-    (tie,) = ties([process(1, 0, ("ray", "start", "--block", "--head"), LOG)], attached=True)
+    (tie,) = ties([process(1, 0, ("ray", "start", "--block", "--head"), LOG)], attached=True, name="node-23127")
     assert says(tie, "spark-a: node-23127 was started by `docker run` in the foreground") and says(tie, "EXIT trap removes it by name")
 
 
@@ -52,7 +52,7 @@ def test_a_vllm_reading_from_an_interactive_docker_exec_is_named(root, how, stdi
     else:
         processes += [process(40, 0, root, stdout, stdin), process(41, 40, VLLM, stdout, stdin)]
     (tie,) = ties(processes)
-    assert says(tie, f"its vLLM (pid {processes[-1].pid}) writes to {how}") and says(tie, "not to node-23127's log")
+    assert says(tie, f"its vLLM (pid {processes[-1].pid}) writes to {how}") and says(tie, "not to serve's log")
 
 
 @pytest.mark.parametrize(("stdout", "stdin"), [(LOG, "/dev/null"), ("/dev/null", "/dev/null"), ("", ""), ("pipe:[2002]", "/dev/null"),
@@ -65,6 +65,17 @@ def test_a_vllm_that_reads_no_client_or_writes_to_the_containers_log_is_no_tie(s
 
 def test_vllm_as_the_main_process_of_a_detached_container_is_no_tie():
     assert ties([process(1, 0, VLLM, "pipe:[7]")]) == []
+
+
+@pytest.mark.parametrize(("name", "launcher"), [("node-23127", "run_cluster.sh"), ("vllm_node", "launch-cluster.sh")])
+def test_a_detached_container_named_as_a_launchers_exit_trap_stops_is_named_by_its_name(name, launcher):
+    """eugr's `start -d` leaves vllm_node detached, with nothing in it to show a later run of the script: its name is
+    the tie (a run of the script that ends stops it by that name)."""
+    assert ties([process(1, 0, ("ray", "start", "--block", "--head"), LOG)], name=name) == [], "no tie that stops adopt"
+    (tie,) = trap_ties("spark-a", container(name=name))
+    assert says(tie, f"spark-a: {name} bears a name a launcher's exit trap stops") and launcher in tie
+    assert trap_ties("spark-a", container(attached=True, name=name)) == [], "a foreground one is named once, as foreground"
+    assert trap_ties("spark-a", container(name="vllm-serve")) == []
 
 
 @pytest.mark.parametrize(("argv", "interactive"), [(("bash", "-i", "-c", "x"), True), (("/bin/sh", "-ic", "x"), True),
@@ -102,3 +113,16 @@ def test_a_launcher_kvbake_does_not_know_is_named_by_its_tie_and_adopt_changes_n
     assert refused.value.exit_code == 12 and says(refused.value.message, "team-serve") and says(refused.value.message, "foreground")
     assert says(refused.value.fix, "Retire your launcher") and says(refused.value.fix, "adopt --launcher-retired")
     assert {name: set(engine.containers) for name, engine in world.engines.items()} == before
+
+
+def test_adopt_names_a_detached_container_bearing_a_trapped_name_and_goes_on(world, caplog):
+    """eugr's vllm_node left by `start -d`: adopt says a run of the script would stop it, and adopts (nothing shows a
+    run of the script from the node, so the operator's word is not asked again)."""
+    start_serves(world)
+    for engine in world.engines.values():
+        engine.containers[CONTAINER]["Name"] = "/vllm_node"
+    with caplog.at_level("WARNING"):
+        releases = adopt(world.fleet, "eugr's start -d", False)
+    assert set(releases) == {"a", "b"}
+    named = [r.getMessage() for r in caplog.records if "bears a name a launcher's exit trap stops" in r.getMessage()]
+    assert len(named) == 2 and all("vllm_node" in line and "launch-cluster.sh" in line for line in named)

@@ -12,6 +12,9 @@
 # plain `docker exec` gives /dev/null). A plain attached exec without -i looks from inside exactly like a detached one
 # (both write into a pipe of the engine's), and only the engine's exec record tells them apart, which its CLI does not
 # show: that one is not named, and the runbook says to retire it all the same.
+# A detached container can still be a launcher's: one named as a launcher's exit trap stops by name (eugr's vllm_node
+# after `launch-cluster.sh start -d`, run_cluster.sh's node-<n>) is stopped whenever a run of that script ends, and
+# nothing in the container shows whether one still runs. init and adopt name it (`trap_ties`); it does not stop adopt.
 # The engine cannot say whether the client still runs, so adopt names each tie and needs the operator's word that the
 # launcher is retired (`adopt --launcher-retired`); docs/launchers.md, "Retire your launcher", says how per launcher.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from kvbake.names import trapped_name
 from kvbake.serve.core.serve_reading import SHELLS, ServeReading
 
 RUNBOOK = "docs/launchers.md, Retire your launcher"
@@ -57,3 +61,13 @@ def launcher_ties(node: str, container: Mapping[str, Any], reading: ServeReading
                    "whole cluster)" if interactive_shell(serving.root.argv) else "the interactive `docker exec` that started it")
             ties.append(f"{node}: its vLLM (pid {serving.process.pid}) writes to {how}, not to {name}'s log")
     return ties
+
+
+def trap_ties(node: str, container: Mapping[str, Any]) -> list[str]:
+    """A detached container named as a launcher's exit trap stops by name, as one line; none for any other."""
+    name = str(container.get("Name", "")).lstrip("/")
+    trap = trapped_name(name)
+    if trap is None or started_in_foreground(container):  # a foreground one is named by launcher_ties, trap and all
+        return []
+    return [f"{node}: {name} bears a name a launcher's exit trap stops ({trap}): a run of that script that is still going "
+            f"(a terminal, tmux, a service) stops this serve when it ends"]

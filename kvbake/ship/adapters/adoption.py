@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, replace
 
@@ -22,7 +23,7 @@ from kvbake.ship.adapters.nodestate import NodeState
 from kvbake.ship.adapters.other_serves import refuse_other_serves
 from kvbake.ship.adapters.stray_tags import refuse_stray_tags
 from kvbake.ship.adapters.rollout import NodeView, check_views, fenced, locked, new_journal_id, refuse_marks, refuse_pending, view, who_deploys
-from kvbake.serve.core.launcher_ties import RUNBOOK, launcher_ties
+from kvbake.serve.core.launcher_ties import RUNBOOK, launcher_ties, trap_ties
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank, serving_container
 from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hooks
 from kvbake.ship.adapters.transitions import records_of, run_transition
@@ -32,6 +33,8 @@ from kvbake.ship.core.process_checks import changed_files, handed_switches, ray_
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.serve.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
 from kvbake.serve.core.serve_description import refuse_second_serves
+
+log = logging.getLogger(__name__)
 
 ADOPTED_PRESET = "adopted"
 KEPT_SUFFIX = "-kvbake-adopted"
@@ -143,6 +146,9 @@ def refuse_launcher_ties(found: dict[str, FoundServe]) -> None:
     if ties:
         raise RolloutError(f"adopt: the serve is still tied to its launcher: {'; '.join(ties)}",
                            f"retire the launcher ({RUNBOOK}), then run adopt --launcher-retired; nothing was changed")
+    for serve in found.values():
+        for tie in trap_ties(serve.node, serve.container):
+            log.warning("adopt: %s; make sure no run of it is left before the first deploy (%s)", tie, RUNBOOK)
 
 
 def adopt(fleet: Fleet, reason: str, break_lock: bool, container: str | None = None, launcher_retired: bool = False) -> dict[str, Release]:

@@ -23,7 +23,7 @@ from kvbake.ship.adapters.serve_reader import RankServe, read_rank, serving_cont
 from kvbake.ship.adapters.served_files import image_files, read_served_overlay, refuse_foreign_hooks
 from kvbake.ship.core.init_documents import InitOptions, Placeholder, api_url, deploy_document, manifest_document, placeholders
 from kvbake.ship.core.process_checks import changed_files
-from kvbake.serve.core.launcher_ties import launcher_ties
+from kvbake.serve.core.launcher_ties import launcher_ties, trap_ties
 from kvbake.serve.core.serve_description import (PRIVILEGED_DEVICES, NodeServe, ServeDescription, describe, implied_preset,
                                                is_privileged, refuse_second_serves, require_serving, with_served_length)
 from kvbake.yaml_documents import parse_yaml
@@ -187,7 +187,7 @@ def init_project(nodes: Sequence[tuple[str, str]], containers: Mapping[str, str]
     record = write_served(out, overlay, served_bytes, [node for node, _ in nodes])
     for path, written in zip(targets, (manifest, deploy)):
         write_atomic(path, dump(written))
-    ties = tuple(tie for r in readings for tie in launcher_ties(r.node, r.container, r.rank.reading))
+    ties = tuple(tie for r in readings for tie in [*launcher_ties(r.node, r.container, r.rank.reading), *trap_ties(r.node, r.container)])
     return InitResult(described, targets, implied_preset(described.switches, manifest["presets"]),
                       tuple(placeholders(manifest, deploy, described)), tuple(read), overlay, record, options.capture, ties)
 
