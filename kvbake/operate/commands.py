@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kvbake.command_output import Result, emit
 from kvbake.engines.adapters.client import Engine
@@ -101,7 +102,7 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> tuple[dict[str, s
 
     deployment = load_deployment(deploy_file)
     engines = connect(deployment)
-    problems, served, overlays = [], {}, {}
+    problems, served, overlays, asked = [], {}, {}, {}
     for node in deployment.nodes:
         engine = engines[node.name]
         release = NodeState(node.name, engine).read().current
@@ -114,7 +115,8 @@ def _check_what_runs(manifest: Manifest, deploy_file: Path) -> tuple[dict[str, s
             problems.append(f"{node.name} runs no container {name}")
             continue
         rank = read_rank(engine, container)
-        preset, found = _serve_against_presets(manifest, rank.reading, node.name, deployed.preset if deployed else None)
+        preset, found = _serve_against_presets(manifest, rank.reading, node.name, deployed.preset if deployed else None,
+                                               lambda args: api_length(deployment, args, asked))
         problems += found
         if preset:
             served[node.name] = preset
@@ -147,9 +149,26 @@ def _served_bytes_proof(manifest: Manifest, overlays: dict[str, tuple[ServedOver
     return proof
 
 
-def _serve_against_presets(manifest: Manifest, reading: Any, node: str, wanted: str | None) -> tuple[str | None, list[str]]:
+def api_length(deployment: Any, args: Any, asked: dict[str, int | None]) -> int | None:
+    """The length a serve started without --max-model-len runs: what the head's /v1/models says (asked once per run,
+    with the serve's API key from VLLM_API_KEY, as init asked); None when the serve gives the option."""
+    from kvbake.secret_env import SECRET_OPTIONS
+    from kvbake.serve.core.serve_description import LENGTH_OPTION
+    from kvbake.ship.adapters.served_length import serve_length
+
+    if args.value(LENGTH_OPTION):
+        return None
+    if "head" not in asked:
+        head = next((n for n in deployment.nodes if n.role == "head"), deployment.nodes[0])
+        url = f"http://{head.address or '127.0.0.1'}:{args.value('--port') or '8000'}"
+        asked["head"] = serve_length(url, os.environ.get(SECRET_OPTIONS["--api-key"]))[0]
+    return asked["head"]
+
+
+def _serve_against_presets(manifest: Manifest, reading: Any, node: str, wanted: str | None,
+                           length_of: Callable[[Any], int | None] = lambda args: None) -> tuple[str | None, list[str]]:
     """(the preset every vLLM serve of the container equals, the differences): `wanted` when kvbake deployed it,
-    else any preset (control first)."""
+    else any preset (control first). `length_of` gives the length a serve without --max-model-len runs."""
     from kvbake.bake.core.provenance import switch_names
     from kvbake.operate.core.serve_presets import nearest, preset_differences, presets_served
     from kvbake.ship.core.process_checks import switch_set
@@ -157,14 +176,15 @@ def _serve_against_presets(manifest: Manifest, reading: Any, node: str, wanted: 
     preset, problems = None, []
     for serving in reading.serving:
         args, switches = serving.serve.args, switch_set(serving.process.env, switch_names(manifest))
-        matches = presets_served(args, switches, manifest.presets)
+        length = length_of(args)
+        matches = presets_served(args, switches, manifest.presets, length)
         if (wanted in matches) if wanted else matches:
             preset = wanted or matches[0]
             continue
         if wanted and wanted in manifest.presets:
-            shown, differences = wanted, preset_differences(args, switches, manifest.presets[wanted])
+            shown, differences = wanted, preset_differences(args, switches, manifest.presets[wanted], length)
         else:
-            shown, differences = nearest(args, switches, manifest.presets)
+            shown, differences = nearest(args, switches, manifest.presets, api_length=length)
         problems.append(f"{node} pid {serving.process.pid} is not preset {shown}: {'; '.join(differences)}")
     return (preset if not problems else None), problems
 

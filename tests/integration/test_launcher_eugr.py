@@ -14,17 +14,16 @@ namespace with a /dev/shm of its own (kvbake_rig/node_engine.py: eugr's `--ipc=h
 ranks one /dev/shm, and vLLM takes ranks that share one for ranks of one node); the head's address comes from
 LOCAL_IP, a variable the script's autodiscover.sh reads before it looks at `--eth-if` (the loopback interface's own
 address, 127.0.0.1, is one Ray replaces by the machine's outward one); the Ray walk's serve is typed as the module
-`vllm serve` runs (the CPU image has no `vllm` console script); the multiprocessing walk's image adds the `vllm`
+`vllm serve` runs (the CPU image has no `vllm` console script); the walks' image adds to the serving base the `vllm`
 distribution record a field image has (kvbake_rig/launchers.py: field_base), which the headless rank's entry reads; and
 the mod edits with python3 (the CPU image has no `patch`). In the Ray walk real vLLM serves on the head alone and the
 worker is a real Ray node. The walks bind the script's fixed ports (Ray 6379, the dashboard 8265): they run once, in
-the classic store's pass with run_cluster.sh's walk and the real-Ray shapes, one after the other, and hold the
+the classic store's pass with run_cluster.sh's walk, one after the other on the same node engines, and hold the
 machine-wide fixed-ports lock every real-Ray test takes."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -32,15 +31,13 @@ import pytest
 
 from kvbake.engines.adapters.client import Engine
 from kvbake.serve.core.serve_reading import read_serve
-from kvbake_rig.launchers import (ADDRESSES, EUGR_CONTAINER, MODEL_IN_CONTAINER, EugrCluster, field_base, ray_nodes_alive,
-                                  seed_nodes, wait_for_ray_nodes)
+from kvbake_rig.launchers import ADDRESSES, EUGR_CONTAINER, MODEL_IN_CONTAINER, EugrCluster, ray_nodes_alive, wait_for_ray_nodes
 from kvbake_rig.ports import free_port
-from kvbake_rig.profile_engine import DEFAULT_HOST
 from kvbake_rig.serve_shapes import RIG_API_KEY, within_this_machines_memlock
 
 from conftest import run
 from launcherwalk import (NODES, SERVE_ARGS, VALIDATE, LauncherRig, Operator, containers, containers_when, documented_walk, fixed_ports,  # noqa: F401
-                          gang_restarts, launcher_rig, remove_every_container, serves, wait_serving)
+                          gang_restarts, remove_every_container, serves, wait_serving)
 
 pytestmark = [pytest.mark.docker, pytest.mark.field_engines_only, pytest.mark.once_on_classic, pytest.mark.runs_last]
 # The serve as the module `vllm serve` starts: the rig's CPU image installs vLLM without its console script and metadata.
@@ -102,6 +99,7 @@ def test_eugr_launch_cluster_sh_with_a_mod_is_read_replaced_and_brought_back_wit
     written, said = ops.init()
     deploy = written["deploy.yaml"]
     assert "spark-a: its vLLM (pid " in said and "writes to the interactive `docker exec` that started it" in said
+    assert all(f"{node}: {EUGR_CONTAINER} bears a name a launcher's exit trap stops" in said for node in NODES.values()), said
     assert {key: containers(host) for key, host in hosts.items()} == before, "init changes nothing on the nodes"
     assert [(n["name"], n["container"], n.get("address")) for n in deploy["nodes"]] == [
         ("spark-a", EUGR_CONTAINER, ADDRESSES["a"]), ("spark-b", EUGR_CONTAINER, ADDRESSES["b"])]
@@ -166,9 +164,15 @@ def test_eugr_launch_cluster_sh_with_a_mod_is_read_replaced_and_brought_back_wit
 VLLM_CLI_SERVE = ("python3", "-m", "vllm.entrypoints.cli.main", "serve", "--model")
 
 
+# The multiprocessing serve is started without --max-model-len, as many are: vLLM serves the model's own length
+# (8192 for the tiny model), which init reads from /v1/models and config --check asks again.
+MP_SERVE_ARGS = tuple(arg for at, arg in enumerate(SERVE_ARGS) if "--max-model-len" not in SERVE_ARGS[max(at - 1, 0):at + 1])
+MODEL_LENGTH = 8192
+
+
 def mp_serves(port: int, master_port: int) -> tuple[list[str], list[str]]:
     """The head's and the worker's command lines of one two-rank serve."""
-    shared = ["--port", str(port), *SERVE_ARGS, "--api-key", RIG_API_KEY, "--tensor-parallel-size", "2",
+    shared = ["--port", str(port), *MP_SERVE_ARGS, "--api-key", RIG_API_KEY, "--tensor-parallel-size", "2",
               "--distributed-executor-backend", "mp", "--nnodes", "2", "--master-addr", ADDRESSES["a"], "--master-port", str(master_port)]
     return ([*VLLM_SERVE, MODEL_IN_CONTAINER, *shared, "--node-rank", "0"],
             [*VLLM_CLI_SERVE, MODEL_IN_CONTAINER, *shared, "--node-rank", "1", "--headless"])
@@ -177,11 +181,7 @@ def mp_serves(port: int, master_port: int) -> tuple[list[str], list[str]]:
 @pytest.fixture()
 def eugr_mp(launcher_rig: LauncherRig, tmp_path: Path, fixed_ports: None) -> Iterator[tuple[EugrCluster, int]]:
     """eugr's containers (its kept copy starts Ray in both) serving one two-rank group with the multiprocessing backend."""
-    build_host = os.environ.get("DOCKER_HOST") or DEFAULT_HOST
-    source = Engine(DEFAULT_HOST)
-    image = seed_nodes(source, launcher_rig.registry, [build_host, *launcher_rig.hosts.values()],
-                       image=field_base(source, tmp_path / "field-base"))
-    cluster = EugrCluster(launcher_rig.hosts, tmp_path / "eugr", launcher_rig.model.folder, image=image)
+    cluster = EugrCluster(launcher_rig.hosts, tmp_path / "eugr", launcher_rig.model.folder, image=launcher_rig.image)
     port, master_port = free_port(), free_port()
     head, worker = mp_serves(port, master_port)
     try:
@@ -223,6 +223,9 @@ def test_eugr_containers_with_the_multiprocessing_backend_are_read_replaced_brou
 
     written, said = ops.init()
     assert all(f"{node}: its vLLM (pid " in said for node in NODES.values()), said
+    assert all(f"{node}: {EUGR_CONTAINER} bears a name a launcher's exit trap stops" in said for node in NODES.values()), said
+    control = written["manifest.yaml"]["presets"]["control"]
+    assert control["max_model_len"] == MODEL_LENGTH and "/v1/models" in control["note"], "the length the serve's API names"
     env = written["deploy.yaml"]["launcher"]["env"]
     assert env["SHAPE"] == "exec" and not any(name.startswith("RAY_") for name in env), "no rank serves through Ray"
     assert json.loads(env["CONTAINER_ENV"])["VLLM_HOST_IP"] == "{node_address}", "each rank keeps the address eugr gave it"

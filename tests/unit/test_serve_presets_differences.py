@@ -65,3 +65,14 @@ def test_control_comes_first_among_equally_near_presets_wherever_it_is_listed() 
     assert nearest(serve(*ARGS), {"A": "3"}, presets, first=())[0] == "zeta"
     assert nearest(serve(*ARGS), {"A": "3"}, presets, first=("zeta",))[0] == "zeta"
     assert nearest(serve(*ARGS), {"A": "3"}, {"x": preset("x", {"A": "1"})})[0] == "x", "no control: the manifest's order"
+
+
+def test_a_serve_without_max_model_len_runs_the_length_its_api_names() -> None:
+    """init wrote control's length from /v1/models for a serve started without --max-model-len: config --check asks the
+    same API and finds control, and names the length it serves when another preset is wanted."""
+    unset = parse_serve_args(["/models/m", *ARGS])
+    assert preset_differences(unset, {}, preset("control", length=8192), api_length=8192) == []
+    assert presets_served(unset, {}, {"control": preset("control", length=8192)}, api_length=8192) == ["control"]
+    assert preset_differences(unset, {}, preset("control"), api_length=8192) == ["no --max-model-len, serving 8192 (the preset: 4096)"]
+    assert preset_differences(unset, {}, preset("control")) == ["no --max-model-len, serving an unknown length (the preset: 4096)"]
+    assert preset_differences(serve(*ARGS), {}, preset("control"), api_length=8192) == [], "a given --max-model-len wins"
