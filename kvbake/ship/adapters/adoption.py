@@ -29,7 +29,7 @@ from kvbake.ship.adapters.served_files import layer_digests, refuse_foreign_hook
 from kvbake.ship.adapters.transitions import records_of, run_transition
 from kvbake.ship.core.create_spec import create_spec, unrestorable
 from kvbake.ship.core.journal import Journal, NodePlan
-from kvbake.ship.core.process_checks import changed_files, handed_switches, ray_worker_switches, switch_set
+from kvbake.ship.core.process_checks import changed_files, handed_switches, ray_worker_switches, switch_set, worker_switch_problems
 from kvbake.ship.core.release import Release, release_to_json, runtime_config
 from kvbake.serve.core.serve_reading import RAY_WORKER, ServingProcess, exec_command, ray_exec_command
 from kvbake.serve.core.serve_description import refuse_second_serves
@@ -127,10 +127,15 @@ def adopted_release(fleet: Fleet, found: FoundServe, reason: str, lead: ServingP
 
 def rank_switches(found: FoundServe, lead: ServingProcess, names: tuple[str, ...]) -> dict[str, str]:
     """The switch set a rank's own vLLM runs with: its serve's environment, or on a Ray worker rank its Ray node's
-    environment overlaid with the VLLM_* switches the head's serve (`lead`) hands its workers."""
+    environment, with the switches the head's serve (`lead`) hands its workers where the node sets none."""
     reading = found.serve.reading
     if reading.serving:
         return switch_set(reading.serving[0].process.env, names)
+    problems = worker_switch_problems(reading.ray.env, lead.process.env, names)
+    if problems:
+        raise RolloutError(f"adopt: {found.node}: {'; '.join(problems)}",
+                           "give the switch one value on the worker's Ray node and the head's serve (or leave it unset on the node), "
+                           "restart the cluster, then adopt; nothing was changed")
     return ray_worker_switches(reading.ray.env, handed_switches(lead.process.env, names), names)
 
 

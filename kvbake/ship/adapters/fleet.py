@@ -16,7 +16,7 @@ from kvbake.ship.adapters import adopted_serve
 from kvbake.ship.adapters.serve_reader import RankServe, read_rank
 from kvbake.ship.adapters.served_files import foreign_hooks, layer_digests
 from kvbake.ship.core.adopted_copy import compared_layers
-from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt, handed_switches,
+from kvbake.ship.core.process_checks import (ProcessExpectation, change_failures, changes_since_adopt, edits_since_adopt,
                                              process_failures, process_signature, ray_worker_failures, switch_set)
 from kvbake.serve.core.serve_reading import RAY_WORKER, read_serve
 from kvbake.ship.adapters.nodestate import NodeState
@@ -91,14 +91,14 @@ class Fleet:
         serve = read_rank(self.engines[name], container)
         expected = dict(release.switches) if switches is None else switches
         if self.runs_as_ray_worker(name, release):
-            failures += ray_worker_failures(name, serve.reading, expected, self.switch_names, self.handed_switches())
+            failures += ray_worker_failures(name, serve.reading, expected, self.switch_names, self.head_serve_env())
             return RankCheck(tuple(failures), (layers, RAY_WORKER), expected)
         failures += self.process_failures(name, serve, release, expected, image, container)
         found = switch_set(serve.reading.serving[0].process.env, self.switch_names) if serve.reading.serving else {}
         return RankCheck(tuple(failures), (layers, process_signature(serve.reading, self.switch_names)), found)
 
-    def handed_switches(self) -> dict[str, str]:
-        """The VLLM_* switches the head's vLLM serve hands its Ray workers now; none when no head serves."""
+    def head_serve_env(self) -> dict[str, str]:
+        """The environment of the head's vLLM serve now, whose switches it hands its Ray workers; empty when none serves."""
         head = next((n.name for n in self.deployment.nodes if n.role == "head"), None)
         if head is None:
             return {}
@@ -106,7 +106,7 @@ class Fleet:
         if not container or not (container.get("State") or {}).get("Running"):
             return {}
         reading = read_serve(self.engines[head].processes(str(container["Id"])))
-        return handed_switches(reading.serving[0].process.env, self.switch_names) if reading.serving else {}
+        return dict(reading.serving[0].process.env) if reading.serving else {}
 
     def runs_as_ray_worker(self, name: str, release: Release) -> bool:
         """Whether the rank serves through its Ray node alone: an adopted Ray worker, or a worker node of a deployment

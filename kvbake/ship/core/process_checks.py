@@ -33,21 +33,59 @@ def switch_set(env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name in names}
 
 
-# vLLM's Ray executor hands every Ray worker the driver's own values of vLLM's variables, in-process, before the
-# model loads (vllm/executor/ray_distributed_executor.py: `update_environment_variables` with the names that
-# `get_env_vars_to_copy` of vllm/ray/ray_env.py gives, vLLM's VLLM_* variables); every other variable, and a VLLM_* one
-# the head leaves unset, is what the worker's Ray node gave the actor.
-HANDED_PREFIX = "VLLM_"
+# What a Ray worker's vLLM runs with: its actor's environment, which its Ray node (`ray start`) gives it, plus what the
+# head's vLLM hands it at start-up. vLLM 0.32 has two Ray executors, which hand over differently:
+# - vllm/v1/executor/ray_executor.py (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): the head's values of the names
+#   `get_env_vars_to_copy` (vllm/ray/ray_env.py) gives, written over the worker's: every name vLLM registers in vllm/envs.py,
+#   every variable with a prefix it carries (VLLM_, NCCL_, HF_ and the others below, plus those VLLM_RAY_EXTRA_ENV_VAR_
+#   PREFIXES_TO_COPY adds), PYTHONHASHSEED and the names VLLM_RAY_EXTRA_ENV_VARS_TO_COPY adds;
+# - vllm/v1/executor/ray_executor_v2.py (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=1, 0.32's default): every variable of the
+#   head's (ray_env_utils.get_driver_env_vars), with `setdefault`: the worker's own value wins.
+# Both leave out the per-worker names (WORKER_SPECIFIC_ENV_VARS of vllm/v1/executor/ray_utils.py) and those the operator
+# lists in ray_non_carry_over_env_vars.json. The two agree where the Ray node leaves a switch unset and the head's is
+# carried by its name, and where the head leaves it unset; elsewhere the switch a worker runs depends on the executor,
+# and kvbake names that as a problem rather than guess (`worker_switch_problems`).
+CARRIED_PREFIXES = ("VLLM_", "FLASH_ATTENTION_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_")
+CARRIED_NAMES = ("PYTHONHASHSEED",)
+EXTRA_PREFIXES = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+EXTRA_NAMES = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"
+WORKER_SPECIFIC = frozenset({"VLLM_HOST_IP", "VLLM_HOST_PORT", "VLLM_NIXL_SIDE_CHANNEL_HOST", "LOCAL_RANK",
+                             "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+
+
+def listed(value: str | None) -> set[str]:
+    return {item.strip() for item in (value or "").split(",") if item.strip()}
+
+
+def carried_by_name(name: str, head_env: Mapping[str, str]) -> bool:
+    """Whether the head's vLLM hands `name` to its Ray workers under either executor (when the worker leaves it unset)."""
+    prefixes = (*CARRIED_PREFIXES, *sorted(listed(head_env.get(EXTRA_PREFIXES))))
+    return name not in WORKER_SPECIFIC and (name.startswith(prefixes) or name in {*CARRIED_NAMES, *listed(head_env.get(EXTRA_NAMES))})
 
 
 def handed_switches(head_env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
-    """The switches the head's vLLM serve hands its Ray workers: those among its own named VLLM_*."""
-    return {name: value for name, value in switch_set(head_env, names).items() if name.startswith(HANDED_PREFIX)}
+    """The switches the head's vLLM serve hands its Ray workers whenever a worker's Ray node leaves them unset."""
+    return {name: value for name, value in switch_set(head_env, names).items() if carried_by_name(name, head_env)}
 
 
 def ray_worker_switches(ray_env: Mapping[str, str], handed: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
-    """A Ray worker rank's own switch set: its Ray node's, overlaid with those the head hands it."""
-    return {**switch_set(ray_env, names), **handed}
+    """A Ray worker rank's own switch set: its Ray node's, with those the head hands it where the node sets none."""
+    return dict(sorted({**handed, **switch_set(ray_env, names)}.items()))
+
+
+def worker_switch_problems(ray_env: Mapping[str, str], head_env: Mapping[str, str], names: Sequence[str]) -> list[str]:
+    """Each switch whose value on a Ray worker depends on which of vLLM's Ray executors the head runs, as one line."""
+    node, problems = switch_set(ray_env, names), []
+    for name, value in sorted(switch_set(head_env, names).items()):
+        if name in WORKER_SPECIFIC:
+            continue
+        if name in node and node[name] != value:
+            problems.append(f"the Ray node sets {name}={node[name]} and the head's serve {name}={value}: vLLM's Ray executor "
+                            f"gives the worker the head's value, its V2 executor (vLLM 0.32's default) the node's")
+        elif name not in node and not carried_by_name(name, head_env):
+            problems.append(f"the head's serve sets {name}={value} and the Ray node leaves it unset: vLLM's V2 Ray executor "
+                            f"hands it to the worker, its V1 executor only if vLLM registers the name")
+    return problems
 
 
 def process_failures(node: str, reading: ServeReading, origins: Sequence[ImportOrigin], expected: ProcessExpectation) -> list[str]:
@@ -166,16 +204,19 @@ def process_signature(reading: ServeReading, names: Sequence[str]) -> tuple:
 
 
 def ray_worker_failures(node: str, reading: ServeReading, switches: Mapping[str, str] | None = None, names: Sequence[str] = (),
-                        handed: Mapping[str, str] | None = None) -> list[str]:
+                        head_env: Mapping[str, str] | None = None) -> list[str]:
     """A Ray worker rank runs its Ray node and no vLLM serve of its own (vLLM's workers there are Ray actors). Given
-    the release's switch set, the Ray node's environment (which its actors inherit), overlaid with the switches the
-    head hands its workers (`handed`), must hold exactly that set."""
+    the release's switch set, the Ray node's environment (which its actors inherit), with the switches the head's serve
+    (`head_env`) hands its workers where the node sets none, must hold exactly that set, and no switch may depend on
+    which of vLLM's Ray executors runs."""
     if reading.ray is None:
         main = " ".join(reading.main.argv)[:80] if reading.main else "nothing"
         return [f"{node}: the Ray worker rank runs no Ray node (its main process is {main}, and no raylet runs beside it)"]
     if switches is None:
         return []
-    found = ray_worker_switches(reading.ray.env, handed or {}, names)
+    head_env = head_env or {}
+    found = ray_worker_switches(reading.ray.env, handed_switches(head_env, names), names)
     differing = sorted(name for name in {*found, *switches} if found.get(name) != switches.get(name))
-    return [f"{node}: the Ray node runs {name}={found.get(name, '(unset)')}, the release sets {switches.get(name, '(unset)')}"
-            for name in differing]
+    return [f"{node}: {problem}; set it alike on both" for problem in worker_switch_problems(reading.ray.env, head_env, names)] + [
+        f"{node}: the Ray node runs {name}={found.get(name, '(unset)')}, the release sets {switches.get(name, '(unset)')}"
+        for name in differing]
