@@ -244,20 +244,21 @@ def stopped_state(pid: int) -> bool:
         return stat_file.read().rpartition(")")[2].split()[0] == "T"
 
 
-def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, when: str, late: bool):
+def deploy_stopped_in_a_retag_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, when: str, late: bool, baseline: bool = True):
     """Host 1's deploy of packing over control is stopped by SIGSTOP at its tag of node a's `when` tag (after the tag,
     or, `late`, with the call begun but not yet on the node) for longer than its locks' staleness; host 2 breaks the
     locks and reverts. Host 1 is woken by SIGCONT. Returns the fleet before, as host 2's revert left it, host 1's exit
     code and error, the nodes' audit logs after the revert, and host 2's deployment file. The nodes start new to
-    kvbake, so that the baseline deploy records no previous release."""
+    kvbake, so that the baseline deploy records no previous release (without `baseline`, host 1's deploy is the first)."""
     runner = late_runner("Engine", "tag", f"args[2].endswith({when!r})") if late else RUNNER.replace("WHEN", repr(when))
-    return deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner)
+    return deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner, baseline)
 
 
-def deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner_text: str):
+def deploy_stopped_then_reverted_by_another_host(capsys, shipped, rig, tmp_path, runner_text: str, baseline: bool = True):
     """As above, with host 1 stopped wherever `runner_text` (a runner that stops itself with SIGSTOP) stops it."""
     reset_nodes(rig, shipped["repository"])
-    deploy_control(capsys, shipped, "baseline")
+    if baseline:
+        deploy_control(capsys, shipped, "baseline")
     before = fleet_snapshot(rig, shipped)
     host1, host2 = (operator_host(tmp_path, rig, name) for name in ("host1", "host2"))
     for path in (host1, host2):
@@ -333,6 +334,40 @@ def test_the_one_call_a_stopped_host_had_begun_lands_late_and_the_documented_rep
     code, _, err = ship_with(capsys, shipped, host2, "deploy", "--reset-tags")  # the documented repair
     assert code == 0, err
     assert fleet_snapshot(rig, shipped, host2) == reverted
+    assert_invariant(capsys, shipped, rig, set())
+
+
+def test_a_current_tag_a_stopped_host_had_begun_lands_late_and_the_printed_repair_mends_it(capsys, shipped, rig, tmp_path):
+    """Host 1's first deploy to new nodes, stopped with its tag of node a's `current` begun but not yet on the node:
+    host 2 breaks its locks and reverts (the nodes new again); woken, that one call lands, so node a holds a `current`
+    tag that no record names. verify-running, status and the next deploy name it; the repair the refusal prints removes
+    it, a second run changes nothing, and a deploy then works. (A late `current` over a settled release of the same
+    image, as a second deploy of one build under another preset, would change no tag.)"""
+    before, reverted, (code, err), audits, host2 = deploy_stopped_in_a_retag_then_reverted_by_another_host(
+        capsys, shipped, rig, tmp_path, ":current", late=True, baseline=False)
+    assert code == 12 and "this host no longer holds its lock" in err and "broke it as stale" in err, err
+    after = fleet_snapshot(rig, shipped, host2)
+    assert reverted["a"]["current"] is None and after["a"]["current"] is not None, "the late call tagged node a's `current`"
+    assert {**after, "a": {**after["a"], "current": None}} == reverted, "and changed nothing else"
+    assert node_audits(rig) == audits
+    named = f"node spark-a: tag current points at {after['a']['current'][:19]}, but its records name no current release"
+    code, _, err = ship_with(capsys, shipped, host2, "verify-running")
+    assert code != 0 and named in err, err
+    code, out, _ = ship_with(capsys, shipped, host2, "status")
+    assert f"STRAY TAG: {named}" in out, out
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "after")
+    assert code == 12 and named in err and RESET_TAGS in err, err
+    assert fleet_snapshot(rig, shipped, host2) == after, "the refused deploy changed nothing"
+    repair = re.search(r"python build\.py deploy --reset-tags", err)
+    assert repair, err
+    code, out, err = ship_with(capsys, shipped, host2, *repair.group(0).split()[2:])
+    assert code == 0 and "node spark-a: tag current" in out, out + err
+    assert fleet_snapshot(rig, shipped, host2) == reverted
+    code, out, err = ship_with(capsys, shipped, host2, "deploy", "--reset-tags")
+    assert code == 0 and "nothing changed" in out, out + err
+    assert fleet_snapshot(rig, shipped, host2) == reverted == before
+    code, _, err = ship_with(capsys, shipped, host2, "deploy", "--preset", "control", "--image", shipped["digest"], "--reason", "after")
+    assert code == 0, err
     assert_invariant(capsys, shipped, rig, set())
 
 
